@@ -1,0 +1,210 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"gateway/payments"
+)
+
+const merchantKey = "merchant"
+
+// authenticate resolves the bearer API key to a merchant.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header.Get(echo.HeaderAuthorization)
+		scheme, key, ok := strings.Cut(h, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
+			return &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"}
+		}
+		m, err := s.svc.Authenticate(c.Request().Context(), strings.TrimSpace(key))
+		if err != nil {
+			return err
+		}
+		c.Set(merchantKey, m)
+		return next(c)
+	}
+}
+
+func merchantOf(c echo.Context) payments.Merchant {
+	m, _ := c.Get(merchantKey).(payments.Merchant)
+	return m
+}
+
+// createPaymentBody is the POST /payments body. Pointers tell a missing
+// field from a zero one.
+type createPaymentBody struct {
+	Amount        *int64            `json:"amount"`
+	Currency      *string           `json:"currency"`
+	PaymentMethod *string           `json:"payment_method"`
+	Description   *string           `json:"description"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
+func (s *Server) handleCreatePayment(c echo.Context) error {
+	m := merchantOf(c)
+	key, present := c.Request().Header["Idempotency-Key"]
+	if !present || len(key) != 1 {
+		return &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
+	}
+	body, err := s.decodeCreate(c)
+	if err != nil {
+		return err
+	}
+	req := payments.CreateRequest{
+		MerchantID:     m.ID,
+		IdempotencyKey: key[0],
+		Metadata:       body.Metadata,
+	}
+	var missing []payments.FieldError
+	if body.Amount == nil {
+		missing = append(missing, payments.FieldError{Field: "amount", Reason: "is required"})
+	} else {
+		req.Amount.Minor = *body.Amount
+	}
+	if body.Currency == nil {
+		missing = append(missing, payments.FieldError{Field: "currency", Reason: "is required"})
+	} else {
+		req.Amount.Currency = *body.Currency
+	}
+	if body.PaymentMethod == nil {
+		missing = append(missing, payments.FieldError{Field: "payment_method", Reason: "is required"})
+	} else {
+		req.PaymentMethod = *body.PaymentMethod
+	}
+	if body.Description != nil {
+		req.Description = *body.Description
+	}
+	if len(missing) > 0 {
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body is invalid", Fields: missing}
+	}
+	// The client may go away; the payment is finished anyway while this
+	// worker holds the lease, so that its retry finds a stored answer.
+	out, err := s.svc.Create(context.WithoutCancel(c.Request().Context()), req)
+	if err != nil {
+		return err
+	}
+	if out.Response.Status == http.StatusCreated {
+		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
+	}
+	if out.Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+}
+
+// decodeCreate reads one JSON object, refusing unknown fields, trailing
+// data and bodies over the limit.
+func (s *Server) decodeCreate(c echo.Context) (createPaymentBody, error) {
+	var body createPaymentBody
+	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
+		}
+	}
+	r := http.MaxBytesReader(c.Response(), c.Request().Body, s.opts.MaxBodyBytes)
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return body, err // *http.MaxBytesError → 413
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		return body, invalidJSON(err)
+	}
+	if dec.More() {
+		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+	}
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
+	}
+	return body, nil
+}
+
+// invalidJSON explains a decoding failure without echoing the body.
+func invalidJSON(err error) error {
+	var (
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
+	)
+	e := &payments.Error{Code: payments.CodeInvalid, Message: "the request body is not valid JSON"}
+	switch {
+	case errors.As(err, &syn):
+		e.Message = fmt.Sprintf("the request body is not valid JSON (at byte %d)", syn.Offset)
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			e.Message = "the request body must be a JSON object"
+		} else {
+			e.Fields = []payments.FieldError{{Field: typ.Field, Reason: "must be " + jsonKind(typ.Type.Kind().String())}}
+			e.Message = "the request body is invalid"
+		}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		e.Message = "the request body is empty or truncated; send a JSON object"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		e.Fields = []payments.FieldError{{Field: field, Reason: "is not a known field"}}
+		e.Message = "the request body is invalid"
+	}
+	return e
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int64":
+		return "an integer (minor units)"
+	case "string":
+		return "a string"
+	case "map":
+		return "an object of string values"
+	case "ptr":
+		return "a value of the documented type"
+	}
+	return "of the documented type"
+}
+
+func (s *Server) handleGetPayment(c echo.Context) error {
+	p, err := s.svc.Payment(c.Request().Context(), merchantOf(c).ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, payments.ToView(p))
+}
+
+func (s *Server) handleFindPayment(c echo.Context) error {
+	q := c.QueryParams()
+	keys, ok := q["idempotency_key"]
+	if !ok || len(keys) != 1 {
+		return &payments.Error{Code: payments.CodeInvalid, Message: "pass exactly one idempotency_key query parameter to find the payment it created"}
+	}
+	p, err := s.svc.PaymentByKey(c.Request().Context(), merchantOf(c).ID, keys[0])
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, payments.ToView(p))
+}
+
+func (s *Server) handleHealthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
+	defer cancel()
+	if err := s.db.Ping(ctx); err != nil {
+		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database does not answer", Err: err}
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}

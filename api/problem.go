@@ -1,0 +1,123 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"gateway/payments"
+)
+
+// problemKind is one row of the error table: the HTTP status and the stable
+// RFC 9457 problem type a client can branch on.
+type problemKind struct {
+	status int
+	slug   string
+	title  string
+}
+
+// problems is the single map from error codes to HTTP. The README's status
+// table lists the same rows.
+var problems = map[payments.Code]problemKind{
+	payments.CodeInvalid:        {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
+	payments.CodeInvalidKey:     {http.StatusBadRequest, "invalid-idempotency-key", "The Idempotency-Key header is missing or invalid"},
+	payments.CodeUnauthorized:   {http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
+	payments.CodeNotFound:       {http.StatusNotFound, "not-found", "Not found"},
+	payments.CodeInFlight:       {http.StatusConflict, "request-in-flight", "A request with this Idempotency-Key is in progress"},
+	payments.CodeKeyMismatch:    {http.StatusUnprocessableEntity, "idempotency-key-mismatch", "The Idempotency-Key was used with a different request"},
+	payments.CodeKeyReused:      {http.StatusConflict, "idempotency-key-reused", "The Idempotency-Key belongs to an existing payment"},
+	payments.CodePSPUnavailable: {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
+	payments.CodePSPUnknown:     {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
+	payments.CodeUnavailable:    {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
+	payments.CodeInternal:       {http.StatusInternalServerError, "internal", "Internal error"},
+}
+
+// Problems of the HTTP layer itself, with no domain code.
+var (
+	problemBodyTooLarge  = problemKind{http.StatusRequestEntityTooLarge, "request-too-large", "The request body is too large"}
+	problemRouteNotFound = problemKind{http.StatusNotFound, "not-found", "Not found"}
+	problemMethod        = problemKind{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed"}
+)
+
+// ProblemTypeBase prefixes every problem type; the README documents each.
+const ProblemTypeBase = "/problems/"
+
+// problem is an application/problem+json body.
+type problem struct {
+	Type      string                `json:"type"`
+	Title     string                `json:"title"`
+	Status    int                   `json:"status"`
+	Detail    string                `json:"detail,omitempty"`
+	Instance  string                `json:"instance,omitempty"`
+	RequestID string                `json:"request_id,omitempty"`
+	Errors    []payments.FieldError `json:"errors,omitempty"`
+	PaymentID string                `json:"payment_id,omitempty"`
+}
+
+// handleError is echo's error handler: every error a handler returns, and
+// every error echo raises itself, leaves as a problem.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var (
+		pe *payments.Error
+		he *echo.HTTPError
+		mb *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &pe):
+		kind, ok := problems[pe.Code]
+		if !ok {
+			kind = problems[payments.CodeInternal]
+		}
+		detail := pe.Message
+		if kind.status >= 500 {
+			s.log.Error("request failed", "code", string(pe.Code), "err", pe.Err,
+				"path", c.Path(), "request_id", requestID(c))
+			if pe.Code == payments.CodeInternal {
+				detail = "" // the cause is logged, never shown
+			}
+		}
+		if pe.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(int((pe.RetryAfter+time.Second-1)/time.Second)))
+		}
+		if pe.Code == payments.CodeUnauthorized {
+			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="gateway"`)
+		}
+		s.writeProblem(c, kind, problem{Detail: detail, Errors: pe.Fields, PaymentID: pe.PaymentID})
+	case errors.As(err, &mb):
+		s.writeProblem(c, problemBodyTooLarge, problem{Detail: "the limit is " + strconv.FormatInt(mb.Limit, 10) + " bytes"})
+	case errors.As(err, &he):
+		switch he.Code {
+		case http.StatusNotFound:
+			s.writeProblem(c, problemRouteNotFound, problem{})
+		case http.StatusMethodNotAllowed:
+			s.writeProblem(c, problemMethod, problem{})
+		default:
+			s.writeProblem(c, problemKind{status: he.Code, slug: "http-" + strconv.Itoa(he.Code), title: http.StatusText(he.Code)}, problem{})
+		}
+	default:
+		s.log.Error("request failed", "err", err, "path", c.Path(), "request_id", requestID(c))
+		s.writeProblem(c, problems[payments.CodeInternal], problem{})
+	}
+}
+
+func (s *Server) writeProblem(c echo.Context, kind problemKind, p problem) {
+	p.Type = ProblemTypeBase + kind.slug
+	p.Title = kind.title
+	p.Status = kind.status
+	p.Instance = c.Request().URL.Path
+	p.RequestID = requestID(c)
+	body, err := json.Marshal(p)
+	if err != nil {
+		body = []byte(`{"type":"` + ProblemTypeBase + `internal","status":500}`)
+	}
+	if err := c.Blob(kind.status, "application/problem+json", body); err != nil {
+		s.log.Error("write problem", "err", err)
+	}
+}

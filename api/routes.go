@@ -1,0 +1,14 @@
+package api
+
+import "github.com/labstack/echo/v4"
+
+// routes is the whole public API.
+func (s *Server) routes(e *echo.Echo) {
+	e.GET("/healthz", s.handleHealthz)
+	e.GET("/readyz", s.handleReadyz)
+
+	auth := e.Group("", s.authenticate)
+	auth.POST("/payments", s.handleCreatePayment)
+	auth.GET("/payments", s.handleFindPayment)
+	auth.GET("/payments/:id", s.handleGetPayment)
+}

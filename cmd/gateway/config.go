@@ -1,0 +1,199 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"gateway/db"
+)
+
+// Config is every setting of the gateway, read from GATEWAY_* variables.
+type Config struct {
+	Addr            string
+	DatabaseDSN     string
+	PSP             string
+	DBMaxOpenConns  int
+	DBMaxIdleConns  int
+	Lease           time.Duration
+	PSPTimeout      time.Duration
+	InFlightWait    time.Duration
+	MaxBodyBytes    int64
+	ShutdownTimeout time.Duration
+	AutoMigrate     bool
+	LogFormat       string
+	LogLevel        string
+	DevDataDir      string
+}
+
+// setting describes one variable: its name, default and meaning, and how it
+// is stored into a Config. The list drives parsing and --help alike.
+type setting struct {
+	name, def, help string
+	set             func(c *Config, v string) error
+}
+
+func settings() []setting {
+	return []setting{
+		{"GATEWAY_ADDR", "127.0.0.1:8080", "HTTP listen address (host:port)", func(c *Config, v string) error {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return fmt.Errorf("must be host:port: %v", err)
+			}
+			c.Addr = v
+			return nil
+		}},
+		{"GATEWAY_DATABASE_DSN", "", "MySQL/MariaDB DSN, e.g. user:pass@tcp(127.0.0.1:3306)/gateway (dev: unset starts a private MariaDB)", func(c *Config, v string) error {
+			if v != "" {
+				if _, err := db.Config(v); err != nil {
+					return err
+				}
+			}
+			c.DatabaseDSN = v
+			return nil
+		}},
+		{"GATEWAY_PSP", "mock", "payment provider adapter: mock (in-process fake PSP)", func(c *Config, v string) error {
+			if v != "mock" {
+				return fmt.Errorf("unknown PSP %q; available: mock", v)
+			}
+			c.PSP = v
+			return nil
+		}},
+		{"GATEWAY_DB_MAX_OPEN_CONNS", "32", "most database connections the pool opens", intSetting(func(c *Config, n int) { c.DBMaxOpenConns = n })},
+		{"GATEWAY_DB_MAX_IDLE_CONNS", "32", "idle database connections kept open", intSetting(func(c *Config, n int) { c.DBMaxIdleConns = n })},
+		{"GATEWAY_LEASE", "30s", "how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT", durationSetting(func(c *Config, d time.Duration) { c.Lease = d })},
+		{"GATEWAY_PSP_TIMEOUT", "10s", "deadline of each PSP call", durationSetting(func(c *Config, d time.Duration) { c.PSPTimeout = d })},
+		{"GATEWAY_INFLIGHT_WAIT", "2s", "how long a duplicate request waits for the first one before answering 409", durationSetting(func(c *Config, d time.Duration) { c.InFlightWait = d })},
+		{"GATEWAY_MAX_BODY_BYTES", "65536", "largest accepted request body", func(c *Config, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1024 {
+				return errors.New("must be an integer ≥ 1024")
+			}
+			c.MaxBodyBytes = n
+			return nil
+		}},
+		{"GATEWAY_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests may finish after SIGINT/SIGTERM", durationSetting(func(c *Config, d time.Duration) { c.ShutdownTimeout = d })},
+		{"GATEWAY_AUTO_MIGRATE", "false", "apply pending migrations when serve starts (true|false)", func(c *Config, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return errors.New("must be true or false")
+			}
+			c.AutoMigrate = b
+			return nil
+		}},
+		{"GATEWAY_LOG_FORMAT", "json", "log format: json or text", func(c *Config, v string) error {
+			if v != "json" && v != "text" {
+				return errors.New("must be json or text")
+			}
+			c.LogFormat = v
+			return nil
+		}},
+		{"GATEWAY_LOG_LEVEL", "info", "log level: debug, info, warn or error", func(c *Config, v string) error {
+			switch v {
+			case "debug", "info", "warn", "error":
+				c.LogLevel = v
+				return nil
+			}
+			return errors.New("must be debug, info, warn or error")
+		}},
+		{"GATEWAY_DEV_DATA_DIR", ".data/mariadb", "dev only: data directory of the private MariaDB", func(c *Config, v string) error {
+			if v == "" {
+				return errors.New("must not be empty")
+			}
+			c.DevDataDir = v
+			return nil
+		}},
+	}
+}
+
+func intSetting(store func(*Config, int)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return errors.New("must be a positive integer")
+		}
+		store(c, n)
+		return nil
+	}
+}
+
+func durationSetting(store func(*Config, time.Duration)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return errors.New("must be a positive duration such as 500ms, 10s or 1m")
+		}
+		store(c, d)
+		return nil
+	}
+}
+
+// loadConfig reads every variable, applies defaults and validates the whole,
+// reporting all problems at once.
+func loadConfig(getenv func(string) string) (Config, error) {
+	var c Config
+	var errs []error
+	for _, s := range settings() {
+		v := getenv(s.name)
+		if v == "" {
+			v = s.def
+		}
+		if err := s.set(&c, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the settings against each other.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Lease <= c.PSPTimeout {
+		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
+	}
+	if c.DBMaxIdleConns > c.DBMaxOpenConns {
+		errs = append(errs, fmt.Errorf("GATEWAY_DB_MAX_IDLE_CONNS (%d) must not exceed GATEWAY_DB_MAX_OPEN_CONNS (%d)", c.DBMaxIdleConns, c.DBMaxOpenConns))
+	}
+	return errors.Join(errs...)
+}
+
+// requireDSN is for the subcommands that cannot start a database of their own.
+func (c Config) requireDSN() error {
+	if c.DatabaseDSN == "" {
+		return errors.New("GATEWAY_DATABASE_DSN is not set; for example GATEWAY_DATABASE_DSN='root@tcp(127.0.0.1:3306)/gateway' (or use `gateway dev`, which starts a private MariaDB)")
+	}
+	return nil
+}
+
+// maskDSN hides the password of a DSN for logs.
+func maskDSN(dsn string) string {
+	cfg, err := db.Config(dsn)
+	if err != nil {
+		return "(invalid DSN)"
+	}
+	if cfg.Passwd != "" {
+		cfg.Passwd = "xxxxx"
+	}
+	return cfg.User + "@" + cfg.Net + "(" + cfg.Addr + ")/" + cfg.DBName
+}
+
+// printSettings writes the variable table used by --help.
+func printSettings(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
+	for _, s := range settings() {
+		def := s.def
+		if def == "" {
+			def = "(unset)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.name, def, strings.TrimSpace(s.help))
+	}
+	_ = tw.Flush()
+}

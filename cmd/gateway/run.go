@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"gateway/api"
+	"gateway/db"
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp"
+	"gateway/psp/mock"
+)
+
+// usageError is a mistake on the command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `gateway: an idempotent payment gateway
+
+Usage:
+  gateway serve                          run the HTTP API
+  gateway migrate up|down|version        manage the database schema
+  gateway merchants create --name NAME   create a merchant; prints {"merchant_id","api_key"}
+  gateway dev                            private MariaDB + migrations + demo merchant + serve
+  gateway help                           this text
+
+Every setting is a GATEWAY_* environment variable:
+`
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, usage)
+	printSettings(w)
+}
+
+// run is the whole program; main only wires the process to it, and tests call it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		printUsage(stderr)
+		return usageError{"no command given"}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "help", "-h", "--help":
+		printUsage(stdout)
+		return nil
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	switch cmd {
+	case "serve":
+		return runServe(ctx, cfg, rest, stdout, stderr)
+	case "migrate":
+		return runMigrate(cfg, rest, stdout, stderr)
+	case "merchants":
+		return runMerchants(ctx, cfg, rest, stdout, stderr)
+	case "dev":
+		return runDev(ctx, cfg, rest, stdout, stderr)
+	}
+	printUsage(stderr)
+	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}
+
+// newFlags returns a flag set whose --help prints the command's usage and the variables.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s\n", synopsis)
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "\nEnvironment:")
+		printSettings(stderr)
+	}
+	return fs
+}
+
+// parseFlags parses and turns --help into a clean exit.
+func parseFlags(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, usageError{err.Error()}
+	}
+	return false, nil
+}
+
+func newLogger(cfg Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func openDB(ctx context.Context, cfg Config) (*sqlx.DB, error) {
+	return db.Open(ctx, cfg.DatabaseDSN, db.PoolOptions{
+		MaxOpen:     cfg.DBMaxOpenConns,
+		MaxIdle:     cfg.DBMaxIdleConns,
+		MaxLifetime: 30 * time.Minute,
+	})
+}
+
+func newPSP(cfg Config) psp.Adapter {
+	// Config validation admits only the adapters listed here.
+	return mock.New()
+}
+
+func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger) *payments.Service {
+	return payments.NewService(store.New(dbx), adapter, payments.Config{
+		Lease:        cfg.Lease,
+		PSPTimeout:   cfg.PSPTimeout,
+		InFlightWait: cfg.InFlightWait,
+		Logger:       log,
+	})
+}
+
+func runServe(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", "gateway serve", stderr)
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
+	}
+	if err := cfg.requireDSN(); err != nil {
+		return err
+	}
+	return serve(ctx, cfg, newLogger(cfg, stderr), nil)
+}
+
+// serve runs the API until ctx ends, then drains in-flight requests. ready,
+// when not nil, receives the bound address once the listener is open.
+func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr string)) error {
+	if cfg.AutoMigrate {
+		if err := db.MigrateUp(cfg.DatabaseDSN); err != nil {
+			return err
+		}
+	}
+	dbx, err := openDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer dbx.Close()
+	st := store.New(dbx)
+	svc := newService(cfg, dbx, newPSP(cfg), log)
+	handler := api.NewHandler(svc, st, api.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		// A request may wait for the PSP and for a duplicate in flight.
+		WriteTimeout:   cfg.PSPTimeout*2 + cfg.InFlightWait + 10*time.Second,
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 32 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "psp", cfg.PSP,
+		"database", maskDSN(cfg.DatabaseDSN))
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("gateway stopped")
+	return nil
+}
+
+func runMigrate(cfg Config, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("migrate", "gateway migrate up|down|version", stderr)
+	if help, err := parseFlags(fs, args); help || err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return usageError{"migrate needs exactly one of: up, down, version"}
+	}
+	if err := cfg.requireDSN(); err != nil {
+		return err
+	}
+	mg, err := db.NewMigrator(cfg.DatabaseDSN)
+	if err != nil {
+		return err
+	}
+	defer mg.Close()
+	switch fs.Arg(0) {
+	case "up":
+		if err := mg.Up(); err != nil {
+			return err
+		}
+	case "down":
+		if err := mg.Down(); err != nil {
+			return err
+		}
+	case "version":
+	default:
+		fs.Usage()
+		return usageError{fmt.Sprintf("unknown migrate action %q; use up, down or version", fs.Arg(0))}
+	}
+	v, dirty, err := mg.Version()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "schema version %d", v)
+	if dirty {
+		fmt.Fprint(stdout, " (dirty: a migration failed halfway; fix it by hand, then force the version)")
+	}
+	fmt.Fprintln(stdout)
+	return nil
+}
+
+func runMerchants(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "create" {
+		fmt.Fprintln(stderr, "Usage: gateway merchants create --name NAME")
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return nil
+		}
+		return usageError{"merchants needs a subcommand: create"}
+	}
+	fs := newFlags("merchants create", "gateway merchants create --name NAME", stderr)
+	name := fs.String("name", "", "the merchant's display name (required)")
+	if help, err := parseFlags(fs, args[1:]); help || err != nil {
+		return err
+	}
+	if *name == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return usageError{"merchants create needs --name NAME and nothing else"}
+	}
+	if err := cfg.requireDSN(); err != nil {
+		return err
+	}
+	dbx, err := openDB(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer dbx.Close()
+	m, key, err := createMerchant(ctx, dbx, *name)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": m.ID, "api_key": key.Plaintext})
+}
+
+func createMerchant(ctx context.Context, dbx *sqlx.DB, name string) (payments.Merchant, payments.APIKey, error) {
+	m, key, err := payments.NewMerchant(name, time.Now())
+	if err != nil {
+		return m, key, err
+	}
+	if err := store.New(dbx).CreateMerchant(ctx, m, key); err != nil {
+		return m, key, fmt.Errorf("create merchant: %w", err)
+	}
+	return m, key, nil
+}

@@ -1,0 +1,159 @@
+// Package db owns the connection to MySQL/MariaDB: opening a pool with the
+// driver settings the gateway relies on, the embedded schema migrations, the
+// one transaction helper, and the classification of MySQL error numbers so
+// that no caller ever looks at a driver error.
+package db
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+)
+
+// PoolOptions bound the connection pool.
+type PoolOptions struct {
+	MaxOpen     int
+	MaxIdle     int
+	MaxLifetime time.Duration
+}
+
+// Open connects to dsn (a go-sql-driver DSN) and checks that the server answers.
+// It forces the settings the gateway's SQL depends on: times parsed into
+// time.Time in UTC, and client-side interpolation so a statement costs one
+// round trip instead of a prepare, execute and close.
+func Open(ctx context.Context, dsn string, pool PoolOptions) (*sqlx.DB, error) {
+	cfg, err := Config(dsn)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("db: %w", err)
+	}
+	sdb := sql.OpenDB(conn)
+	if pool.MaxOpen > 0 {
+		sdb.SetMaxOpenConns(pool.MaxOpen)
+	}
+	if pool.MaxIdle > 0 {
+		sdb.SetMaxIdleConns(pool.MaxIdle)
+	}
+	if pool.MaxLifetime > 0 {
+		sdb.SetConnMaxLifetime(pool.MaxLifetime)
+	}
+	if err := sdb.PingContext(ctx); err != nil {
+		_ = sdb.Close()
+		return nil, fmt.Errorf("db: connect to %s: %w", cfg.Addr, err)
+	}
+	return sqlx.NewDb(sdb, "mysql"), nil
+}
+
+// Config parses dsn and applies the settings every gateway connection needs.
+func Config(dsn string) (*mysql.Config, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("db: invalid DSN: %w", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	cfg.InterpolateParams = true
+	// Compare-and-set updates read RowsAffected as "did my condition match";
+	// without this flag MySQL counts only rows whose values changed.
+	cfg.ClientFoundRows = true
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	// Stored DATETIMEs are UTC; make NOW() and friends agree with them.
+	cfg.Params["time_zone"] = "'+00:00'"
+	// Every statement below relies on strict mode: a value that does not fit is an error, not a silent truncation.
+	cfg.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION'"
+	return cfg, nil
+}
+
+// Kinds of database failure callers branch on.
+var (
+	// ErrDuplicate is a unique-constraint violation (MySQL 1062).
+	ErrDuplicate = errors.New("db: duplicate key")
+	// ErrRetryable is a deadlock or lock wait timeout (1213, 1205): the whole
+	// transaction was rolled back and may be run again.
+	ErrRetryable = errors.New("db: transaction rolled back by the server, retry")
+	// ErrConnLost is a connection that broke mid-statement or mid-commit: the
+	// outcome is unknown and must be re-read, never blindly retried.
+	ErrConnLost = errors.New("db: connection lost, outcome unknown")
+)
+
+// Classify wraps a driver error with the kind above it belongs to, keeping
+// the original for logs. Errors of no known kind are returned unchanged.
+func Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1062:
+			return fmt.Errorf("%w: %v", ErrDuplicate, err)
+		case 1213, 1205:
+			return fmt.Errorf("%w: %v", ErrRetryable, err)
+		case 1927, 1053, 2006, 2013: // killed connection, shutdown, server gone, lost during query
+			return fmt.Errorf("%w: %v", ErrConnLost, err)
+		}
+		return err
+	}
+	if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
+		return fmt.Errorf("%w: %v", ErrConnLost, err)
+	}
+	return err
+}
+
+// maxAttempts bounds how often Transact reruns a transaction the server rolled back.
+const maxAttempts = 5
+
+// Transact runs fn in a transaction and commits it. A deadlock or lock wait
+// timeout reruns fn from the start (so fn must have no side effects outside
+// tx); any other error rolls back and is returned classified. A failed COMMIT
+// whose outcome cannot be known is returned as ErrConnLost: the caller must
+// re-read what it wrote.
+func Transact(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = transactOnce(ctx, dbx, fn)
+		if !errors.Is(err, ErrRetryable) || attempt == maxAttempts {
+			return err
+		}
+		// A short, growing pause lets the transaction that won the deadlock finish.
+		t := time.NewTimer(time.Duration(attempt*attempt) * 2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func transactOnce(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	tx, err := dbx.BeginTxx(ctx, nil)
+	if err != nil {
+		// Nothing was written: a connection lost here is safe to report as an ordinary failure.
+		return fmt.Errorf("db: begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return Classify(err)
+	}
+	if err := tx.Commit(); err != nil {
+		cerr := Classify(err)
+		if errors.Is(cerr, ErrDuplicate) || errors.Is(cerr, ErrRetryable) {
+			return cerr
+		}
+		// The server may have committed before the connection went away.
+		return fmt.Errorf("%w: commit: %v", ErrConnLost, err)
+	}
+	return nil
+}

@@ -1,0 +1,117 @@
+package payments
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"gateway/idemkeys"
+)
+
+// Limits on a payment request.
+const (
+	MaxAmountMinor      = 1_000_000_000_000 // far above any card charge; a typo guard, not a business rule
+	MaxPaymentMethodLen = 255
+	MaxDescriptionLen   = 1000
+	MaxMetadataKeys     = 20
+	MaxMetadataKeyLen   = 40
+	MaxMetadataValueLen = 500
+)
+
+// EndpointCreatePayment scopes the idempotency keys of POST /payments.
+const EndpointCreatePayment = "POST /payments"
+
+// CreateRequest is the normalized command behind POST /payments.
+type CreateRequest struct {
+	MerchantID     string
+	IdempotencyKey string
+	Amount         Money
+	PaymentMethod  string
+	Description    string
+	Metadata       map[string]string
+}
+
+// Normalize makes equal commands equal field by field (currency codes are
+// case-insensitive on input, upper case from here on).
+func (r *CreateRequest) Normalize() {
+	r.Amount.Currency = strings.ToUpper(r.Amount.Currency)
+}
+
+// Validate reports every invalid field at once, as a CodeInvalid *Error.
+func (r CreateRequest) Validate() error {
+	var fields []FieldError
+	add := func(field, format string, args ...any) {
+		fields = append(fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case r.Amount.Minor <= 0:
+		add("amount", "must be a positive integer in minor units")
+	case r.Amount.Minor > MaxAmountMinor:
+		add("amount", "must not exceed %d", int64(MaxAmountMinor))
+	}
+	if _, ok := CurrencyExponent(r.Amount.Currency); !ok {
+		add("currency", "must be an ISO 4217 currency code such as USD or KRW")
+	}
+	switch {
+	case r.PaymentMethod == "":
+		add("payment_method", "is required")
+	case len(r.PaymentMethod) > MaxPaymentMethodLen || !printable(r.PaymentMethod):
+		add("payment_method", "must be at most %d printable characters", MaxPaymentMethodLen)
+	}
+	if utf8.RuneCountInString(r.Description) > MaxDescriptionLen || !printable(r.Description) {
+		add("description", "must be at most %d printable characters", MaxDescriptionLen)
+	}
+	if len(r.Metadata) > MaxMetadataKeys {
+		add("metadata", "must have at most %d keys", MaxMetadataKeys)
+	}
+	for _, k := range sortedKeys(r.Metadata) {
+		v := r.Metadata[k]
+		switch {
+		case k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen || !printable(k):
+			add("metadata", "key %q must be 1 to %d printable characters", k, MaxMetadataKeyLen)
+		case utf8.RuneCountInString(v) > MaxMetadataValueLen || !printable(v):
+			add("metadata."+k, "must be at most %d printable characters", MaxMetadataValueLen)
+		}
+	}
+	if len(fields) > 0 {
+		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
+	}
+	return nil
+}
+
+// Fingerprint identifies the command, not its bytes: a client that sends the
+// same request with other key order or whitespace gets a replay, not a 422.
+func (r CreateRequest) Fingerprint() [32]byte {
+	fields := []string{
+		"v1", strconv.FormatInt(r.Amount.Minor, 10), r.Amount.Currency, r.PaymentMethod, r.Description,
+	}
+	for _, k := range sortedKeys(r.Metadata) {
+		fields = append(fields, k, r.Metadata[k])
+	}
+	return idemkeys.Fingerprint(fields...)
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// printable refuses invalid UTF-8 and control characters, which have no
+// business in a description and break logs and PSP requests.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}

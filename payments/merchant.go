@@ -1,0 +1,60 @@
+package payments
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"github.com/oklog/ulid/v2"
+	"strings"
+	"time"
+)
+
+// Merchant is an account that takes payments through the gateway.
+type Merchant struct {
+	ID        string
+	Name      string
+	CreatedAt time.Time
+}
+
+// APIKeyPrefix starts every API key, so a leaked key is recognisable in a
+// code scan and the visible prefix tells keys apart without the secret.
+const APIKeyPrefix = "sk_"
+
+// APIKey is a freshly minted key: the plaintext is shown once, only Hash is stored.
+type APIKey struct {
+	Plaintext string
+	Hash      [32]byte
+	// Prefix is the visible start of the key, safe to store and show.
+	Prefix string
+}
+
+// NewAPIKey mints a key with 160 random bits.
+func NewAPIKey() (APIKey, error) {
+	var b [20]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return APIKey{}, err
+	}
+	secret := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+	plain := APIKeyPrefix + secret
+	return APIKey{Plaintext: plain, Hash: HashAPIKey(plain), Prefix: plain[:len(APIKeyPrefix)+6]}, nil
+}
+
+// HashAPIKey is how a presented key is looked up. The key carries 160 random
+// bits, so a plain SHA-256 is enough: there is nothing to brute-force.
+func HashAPIKey(plain string) [32]byte {
+	return sha256.Sum256([]byte(plain))
+}
+
+// NewMerchant validates name and mints the merchant's id and first API key;
+// the plaintext key is to be shown once and never stored.
+func NewMerchant(name string, now time.Time) (Merchant, APIKey, error) {
+	if name == "" || len(name) > 255 || !printable(name) {
+		return Merchant{}, APIKey{}, Errorf(CodeInvalid, "merchant name must be 1 to 255 printable characters")
+	}
+	key, err := NewAPIKey()
+	if err != nil {
+		return Merchant{}, APIKey{}, internal(err)
+	}
+	m := Merchant{ID: "mer_" + ulid.Make().String(), Name: name, CreatedAt: now.UTC().Truncate(time.Microsecond)}
+	return m, key, nil
+}

@@ -1,0 +1,235 @@
+// Package store is the MySQL/MariaDB implementation of payments.Store: the
+// SQL for payments and merchants, composed with package idemkeys' statements
+// into the short transactions the payment flow needs.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"gateway/db"
+	"gateway/idemkeys"
+	"gateway/payments"
+)
+
+// Store runs every method in its own short transaction on a pool.
+type Store struct {
+	db *sqlx.DB
+}
+
+// New returns a Store on dbx.
+func New(dbx *sqlx.DB) *Store { return &Store{db: dbx} }
+
+var _ payments.Store = (*Store)(nil)
+
+type paymentRow struct {
+	MerchantID      string         `db:"merchant_id"`
+	ID              string         `db:"id"`
+	IdemKey         string         `db:"idem_key"`
+	MerchantOrderID string         `db:"merchant_order_id"`
+	Status          string         `db:"status"`
+	Amount          int64          `db:"amount"`
+	Currency        string         `db:"currency"`
+	PaymentMethod   string         `db:"payment_method"`
+	Description     string         `db:"description"`
+	Metadata        sql.NullString `db:"metadata"`
+	PSPReference    sql.NullString `db:"psp_reference"`
+	DeclineCode     sql.NullString `db:"decline_code"`
+	CreatedAt       time.Time      `db:"created_at"`
+	UpdatedAt       time.Time      `db:"updated_at"`
+}
+
+const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
+    payment_method, description, metadata, psp_reference, decline_code, created_at, updated_at`
+
+func (r paymentRow) toDomain() (payments.Payment, error) {
+	p := payments.Payment{
+		ID:              r.ID,
+		MerchantID:      r.MerchantID,
+		IdempotencyKey:  r.IdemKey,
+		MerchantOrderID: r.MerchantOrderID,
+		Status:          payments.Status(r.Status),
+		Amount:          payments.Money{Minor: r.Amount, Currency: r.Currency},
+		PaymentMethod:   r.PaymentMethod,
+		Description:     r.Description,
+		PSPReference:    r.PSPReference.String,
+		DeclineCode:     r.DeclineCode.String,
+		CreatedAt:       r.CreatedAt,
+		UpdatedAt:       r.UpdatedAt,
+	}
+	if r.Metadata.Valid && r.Metadata.String != "" {
+		if err := json.Unmarshal([]byte(r.Metadata.String), &p.Metadata); err != nil {
+			return payments.Payment{}, fmt.Errorf("payment %s: metadata: %w", r.ID, err)
+		}
+	}
+	return p, nil
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// Claim implements payments.Store.
+func (s *Store) Claim(ctx context.Context, rec idemkeys.Record, p payments.Payment) error {
+	md, err := json.Marshal(p.Metadata)
+	if err != nil {
+		return fmt.Errorf("store.Claim: metadata: %w", err)
+	}
+	const insertPayment = `
+INSERT INTO payments (` + paymentColumns + `)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	err = db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		// The key first: of two racing claims, the loser stops at this INSERT.
+		if err := idemkeys.Insert(ctx, tx, rec); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, insertPayment,
+			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status),
+			p.Amount.Minor, p.Amount.Currency, p.PaymentMethod, p.Description, string(md),
+			nullString(p.PSPReference), nullString(p.DeclineCode), p.CreatedAt, p.UpdatedAt)
+		return err
+	})
+	switch {
+	case err == nil, errors.Is(err, idemkeys.ErrExists):
+		return err
+	case errors.Is(err, db.ErrDuplicate):
+		// The key is free but a payment holds it: its record was purged after
+		// retention. Never run the payment again; name the existing one.
+		existing, gerr := s.PaymentByKey(ctx, p.MerchantID, p.IdempotencyKey)
+		if gerr != nil {
+			return fmt.Errorf("store.Claim: payment insert refused and no payment for the key: %w", errors.Join(err, gerr))
+		}
+		return &payments.Error{
+			Code:      payments.CodeKeyReused,
+			Message:   "this Idempotency-Key was used for payment " + existing.ID + " whose stored response has expired; look the payment up instead of retrying",
+			PaymentID: existing.ID,
+		}
+	case errors.Is(err, db.ErrConnLost):
+		return fmt.Errorf("store.Claim: %w: %v", payments.ErrWriteUnknown, err)
+	}
+	return fmt.Errorf("store.Claim: %w", err)
+}
+
+// LoadKey implements payments.Store.
+func (s *Store) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, payments.Payment, error) {
+	rec, err := idemkeys.Get(ctx, s.db, ref)
+	if err != nil {
+		return idemkeys.Record{}, payments.Payment{}, err
+	}
+	p, err := s.Payment(ctx, ref.MerchantID, rec.PaymentID)
+	if err != nil {
+		return idemkeys.Record{}, payments.Payment{}, fmt.Errorf("store.LoadKey: payment of key: %w", err)
+	}
+	return rec, p, nil
+}
+
+// TakeOver implements payments.Store.
+func (s *Store) TakeOver(ctx context.Context, ref idemkeys.Ref, seen int64, now, until time.Time) (int64, error) {
+	return idemkeys.TakeOver(ctx, s.db, ref, seen, now, until)
+}
+
+// Release implements payments.Store.
+func (s *Store) Release(ctx context.Context, ref idemkeys.Ref, held int64, now time.Time) error {
+	return idemkeys.Release(ctx, s.db, ref, held, now)
+}
+
+// Settle implements payments.Store.
+func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
+	const updatePayment = `
+UPDATE payments
+SET status = ?, psp_reference = ?, decline_code = ?, updated_at = ?
+WHERE merchant_id = ? AND id = ? AND status = 'processing'`
+	err := db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		// The fenced write comes first and in the same order as Claim's inserts,
+		// so a stale worker is stopped before it touches the payment.
+		if err := idemkeys.Complete(ctx, tx, ref, held, resp, now); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, updatePayment, string(p.Status), nullString(p.PSPReference),
+			nullString(p.DeclineCode), now, p.MerchantID, p.ID)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			// The key was still ours but the payment was settled by other means:
+			// refuse rather than overwrite it; the caller re-reads.
+			return fmt.Errorf("payment %s is no longer processing", p.ID)
+		}
+		return nil
+	})
+	if errors.Is(err, db.ErrConnLost) {
+		return fmt.Errorf("store.Settle: %w: %v", payments.ErrWriteUnknown, err)
+	}
+	return err
+}
+
+// Payment implements payments.Store.
+func (s *Store) Payment(ctx context.Context, merchantID, id string) (payments.Payment, error) {
+	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = ? AND id = ?`
+	return s.getPayment(ctx, q, merchantID, id)
+}
+
+// PaymentByKey implements payments.Store.
+func (s *Store) PaymentByKey(ctx context.Context, merchantID, key string) (payments.Payment, error) {
+	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = ? AND idem_key = ?`
+	return s.getPayment(ctx, q, merchantID, key)
+}
+
+func (s *Store) getPayment(ctx context.Context, q string, args ...any) (payments.Payment, error) {
+	var r paymentRow
+	err := s.db.GetContext(ctx, &r, q, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Payment{}, payments.ErrNotFound
+	}
+	if err != nil {
+		return payments.Payment{}, fmt.Errorf("store: read payment: %w", db.Classify(err))
+	}
+	return r.toDomain()
+}
+
+// CreateMerchant implements payments.Store.
+func (s *Store) CreateMerchant(ctx context.Context, m payments.Merchant, key payments.APIKey) error {
+	return db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO merchants (id, name, created_at) VALUES (?, ?, ?)`,
+			m.ID, m.Name, m.CreatedAt); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO api_keys (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
+			key.Hash[:], m.ID, key.Prefix, m.CreatedAt)
+		return err
+	})
+}
+
+// MerchantByAPIKey implements payments.Store.
+func (s *Store) MerchantByAPIKey(ctx context.Context, hash [32]byte) (payments.Merchant, error) {
+	const q = `
+SELECT m.id, m.name, m.created_at
+FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
+WHERE k.key_hash = ? AND k.revoked_at IS NULL`
+	var r struct {
+		ID        string    `db:"id"`
+		Name      string    `db:"name"`
+		CreatedAt time.Time `db:"created_at"`
+	}
+	err := s.db.GetContext(ctx, &r, q, hash[:])
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Merchant{}, payments.ErrNotFound
+	}
+	if err != nil {
+		return payments.Merchant{}, fmt.Errorf("store: merchant by api key: %w", db.Classify(err))
+	}
+	return payments.Merchant{ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt}, nil
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }

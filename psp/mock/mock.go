@@ -1,0 +1,454 @@
+// Package mock owns an in-process fake payment service provider: a
+// psp.Adapter that keeps its own ledger of charges, deduplicates on merchant
+// order id like a real PSP, and can be told to fail, stall or block so that
+// tests can drive the gateway through every outcome class (result, not
+// processed, unknown). The gateway's GATEWAY_PSP=mock mode uses it too.
+//
+// Outcomes are deterministic by payment method:
+//
+//	pm_card_ok                 → Succeeded
+//	pm_card_declined           → Declined, DeclineCode "card_declined"
+//	pm_card_insufficient_funds → Declined, DeclineCode "insufficient_funds"
+//	anything else              → Declined, DeclineCode "invalid_payment_method"
+//
+// A Charge call goes through these steps, in order:
+//
+//  1. it is counted (ChargeCalls) and the charge hook, if any, runs;
+//  2. the request "travels" for the configured latency; if ctx is already done
+//     or ends meanwhile, the call fails Unknown and the PSP never sees it;
+//  3. the PSP receives it: the next queued fault, if any, is consumed;
+//  4. the request is validated, deduplicated on MerchantOrderID and recorded;
+//     an invalid request or a reused order id with another amount is refused
+//     (NotProcessed) and nothing is recorded;
+//  5. if a charge was recorded or deduplicated, the after hook, if any, runs
+//     and, if ctx is done by now, the response is lost: the call fails Unknown
+//     although the charge exists. Under FaultUnknownAfterCharge every answer
+//     of step 4, refusals included, is lost the same way.
+package mock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"gateway/psp"
+)
+
+// Payment methods with a fixed outcome.
+const (
+	MethodOK                = "pm_card_ok"
+	MethodDeclined          = "pm_card_declined"
+	MethodInsufficientFunds = "pm_card_insufficient_funds"
+)
+
+// Decline codes the mock produces.
+const (
+	DeclineCardDeclined         = "card_declined"
+	DeclineInsufficientFunds    = "insufficient_funds"
+	DeclineInvalidPaymentMethod = "invalid_payment_method"
+)
+
+const (
+	// maxOrderIDLen is the longest merchant order id the mock accepts.
+	maxOrderIDLen = 64
+	// defaultCreationWindow is what the mock advertises unless told otherwise.
+	// The mock records charges synchronously, but callers size their waits on
+	// this value, so it should look like a real PSP's.
+	defaultCreationWindow = 2 * time.Minute
+)
+
+var (
+	// ErrInvalidRequest is wrapped by the NotProcessed error returned for a
+	// request the PSP rejects before acting (bad order id, amount or currency).
+	ErrInvalidRequest = errors.New("mock psp: invalid request")
+	// ErrOrderIDReused is wrapped by the NotProcessed error returned when an
+	// order id already charged is sent again with a different amount or
+	// currency.
+	ErrOrderIDReused = errors.New("mock psp: order id reused with a different amount or currency")
+	// ErrInjected is wrapped by every error produced by FailNextCharges or
+	// FailNextLookups, so tests can tell injected faults from real ones.
+	ErrInjected = errors.New("mock psp: injected fault")
+)
+
+// Fault is a failure injected into the next Charge call.
+type Fault int
+
+const (
+	// FaultNotProcessed: the PSP refuses the call and does nothing.
+	FaultNotProcessed Fault = iota + 1
+	// FaultUnknownBeforeCharge: the call fails Unknown and the PSP did nothing,
+	// e.g. the connection dropped before the request was read.
+	FaultUnknownBeforeCharge
+	// FaultUnknownAfterCharge: the PSP processes the call exactly as it would
+	// without the fault (the charge is recorded or deduplicated), then the
+	// response is lost and the call fails Unknown.
+	FaultUnknownAfterCharge
+)
+
+func (f Fault) String() string {
+	switch f {
+	case FaultNotProcessed:
+		return "not_processed"
+	case FaultUnknownBeforeCharge:
+		return "unknown_before_charge"
+	case FaultUnknownAfterCharge:
+		return "unknown_after_charge"
+	}
+	return fmt.Sprintf("Fault(%d)", int(f))
+}
+
+// ChargeHook observes a Charge call as it arrives.
+type ChargeHook func(ctx context.Context, req psp.ChargeRequest)
+
+// ChargeHookAfter observes a Charge call after the PSP has recorded c.
+type ChargeHookAfter func(ctx context.Context, req psp.ChargeRequest, c psp.Charge)
+
+// Option configures a PSP at construction.
+type Option func(*PSP)
+
+// WithCreationWindow sets the CreationWindow the PSP advertises in its
+// Capabilities. Negative values are ignored.
+func WithCreationWindow(d time.Duration) Option {
+	return func(p *PSP) {
+		if d >= 0 {
+			p.creationWindow = d
+		}
+	}
+}
+
+// PSP is the fake provider. The zero value is not usable; call New.
+// All methods are safe for concurrent use.
+type PSP struct {
+	creationWindow time.Duration // fixed after New
+
+	// mu guards everything below. Hooks are read under it but called outside
+	// it, so a hook that blocks holds up only its own call.
+	mu          sync.Mutex
+	seq         int             // last reference number; never reset, so references stay unique
+	records     []psp.Charge    // every charge, in creation order
+	byOrder     map[string]int  // merchant order id → index into records
+	chargeCalls int             // Charge calls received
+	lookupCalls int             // Lookup calls received
+	chargeFault []Fault         // FIFO of faults for upcoming Charge calls
+	lookupFault int             // number of upcoming Lookup calls to fail
+	latency     time.Duration   // applied to every Charge and Lookup
+	hook        ChargeHook      // may be nil
+	hookAfter   ChargeHookAfter // may be nil
+}
+
+var _ psp.Adapter = (*PSP)(nil)
+
+// New returns an empty PSP.
+func New(opts ...Option) *PSP {
+	p := &PSP{
+		creationWindow: defaultCreationWindow,
+		byOrder:        make(map[string]int),
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// Capabilities implements psp.Adapter. The mock's lookup is authoritative
+// because charges are recorded before Charge returns: once a call has
+// returned, its charge exists or never will.
+func (p *PSP) Capabilities() psp.Capabilities {
+	return psp.Capabilities{
+		Name:                "mock",
+		AuthoritativeLookup: true,
+		CreationWindow:      p.creationWindow,
+		DedupesOrderID:      true,
+		MaxOrderIDLen:       maxOrderIDLen,
+	}
+}
+
+// Charge implements psp.Adapter; see the package documentation for the order
+// in which hooks, latency, faults and recording happen.
+func (p *PSP) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
+	p.mu.Lock()
+	p.chargeCalls++
+	hook, hookAfter, latency := p.hook, p.hookAfter, p.latency
+	p.mu.Unlock()
+
+	if hook != nil {
+		hook(ctx, req)
+	}
+	if err := wait(ctx, latency); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "charge", Err: err}
+	}
+
+	c, lost, err := p.process(req)
+	if err != nil && !lost {
+		return psp.Charge{}, err
+	}
+	if err == nil && hookAfter != nil {
+		hookAfter(ctx, req, c)
+	}
+	if lost {
+		// The PSP did its work, whatever it was; the caller never learns it.
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "charge", Err: injected(FaultUnknownAfterCharge)}
+	}
+	// The charge exists now. A caller whose deadline passed meanwhile has
+	// stopped listening, so it must treat the call as Unknown.
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "charge", Err: ctxErr}
+	}
+	return c, nil
+}
+
+// process is the PSP's side of a Charge: it consumes the next fault and, unless
+// the fault stops it, validates, deduplicates and records the charge, all in
+// one critical section so that concurrent calls for one order id make one
+// record. lost reports FaultUnknownAfterCharge: the work was done but the
+// response must not reach the caller.
+func (p *PSP) process(req psp.ChargeRequest) (psp.Charge, bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	var fault Fault
+	if len(p.chargeFault) > 0 {
+		fault = p.chargeFault[0]
+		p.chargeFault = p.chargeFault[1:]
+	}
+	switch fault {
+	case FaultNotProcessed:
+		return psp.Charge{}, false, &psp.Error{Class: psp.NotProcessed, Op: "charge", Err: injected(fault)}
+	case FaultUnknownBeforeCharge:
+		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: "charge", Err: injected(fault)}
+	}
+	lost := fault == FaultUnknownAfterCharge
+
+	if err := validate(req); err != nil {
+		return psp.Charge{}, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge", Err: err}
+	}
+	if i, ok := p.byOrder[req.MerchantOrderID]; ok {
+		c := p.records[i]
+		if c.Amount != req.Amount || c.Currency != req.Currency {
+			return psp.Charge{}, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge",
+				Err: fmt.Errorf("%w: order %q was charged %d %s, now asked for %d %s",
+					ErrOrderIDReused, req.MerchantOrderID, c.Amount, c.Currency, req.Amount, req.Currency)}
+		}
+		return c, lost, nil
+	}
+
+	p.seq++
+	c := psp.Charge{
+		MerchantOrderID: req.MerchantOrderID,
+		Reference:       fmt.Sprintf("mock_ch_%d", p.seq),
+		Amount:          req.Amount,
+		Currency:        req.Currency,
+	}
+	c.Status, c.DeclineCode = outcome(req.PaymentMethod)
+	p.byOrder[c.MerchantOrderID] = len(p.records)
+	p.records = append(p.records, c)
+	return c, lost, nil
+}
+
+// Lookup implements psp.Adapter. It returns psp.ErrNotFound itself (not
+// wrapped in a *psp.Error) when the PSP has no charge for the order id.
+func (p *PSP) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, error) {
+	p.mu.Lock()
+	p.lookupCalls++
+	latency := p.latency
+	p.mu.Unlock()
+
+	if err := wait(ctx, latency); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "lookup", Err: err}
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lookupFault > 0 {
+		p.lookupFault--
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "lookup", Err: ErrInjected}
+	}
+	i, ok := p.byOrder[merchantOrderID]
+	if !ok {
+		return psp.Charge{}, psp.ErrNotFound
+	}
+	return p.records[i], nil
+}
+
+// FailNextCharges queues n faults of kind f behind any already queued. Each
+// Charge call that reaches the PSP (one whose ctx did not end during the
+// latency wait) consumes one fault, oldest first.
+func (p *PSP) FailNextCharges(f Fault, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range n {
+		p.chargeFault = append(p.chargeFault, f)
+	}
+}
+
+// FailNextLookups makes the next n Lookup calls that reach the PSP fail
+// Unknown, in addition to any already queued.
+func (p *PSP) FailNextLookups(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n > 0 {
+		p.lookupFault += n
+	}
+}
+
+// SetLatency makes every later Charge and Lookup wait d before reaching the
+// PSP. Zero removes the latency.
+func (p *PSP) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = d
+}
+
+// SetChargeHook installs h to run at the start of every Charge, before
+// latency, faults and recording, outside the PSP's lock: a hook that blocks
+// delays only its own call. nil removes the hook.
+func (p *PSP) SetChargeHook(h ChargeHook) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hook = h
+}
+
+// SetChargeHookAfter installs h to run after a Charge has been recorded (or
+// deduplicated) and before the call returns, outside the PSP's lock. A hook
+// that blocks models a slow response after the PSP acted; if ctx is done when
+// it returns, the call fails Unknown. nil removes the hook.
+func (p *PSP) SetChargeHookAfter(h ChargeHookAfter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hookAfter = h
+}
+
+// Reset forgets every charge and call count and removes faults, hooks and
+// latency, leaving the PSP as New made it. Reference numbers keep counting so
+// that references stay unique over the PSP's life.
+func (p *PSP) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.records = nil
+	p.byOrder = make(map[string]int)
+	p.chargeCalls, p.lookupCalls = 0, 0
+	p.chargeFault, p.lookupFault = nil, 0
+	p.latency = 0
+	p.hook, p.hookAfter = nil, nil
+}
+
+// Charges returns a copy of every charge record, succeeded or declined, in
+// creation order.
+func (p *PSP) Charges() []psp.Charge {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]psp.Charge(nil), p.records...)
+}
+
+// ChargeCount is the number of charge records, succeeded or declined.
+func (p *PSP) ChargeCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.records)
+}
+
+// SucceededCount is the number of charges that moved money.
+func (p *PSP) SucceededCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.records {
+		if c.Status == psp.Succeeded {
+			n++
+		}
+	}
+	return n
+}
+
+// ChargeCalls is the number of Charge calls received, including rejected,
+// deduplicated and faulted ones.
+func (p *PSP) ChargeCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.chargeCalls
+}
+
+// LookupCalls is the number of Lookup calls received, including faulted ones.
+func (p *PSP) LookupCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lookupCalls
+}
+
+// ChargesFor is the number of charge records for orderID. It scans the ledger
+// rather than the dedupe index, so an at-most-once assertion built on it would
+// catch a dedupe bug instead of trusting it.
+func (p *PSP) ChargesFor(orderID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.records {
+		if c.MerchantOrderID == orderID {
+			n++
+		}
+	}
+	return n
+}
+
+// wait models the request's trip to the PSP. A ctx that is already done, or
+// ends during the trip, means the PSP never got the request; the caller cannot
+// know that, hence Unknown.
+func wait(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func validate(req psp.ChargeRequest) error {
+	switch {
+	case req.MerchantOrderID == "":
+		return fmt.Errorf("%w: empty merchant order id", ErrInvalidRequest)
+	case len(req.MerchantOrderID) > maxOrderIDLen:
+		return fmt.Errorf("%w: merchant order id is %d bytes, longer than %d",
+			ErrInvalidRequest, len(req.MerchantOrderID), maxOrderIDLen)
+	case req.Amount <= 0:
+		return fmt.Errorf("%w: amount %d is not positive", ErrInvalidRequest, req.Amount)
+	case !isCurrency(req.Currency):
+		return fmt.Errorf("%w: currency %q is not 3 uppercase letters", ErrInvalidRequest, req.Currency)
+	}
+	return nil
+}
+
+func isCurrency(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func outcome(method string) (psp.ChargeStatus, string) {
+	switch method {
+	case MethodOK:
+		return psp.Succeeded, ""
+	case MethodDeclined:
+		return psp.Declined, DeclineCardDeclined
+	case MethodInsufficientFunds:
+		return psp.Declined, DeclineInsufficientFunds
+	}
+	return psp.Declined, DeclineInvalidPaymentMethod
+}
+
+func injected(f Fault) error { return fmt.Errorf("%w: %s", ErrInjected, f) }
