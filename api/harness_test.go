@@ -1,0 +1,204 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"gateway/api"
+	"gateway/db/dbtest"
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp/mock"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+// clock is an injected time source that only moves when a test says so.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// env is one gateway over a real database and a fresh mock PSP.
+type env struct {
+	t      *testing.T
+	db     *sqlx.DB
+	store  *store.Store
+	psp    *mock.PSP
+	clock  *clock
+	svc    *payments.Service
+	srv    *httptest.Server
+	apiKey string
+	merch  payments.Merchant
+}
+
+type envOption func(*payments.Config)
+
+func newEnv(t *testing.T, opts ...envOption) *env {
+	t.Helper()
+	dbx := dbtest.MustOpen(t)
+	st := store.New(dbx)
+	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	cfg := payments.Config{
+		Lease:        30 * time.Second,
+		PSPTimeout:   5 * time.Second,
+		InFlightWait: 10 * time.Second,
+		Now:          clk.Now,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p := mock.New()
+	svc := payments.NewService(st, p, cfg)
+	srv := httptest.NewServer(api.NewHandler(svc, st, api.Options{MaxBodyBytes: 16 << 10}))
+	t.Cleanup(srv.Close)
+	e := &env{t: t, db: dbx, store: st, psp: p, clock: clk, svc: svc, srv: srv}
+	e.merch, e.apiKey = e.newMerchant("Test merchant")
+	return e
+}
+
+func (e *env) newMerchant(name string) (payments.Merchant, string) {
+	e.t.Helper()
+	m, key, err := payments.NewMerchant(name, e.clock.Now())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.store.CreateMerchant(context.Background(), m, key); err != nil {
+		e.t.Fatal(err)
+	}
+	return m, key.Plaintext
+}
+
+// response is what a client saw.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (e *env) do(ctx context.Context, method, path, apiKey string, hdr map[string]string, body string) (response, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, rd)
+	if err != nil {
+		return response{}, err
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header[k] = []string{v}
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return response{status: res.StatusCode, header: res.Header, body: b}, err
+}
+
+// post sends POST /payments as the env's merchant.
+func (e *env) post(key, body string) response {
+	e.t.Helper()
+	return e.postAs(e.apiKey, key, body)
+}
+
+func (e *env) postAs(apiKey, key, body string) response {
+	e.t.Helper()
+	res, err := e.do(context.Background(), http.MethodPost, "/payments", apiKey,
+		map[string]string{"Idempotency-Key": key}, body)
+	if err != nil {
+		e.t.Fatalf("POST /payments: %v", err)
+	}
+	return res
+}
+
+func (e *env) get(path string) response {
+	e.t.Helper()
+	return e.getAs(e.apiKey, path)
+}
+
+func (e *env) getAs(apiKey, path string) response {
+	e.t.Helper()
+	res, err := e.do(context.Background(), http.MethodGet, path, apiKey, nil, "")
+	if err != nil {
+		e.t.Fatalf("GET %s: %v", path, err)
+	}
+	return res
+}
+
+func (e *env) count(query string, args ...any) int {
+	e.t.Helper()
+	return dbtest.Count(e.t, e.db, query, args...)
+}
+
+// counts is the state the invariants are checked against.
+type counts struct {
+	payments, keys, completed, charges, chargeCalls int
+}
+
+func (e *env) counts() counts {
+	e.t.Helper()
+	return counts{
+		payments:    e.count(`SELECT COUNT(*) FROM payments`),
+		keys:        e.count(`SELECT COUNT(*) FROM idempotency_keys`),
+		completed:   e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'COMPLETED'`),
+		charges:     e.psp.ChargeCount(),
+		chargeCalls: e.psp.ChargeCalls(),
+	}
+}
+
+func (e *env) wantCounts(want counts) {
+	e.t.Helper()
+	if got := e.counts(); got != want {
+		e.t.Fatalf("state: got %+v, want %+v", got, want)
+	}
+}
+
+func wantStatus(t *testing.T, res response, status int) {
+	t.Helper()
+	if res.status != status {
+		t.Fatalf("status %d, want %d; body %s", res.status, status, res.body)
+	}
+}
+
+// wantProblem checks a problem+json answer and its stable type.
+func wantProblem(t *testing.T, res response, status int, slug string) {
+	t.Helper()
+	wantStatus(t, res, status)
+	if ct := res.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	if want := `"type":"/problems/` + slug + `"`; !bytes.Contains(res.body, []byte(want)) {
+		t.Fatalf("problem body %s lacks %s", res.body, want)
+	}
+}
+
+const okBody = `{"amount": 1000, "currency": "KRW", "payment_method": "pm_card_ok", "description": "Order A-1", "metadata": {"order": "A-1", "channel": "web"}}`

@@ -1,0 +1,133 @@
+// Package dbtest gives tests a real, freshly migrated MariaDB/MySQL database:
+// the server at GATEWAY_TEST_DSN when it is set, otherwise a private server
+// started from the installed binaries for the test binary's lifetime.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
+	"gateway/db"
+	"gateway/db/localdb"
+)
+
+// EnvDSN names the variable holding a server DSN for tests (any database
+// name in it is ignored: every test gets its own database).
+const EnvDSN = "GATEWAY_TEST_DSN"
+
+var (
+	mu        sync.Mutex
+	server    *localdb.Server
+	serverDir string
+)
+
+// Main runs a test package and stops the private server if one was started.
+// Use it as: func TestMain(m *testing.M) { dbtest.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	mu.Lock()
+	if server != nil {
+		if err := server.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "dbtest: stop server:", err)
+		}
+		_ = os.RemoveAll(serverDir)
+	}
+	mu.Unlock()
+	os.Exit(code)
+}
+
+// serverDSN returns a DSN for the test server with no database selected.
+func serverDSN(tb testing.TB) string {
+	tb.Helper()
+	if dsn := os.Getenv(EnvDSN); dsn != "" {
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			tb.Fatalf("%s: %v", EnvDSN, err)
+		}
+		cfg.DBName = ""
+		return cfg.FormatDSN()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if server == nil {
+		dir, err := os.MkdirTemp("", "gateway-testdb-")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		srv, err := localdb.Start(ctx, localdb.Options{DataDir: dir, Log: os.Stderr})
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			tb.Fatalf("dbtest: no %s set and a private MariaDB could not start: %v", EnvDSN, err)
+		}
+		server, serverDir = srv, dir
+	}
+	return server.DSN("")
+}
+
+// MustDSN creates a fresh migrated database and returns its DSN; the database
+// is dropped when the test ends.
+func MustDSN(tb testing.TB) string {
+	tb.Helper()
+	base := serverDSN(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "gwtest_" + hex.EncodeToString(b[:])
+	ctx := context.Background()
+	admin, err := db.Open(ctx, base, db.PoolOptions{MaxOpen: 2})
+	if err != nil {
+		tb.Fatalf("dbtest: %v", err)
+	}
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"); err != nil {
+		admin.Close()
+		tb.Fatalf("dbtest: create database: %v", err)
+	}
+	tb.Cleanup(func() {
+		if _, err := admin.ExecContext(context.Background(), "DROP DATABASE IF EXISTS `"+name+"`"); err != nil {
+			tb.Errorf("dbtest: drop database %s: %v", name, err)
+		}
+		admin.Close()
+	})
+	cfg, err := mysql.ParseDSN(base)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	if err := db.MigrateUp(dsn); err != nil {
+		tb.Fatalf("dbtest: migrate: %v", err)
+	}
+	return dsn
+}
+
+// MustOpen returns a pool on a fresh migrated database, closed when the test ends.
+func MustOpen(tb testing.TB) *sqlx.DB {
+	tb.Helper()
+	dsn := MustDSN(tb)
+	dbx, err := db.Open(context.Background(), dsn, db.PoolOptions{MaxOpen: 64, MaxIdle: 64})
+	if err != nil {
+		tb.Fatalf("dbtest: open: %v", err)
+	}
+	tb.Cleanup(func() { dbx.Close() })
+	return dbx
+}
+
+// Count runs a COUNT(*) query and fails the test on error.
+func Count(tb testing.TB, dbx *sqlx.DB, query string, args ...any) int {
+	tb.Helper()
+	var n int
+	if err := dbx.GetContext(context.Background(), &n, query, args...); err != nil {
+		tb.Fatalf("dbtest: %s: %v", query, err)
+	}
+	return n
+}
