@@ -53,24 +53,35 @@ type env struct {
 	merch  payments.Merchant
 }
 
-type envOption func(*payments.Config)
+// envSetup is what options may change before the gateway is built.
+type envSetup struct {
+	cfg payments.Config
+	// wrap, when set, decorates the real store (to lose a commit's acknowledgement, say).
+	wrap func(payments.Store) payments.Store
+}
+
+type envOption func(*envSetup)
 
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
 	dbx := dbtest.MustOpen(t)
 	st := store.New(dbx)
 	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
-	cfg := payments.Config{
+	setup := envSetup{cfg: payments.Config{
 		Lease:        30 * time.Second,
 		PSPTimeout:   5 * time.Second,
 		InFlightWait: 10 * time.Second,
 		Now:          clk.Now,
-	}
+	}}
 	for _, o := range opts {
-		o(&cfg)
+		o(&setup)
+	}
+	var svcStore payments.Store = st
+	if setup.wrap != nil {
+		svcStore = setup.wrap(st)
 	}
 	p := mock.New()
-	svc := payments.NewService(st, p, cfg)
+	svc := payments.NewService(svcStore, p, setup.cfg)
 	srv := httptest.NewServer(api.NewHandler(svc, st, api.Options{MaxBodyBytes: 16 << 10}))
 	t.Cleanup(srv.Close)
 	e := &env{t: t, db: dbx, store: st, psp: p, clock: clk, svc: svc, srv: srv}

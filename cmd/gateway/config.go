@@ -18,6 +18,7 @@ type Config struct {
 	Addr            string
 	DatabaseDSN     string
 	PSP             string
+	MockPSPLatency  time.Duration
 	DBMaxOpenConns  int
 	DBMaxIdleConns  int
 	Lease           time.Duration
@@ -61,6 +62,14 @@ func settings() []setting {
 				return fmt.Errorf("unknown PSP %q; available: mock", v)
 			}
 			c.PSP = v
+			return nil
+		}},
+		{"GATEWAY_MOCK_PSP_LATENCY", "0s", "mock PSP only: how long each simulated PSP call takes", func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return errors.New("must be a duration ≥ 0 such as 0s or 100ms")
+			}
+			c.MockPSPLatency = d
 			return nil
 		}},
 		{"GATEWAY_DB_MAX_OPEN_CONNS", "32", "most database connections the pool opens", intSetting(func(c *Config, n int) { c.DBMaxOpenConns = n })},

@@ -126,7 +126,9 @@ func openDB(ctx context.Context, cfg Config) (*sqlx.DB, error) {
 
 func newPSP(cfg Config) psp.Adapter {
 	// Config validation admits only the adapters listed here.
-	return mock.New()
+	m := mock.New()
+	m.SetLatency(cfg.MockPSPLatency)
+	return m
 }
 
 func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger) *payments.Service {
@@ -211,6 +213,12 @@ func runMigrate(cfg Config, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return usageError{"migrate needs exactly one of: up, down, version"}
 	}
+	switch fs.Arg(0) {
+	case "up", "down", "version":
+	default:
+		fs.Usage()
+		return usageError{fmt.Sprintf("unknown migrate action %q; use up, down or version", fs.Arg(0))}
+	}
 	if err := cfg.requireDSN(); err != nil {
 		return err
 	}
@@ -228,10 +236,6 @@ func runMigrate(cfg Config, args []string, stdout, stderr io.Writer) error {
 		if err := mg.Down(); err != nil {
 			return err
 		}
-	case "version":
-	default:
-		fs.Usage()
-		return usageError{fmt.Sprintf("unknown migrate action %q; use up, down or version", fs.Arg(0))}
 	}
 	v, dirty, err := mg.Version()
 	if err != nil {

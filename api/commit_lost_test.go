@@ -1,0 +1,72 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gateway/idemkeys"
+	"gateway/payments"
+)
+
+// lostAck commits through the real store, then reports the commit's fate as
+// unknown, as a connection that breaks between COMMIT and its answer would.
+type lostAck struct {
+	payments.Store
+	claims, settles atomic.Int32 // how many acknowledgements to lose
+	dropped         atomic.Int32 // how many claims to fail with an unknown fate without committing
+}
+
+func (s *lostAck) Claim(ctx context.Context, rec idemkeys.Record, p payments.Payment) error {
+	if s.dropped.Add(-1) >= 0 {
+		return payments.ErrWriteUnknown
+	}
+	err := s.Store.Claim(ctx, rec, p)
+	if err == nil && s.claims.Add(-1) >= 0 {
+		return payments.ErrWriteUnknown
+	}
+	return err
+}
+
+func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
+	err := s.Store.Settle(ctx, ref, held, p, resp, now)
+	if err == nil && s.settles.Add(-1) >= 0 {
+		return payments.ErrWriteUnknown
+	}
+	return err
+}
+
+// A commit whose acknowledgement is lost is re-read, never blindly redone:
+// the request finishes with one payment and one charge.
+func TestCommitAcknowledgementLost(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		claims, settles, dropped int32
+	}{
+		{"claim committed", 1, 0, 0},
+		{"claim not committed", 0, 0, 1},
+		{"settle committed", 0, 1, 0},
+		{"all", 1, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lossy := &lostAck{}
+			lossy.claims.Store(tc.claims)
+			lossy.settles.Store(tc.settles)
+			lossy.dropped.Store(tc.dropped)
+			e := newEnv(t, func(s *envSetup) {
+				s.wrap = func(st payments.Store) payments.Store { lossy.Store = st; return lossy }
+			})
+			res := e.post("k", okBody)
+			wantStatus(t, res, http.StatusCreated)
+			if res.header.Get("Idempotent-Replayed") != "" {
+				t.Fatal("the request's own commit was answered as a replay")
+			}
+			e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 1})
+			if lossy.claims.Load() > 0 || lossy.settles.Load() > 0 || lossy.dropped.Load() > 0 {
+				t.Fatal("the lost acknowledgement was not exercised")
+			}
+		})
+	}
+}
