@@ -17,6 +17,7 @@ import (
 	"gateway/db/dbtest"
 	"gateway/payments"
 	"gateway/payments/store"
+	"gateway/psp"
 	"gateway/psp/mock"
 )
 
@@ -58,6 +59,8 @@ type envSetup struct {
 	cfg payments.Config
 	// wrap, when set, decorates the real store (to lose a commit's acknowledgement, say).
 	wrap func(payments.Store) payments.Store
+	// adapter, when set, replaces the in-process mock PSP (env.psp stays unused).
+	adapter psp.Adapter
 }
 
 type envOption func(*envSetup)
@@ -81,7 +84,11 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		svcStore = setup.wrap(st)
 	}
 	p := mock.New()
-	svc := payments.NewService(svcStore, p, setup.cfg)
+	var adapter psp.Adapter = p
+	if setup.adapter != nil {
+		adapter = setup.adapter
+	}
+	svc := payments.NewService(svcStore, adapter, setup.cfg)
 	srv := httptest.NewServer(api.NewHandler(svc, st, api.Options{MaxBodyBytes: 16 << 10}))
 	t.Cleanup(srv.Close)
 	e := &env{t: t, db: dbx, store: st, psp: p, clock: clk, svc: svc, srv: srv}
