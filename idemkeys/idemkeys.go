@@ -42,10 +42,17 @@ type Record struct {
 	LeaseVersion int64
 	// LockedUntil is when the current holder's lease ends; zero once completed.
 	LockedUntil time.Time
-	Response    Response
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	CompletedAt time.Time
+	// MayChargeUntil is the end of the last lease held by a worker allowed to
+	// send a charge. No charge for the key was sent after it.
+	MayChargeUntil time.Time
+	// ReconcileAfter is when the reconciler should next look at the key.
+	ReconcileAfter time.Time
+	// ReconcileAttempts counts the reconciler's passes that could not learn the outcome.
+	ReconcileAttempts int
+	Response          Response
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	CompletedAt       time.Time
 }
 
 // Response is what a completed key replays, byte for byte.

@@ -25,6 +25,9 @@ type row struct {
 	PaymentID      string        `db:"payment_id"`
 	LeaseVersion   int64         `db:"lease_version"`
 	LockedUntil    sql.NullTime  `db:"locked_until"`
+	MayChargeUntil sql.NullTime  `db:"may_charge_until"`
+	ReconcileAfter sql.NullTime  `db:"reconcile_after"`
+	Attempts       int           `db:"reconcile_attempts"`
 	ResponseStatus sql.NullInt32 `db:"response_status"`
 	ResponseBody   []byte        `db:"response_body"`
 	CreatedAt      time.Time     `db:"created_at"`
@@ -34,15 +37,18 @@ type row struct {
 
 func (r row) toRecord() Record {
 	rec := Record{
-		Ref:          Ref{MerchantID: r.MerchantID, Endpoint: r.Endpoint, Key: r.Key},
-		State:        State(r.State),
-		PaymentID:    r.PaymentID,
-		LeaseVersion: r.LeaseVersion,
-		LockedUntil:  r.LockedUntil.Time,
-		Response:     Response{Status: int(r.ResponseStatus.Int32), Body: r.ResponseBody},
-		CreatedAt:    r.CreatedAt,
-		UpdatedAt:    r.UpdatedAt,
-		CompletedAt:  r.CompletedAt.Time,
+		Ref:               Ref{MerchantID: r.MerchantID, Endpoint: r.Endpoint, Key: r.Key},
+		State:             State(r.State),
+		PaymentID:         r.PaymentID,
+		LeaseVersion:      r.LeaseVersion,
+		LockedUntil:       r.LockedUntil.Time,
+		MayChargeUntil:    r.MayChargeUntil.Time,
+		ReconcileAfter:    r.ReconcileAfter.Time,
+		ReconcileAttempts: r.Attempts,
+		Response:          Response{Status: int(r.ResponseStatus.Int32), Body: r.ResponseBody},
+		CreatedAt:         r.CreatedAt,
+		UpdatedAt:         r.UpdatedAt,
+		CompletedAt:       r.CompletedAt.Time,
 	}
 	copy(rec.Fingerprint[:], r.Fingerprint)
 	return rec
@@ -54,11 +60,11 @@ func Insert(ctx context.Context, q sqlx.ExecerContext, rec Record) error {
 	const stmt = `
 INSERT INTO idempotency_keys
     (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
-     locked_until, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+     locked_until, may_charge_until, reconcile_after, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	_, err := q.ExecContext(ctx, stmt,
 		rec.MerchantID, rec.Endpoint, rec.Key, rec.Fingerprint[:], string(InProgress), rec.PaymentID,
-		rec.LeaseVersion, rec.LockedUntil, rec.CreatedAt, rec.CreatedAt)
+		rec.LeaseVersion, rec.LockedUntil, rec.LockedUntil, rec.LockedUntil, rec.CreatedAt, rec.CreatedAt)
 	if err := db.Classify(err); err != nil {
 		if errors.Is(err, db.ErrDuplicate) {
 			return ErrExists
@@ -69,7 +75,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 }
 
 const selectColumns = `merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
-    locked_until, response_status, response_body, created_at, updated_at, completed_at`
+    locked_until, may_charge_until, reconcile_after, reconcile_attempts, response_status, response_body, created_at, updated_at, completed_at`
 
 // Get reads the record for ref, or ErrNotFound.
 func Get(ctx context.Context, q sqlx.QueryerContext, ref Ref) (Record, error) {
@@ -86,16 +92,18 @@ WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
 	return r.toRecord(), nil
 }
 
-// TakeOver takes an expired lease: a compare-and-set from the version the
-// caller read to the next one. It returns the new version, or ErrFenced when
-// the lease is still held, the key completed, or someone else took it first.
+// TakeOver takes an expired lease for a worker that may charge: a
+// compare-and-set from the version the caller read to the next one. It
+// returns the new version, or ErrFenced when the lease is still held, the key
+// completed, or someone else took it first.
 func TakeOver(ctx context.Context, q sqlx.ExecerContext, ref Ref, seen int64, now, until time.Time) (int64, error) {
 	const stmt = `
 UPDATE idempotency_keys
-SET lease_version = lease_version + 1, locked_until = ?, updated_at = ?
+SET lease_version = lease_version + 1, locked_until = ?, may_charge_until = ?, reconcile_after = ?,
+    updated_at = ?
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?
   AND state = 'IN_PROGRESS' AND lease_version = ? AND locked_until <= ?`
-	res, err := q.ExecContext(ctx, stmt, until, now, ref.MerchantID, ref.Endpoint, ref.Key, seen, now)
+	res, err := q.ExecContext(ctx, stmt, until, until, until, now, ref.MerchantID, ref.Endpoint, ref.Key, seen, now)
 	if err := affectedOne(res, err); err != nil {
 		return 0, fmt.Errorf("idemkeys.TakeOver(%s, v%d): %w", Hash(ref), seen, err)
 	}

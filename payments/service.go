@@ -249,7 +249,7 @@ func (s *Service) mayChargeAgain(rec idemkeys.Record) bool {
 	if caps.DedupesOrderID {
 		return true
 	}
-	return caps.AuthoritativeLookup && s.cfg.Now().Sub(rec.UpdatedAt) > caps.CreationWindow
+	return caps.AuthoritativeLookup && s.cfg.Now().After(rec.MayChargeUntil.Add(caps.CreationWindow))
 }
 
 // charge sends the charge with the key's order id, outside any transaction.

@@ -41,6 +41,27 @@ type Store interface {
 	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
 	PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error)
 
+	// ClaimStale takes over up to limit unfinished keys whose lease expired, for
+	// the reconciler (which never charges), with leases ending at until. Rows
+	// locked by a concurrent claimer are skipped, never waited for.
+	ClaimStale(ctx context.Context, now, until time.Time, limit int) ([]Pending, error)
+	// Reschedule gives back a lease without settling: the lease ends now (a
+	// client retry may resume), the reconciler looks again from `after`;
+	// attempts is the new count of failed passes. idemkeys.ErrFenced when the
+	// caller no longer holds it.
+	Reschedule(ctx context.Context, ref idemkeys.Ref, held int64, after time.Time, attempts int, now time.Time) error
+	// PurgeKeys deletes up to limit completed keys finished before `before`.
+	PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error)
+
+	// ListPayments lists up to limit payments in a status, oldest first, across merchants.
+	ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error)
+	// CountPayments counts payments in a status across merchants.
+	CountPayments(ctx context.Context, status Status) (int, error)
+	// Resolve applies decide to the payment with id under a row lock, stores
+	// the result, rewrites its key's stored response and records res in the
+	// audit table, all in one transaction. ErrNotFound for an unknown id.
+	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution, now time.Time) (Payment, error)
+
 	// CreateMerchant stores m with its first API key (only the hash).
 	CreateMerchant(ctx context.Context, m Merchant, key APIKey) error
 	// MerchantByAPIKey finds the merchant owning an active key; ErrNotFound otherwise.
@@ -53,3 +74,9 @@ var (
 	// ErrWriteUnknown: the connection broke while committing; the write may or may not have happened.
 	ErrWriteUnknown = errors.New("payments: outcome of the write is unknown")
 )
+
+// Pending is an unfinished key with its payment, as the reconciler claims it.
+type Pending struct {
+	Key     idemkeys.Record
+	Payment Payment
+}

@@ -112,13 +112,13 @@ func TestMigrateAndCreateMerchant(t *testing.T) {
 	dsn := dbtest.MustDSN(t) // already migrated
 	getenv := env("GATEWAY_DATABASE_DSN", dsn)
 	out, _, err := runCmd(t, getenv, "migrate", "version")
-	if err != nil || !strings.HasPrefix(out, "schema version 2") {
+	if err != nil || !strings.HasPrefix(out, "schema version 3") {
 		t.Fatalf("version: %q %v", out, err)
 	}
-	if out, _, err = runCmd(t, getenv, "migrate", "down"); err != nil || !strings.HasPrefix(out, "schema version 1") {
+	if out, _, err = runCmd(t, getenv, "migrate", "down"); err != nil || !strings.HasPrefix(out, "schema version 2") {
 		t.Fatalf("down: %q %v", out, err)
 	}
-	if out, _, err = runCmd(t, getenv, "migrate", "up"); err != nil || !strings.HasPrefix(out, "schema version 2") {
+	if out, _, err = runCmd(t, getenv, "migrate", "up"); err != nil || !strings.HasPrefix(out, "schema version 3") {
 		t.Fatalf("up: %q %v", out, err)
 	}
 

@@ -1,0 +1,261 @@
+package idemkeys_test
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/idemkeys"
+)
+
+func TestValidateKeyAccepts(t *testing.T) {
+	tests := []struct {
+		name string
+		key  string
+	}{
+		{"one char", "a"},
+		{"max length", strings.Repeat("k", idemkeys.MaxKeyLen)},
+		{"uuid", "3f2b8c1e-5d7a-4e0b-9c6f-1a2b3c4d5e6f"},
+		{"lowest visible", "!"},
+		{"highest visible", "~"},
+		{"all visible ascii", allVisibleASCII()},
+		{"punctuation", `!"#$%&'()*+,-./:;<=>?@[\]^_{|}~` + "`"},
+		{"mixed case", "AbC-xYz"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := idemkeys.ValidateKey(tt.key); err != nil {
+				t.Errorf("ValidateKey(%q) = %v, want nil", tt.key, err)
+			}
+		})
+	}
+}
+
+func TestValidateKeyRefuses(t *testing.T) {
+	tests := []struct {
+		name string
+		key  string
+	}{
+		{"empty", ""},
+		{"one over max", strings.Repeat("k", idemkeys.MaxKeyLen+1)},
+		{"far over max", strings.Repeat("k", 10*idemkeys.MaxKeyLen)},
+		{"del", "abc\x7f"},
+		{"latin-1 byte", "abc\xe9"},
+		{"utf-8 e acute", "café"},
+		{"utf-8 emoji", "key-🔑"},
+		{"byte 0x80", "\x80"},
+		{"byte 0xff", "\xff"},
+		{"control at start", "\nabc"},
+		{"control in middle", "ab\tc"},
+		{"space in middle", "ab c"},
+		{"255 chars with a space", strings.Repeat("k", idemkeys.MaxKeyLen-1) + " "},
+	}
+	for c := 0; c <= 0x20; c++ {
+		tests = append(tests, struct {
+			name string
+			key  string
+		}{fmt.Sprintf("control 0x%02x", c), "abc" + string(rune(c)) + "def"})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mustInvalidKey(t, idemkeys.ValidateKey(tt.key))
+		})
+	}
+}
+
+func TestValidateKeyRefusesEveryByteOutsideVisibleASCII(t *testing.T) {
+	for b := 0; b < 256; b++ {
+		key := "k" + string([]byte{byte(b)})
+		err := idemkeys.ValidateKey(key)
+		visible := b >= 0x21 && b <= 0x7e
+		switch {
+		case visible && err != nil:
+			t.Errorf("byte 0x%02x: ValidateKey = %v, want nil", b, err)
+		case !visible && err == nil:
+			t.Errorf("byte 0x%02x: ValidateKey = nil, want an error", b)
+		}
+	}
+}
+
+func TestValidateKeyErrorSaysWhy(t *testing.T) {
+	tests := []struct {
+		name string
+		key  string
+		want string
+	}{
+		{"empty", "", "empty"},
+		{"too long", strings.Repeat("k", 300), "300"},
+		{"bad byte position", "ab\x00", "byte 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := idemkeys.ValidateKey(tt.key)
+			e := mustInvalidKey(t, err)
+			if !strings.Contains(e.Reason, tt.want) {
+				t.Errorf("reason %q does not mention %q", e.Reason, tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), "invalid Idempotency-Key: ") {
+				t.Errorf("Error() = %q, want the invalid Idempotency-Key prefix", err.Error())
+			}
+		})
+	}
+}
+
+func mustInvalidKey(tb testing.TB, err error) *idemkeys.ErrInvalidKey {
+	tb.Helper()
+	var e *idemkeys.ErrInvalidKey
+	if !errors.As(err, &e) {
+		tb.Fatalf("error = %v (%T), want *idemkeys.ErrInvalidKey", err, err)
+	}
+	if e.Reason == "" {
+		tb.Fatalf("ErrInvalidKey has no reason")
+	}
+	return e
+}
+
+func allVisibleASCII() string {
+	var b strings.Builder
+	for c := byte(0x21); c <= 0x7e; c++ {
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+func TestFingerprint(t *testing.T) {
+	t.Run("stable", func(t *testing.T) {
+		a := idemkeys.Fingerprint("v1", "100", "USD", "card")
+		b := idemkeys.Fingerprint("v1", "100", "USD", "card")
+		if a != b {
+			t.Errorf("same fields hash differently: %x vs %x", a, b)
+		}
+	})
+	t.Run("encoding is pinned", func(t *testing.T) {
+		// Stored fingerprints must keep matching after a refactor, or every
+		// key in flight during a deploy would answer 422: pin the documented
+		// encoding, sha256 over (8-byte big-endian length, bytes) per field.
+		want := sha256.Sum256([]byte("\x00\x00\x00\x00\x00\x00\x00\x02ab\x00\x00\x00\x00\x00\x00\x00\x00"))
+		if got := idemkeys.Fingerprint("ab", ""); got != want {
+			t.Errorf("Fingerprint(\"ab\", \"\") = %x, want %x", got, want)
+		}
+	})
+
+	differ := []struct {
+		name string
+		a, b []string
+	}{
+		{"boundary shift", []string{"ab", "c"}, []string{"a", "bc"}},
+		{"boundary shift to empty", []string{"abc", ""}, []string{"", "abc"}},
+		{"order", []string{"a", "b"}, []string{"b", "a"}},
+		{"value", []string{"a", "b"}, []string{"a", "c"}},
+		{"case", []string{"usd"}, []string{"USD"}},
+		{"extra empty field", []string{"a"}, []string{"a", ""}},
+		{"no fields vs one empty field", nil, []string{""}},
+		{"two empties vs one", []string{"", ""}, []string{""}},
+		{"concatenation", []string{"a", "b"}, []string{"ab"}},
+		{"length prefix lookalike", []string{"a", "b"}, []string{"a\x00\x00\x00\x00\x00\x00\x00\x01b"}},
+	}
+	for _, tt := range differ {
+		t.Run("differs/"+tt.name, func(t *testing.T) {
+			a, b := idemkeys.Fingerprint(tt.a...), idemkeys.Fingerprint(tt.b...)
+			if a == b {
+				t.Errorf("Fingerprint(%q) == Fingerprint(%q) = %x", tt.a, tt.b, a)
+			}
+		})
+	}
+
+	t.Run("empty fields are hashed", func(t *testing.T) {
+		var zero [32]byte
+		for _, fields := range [][]string{nil, {""}, {"", ""}} {
+			if got := idemkeys.Fingerprint(fields...); got == zero {
+				t.Errorf("Fingerprint(%q) is all zero", fields)
+			}
+		}
+		if idemkeys.Fingerprint() != idemkeys.Fingerprint([]string{}...) {
+			t.Errorf("nil and empty field lists hash differently")
+		}
+	})
+}
+
+func TestHash(t *testing.T) {
+	base := idemkeys.Ref{MerchantID: "mer_1", Endpoint: "POST /payments", Key: "order-7f3a9c-secret"}
+
+	t.Run("stable", func(t *testing.T) {
+		if a, b := idemkeys.Hash(base), idemkeys.Hash(base); a != b {
+			t.Errorf("Hash is not stable: %q vs %q", a, b)
+		}
+	})
+	t.Run("short hex", func(t *testing.T) {
+		h := idemkeys.Hash(base)
+		if len(h) != 16 {
+			t.Errorf("Hash = %q (%d chars), want 16 hex chars", h, len(h))
+		}
+		if strings.Trim(h, "0123456789abcdef") != "" {
+			t.Errorf("Hash = %q, want lowercase hex", h)
+		}
+	})
+	t.Run("does not contain the key", func(t *testing.T) {
+		// Keys made of hex digits are the ones a careless encoding could leak
+		// into a hex hash unnoticed.
+		for _, key := range []string{base.Key, "0123456789abcdef", "deadbeefcafe", "c0ffee"} {
+			ref := idemkeys.Ref{MerchantID: base.MerchantID, Endpoint: base.Endpoint, Key: key}
+			if h := idemkeys.Hash(ref); strings.Contains(h, key) {
+				t.Errorf("Hash(%+v) = %q contains the raw key", ref, h)
+			}
+		}
+	})
+
+	differ := []struct {
+		name string
+		ref  idemkeys.Ref
+	}{
+		{"merchant", idemkeys.Ref{MerchantID: "mer_2", Endpoint: base.Endpoint, Key: base.Key}},
+		{"endpoint", idemkeys.Ref{MerchantID: base.MerchantID, Endpoint: "POST /refunds", Key: base.Key}},
+		{"key", idemkeys.Ref{MerchantID: base.MerchantID, Endpoint: base.Endpoint, Key: "order-7f3a9c-secreT"}},
+		{"key case", idemkeys.Ref{MerchantID: base.MerchantID, Endpoint: base.Endpoint, Key: strings.ToUpper(base.Key)}},
+	}
+	for _, tt := range differ {
+		t.Run("differs/"+tt.name, func(t *testing.T) {
+			if idemkeys.Hash(tt.ref) == idemkeys.Hash(base) {
+				t.Errorf("Hash(%+v) == Hash(%+v)", tt.ref, base)
+			}
+		})
+	}
+	t.Run("differs/field boundary", func(t *testing.T) {
+		a := idemkeys.Ref{MerchantID: "mer_1", Endpoint: "ab", Key: "c"}
+		b := idemkeys.Ref{MerchantID: "mer_1", Endpoint: "a", Key: "bc"}
+		if idemkeys.Hash(a) == idemkeys.Hash(b) {
+			t.Errorf("Hash(%+v) == Hash(%+v)", a, b)
+		}
+	})
+}
+
+func TestRecordLeaseActive(t *testing.T) {
+	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		rec  idemkeys.Record
+		want bool
+	}{
+		{"in progress, lease ahead", idemkeys.Record{State: idemkeys.InProgress, LockedUntil: now.Add(time.Second)}, true},
+		{"in progress, lease a microsecond ahead", idemkeys.Record{State: idemkeys.InProgress, LockedUntil: now.Add(time.Microsecond)}, true},
+		{"in progress, lease ends now", idemkeys.Record{State: idemkeys.InProgress, LockedUntil: now}, false},
+		{"in progress, lease expired", idemkeys.Record{State: idemkeys.InProgress, LockedUntil: now.Add(-time.Second)}, false},
+		{"in progress, lease released (zero)", idemkeys.Record{State: idemkeys.InProgress}, false},
+		{"completed, lease time ahead", idemkeys.Record{State: idemkeys.Completed, LockedUntil: now.Add(time.Hour)}, false},
+		{"completed, no lease", idemkeys.Record{State: idemkeys.Completed}, false},
+		{"unknown state, lease ahead", idemkeys.Record{State: "", LockedUntil: now.Add(time.Hour)}, false},
+		{"in progress, lease ahead in another zone", idemkeys.Record{State: idemkeys.InProgress,
+			LockedUntil: now.Add(time.Second).In(time.FixedZone("KST", 9*3600))}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.rec.LeaseActive(now); got != tt.want {
+				t.Errorf("LeaseActive(%v) with locked_until %v, state %q = %v, want %v",
+					now, tt.rec.LockedUntil, tt.rec.State, got, tt.want)
+			}
+		})
+	}
+}

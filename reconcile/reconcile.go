@@ -1,0 +1,326 @@
+// Package reconcile owns the reconciler: the job that settles every payment
+// a crash, a deploy or a lost PSP response left unfinished, by asking the PSP
+// what really happened, and that purges idempotency keys past retention. It
+// never charges. Any number of replicas may run it at once: rows are claimed
+// with SKIP LOCKED and every write is fenced on the lease version.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"gateway/idemkeys"
+	"gateway/payments"
+	"gateway/psp"
+)
+
+// Config tunes a reconciler.
+type Config struct {
+	// Lease is how long the reconciler owns a claimed key; it must outlast PSPTimeout.
+	Lease time.Duration
+	// PSPTimeout bounds each lookup.
+	PSPTimeout time.Duration
+	// BatchSize is how many keys one claim transaction takes.
+	BatchSize int
+	// Concurrency bounds the lookups in flight.
+	Concurrency int
+	// MaxAttempts is how many passes may fail to learn an outcome before the
+	// payment is handed to ops as requires_review.
+	MaxAttempts int
+	// BackoffBase and BackoffMax shape the wait between failed passes on one
+	// key: base, 2×base, 4×base … capped at max.
+	BackoffBase time.Duration
+	BackoffMax  time.Duration
+	// Retention is how long a completed key keeps its stored response.
+	Retention time.Duration
+	// PurgeBatch is how many keys one DELETE removes.
+	PurgeBatch int
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+	// Logger receives one event per settlement; keys are hashed.
+	Logger *slog.Logger
+}
+
+// Defaults for fields left zero.
+func (c *Config) setDefaults() {
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.PSPTimeout == 0 {
+		c.PSPTimeout = 10 * time.Second
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 100
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 16
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	if c.BackoffBase == 0 {
+		c.BackoffBase = 30 * time.Second
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 30 * time.Minute
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.PurgeBatch == 0 {
+		c.PurgeBatch = 500
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Outcome is what one pass did with one key.
+type Outcome string
+
+const (
+	// Succeeded, Declined: the PSP had the charge; the payment is settled with it.
+	Succeeded Outcome = "succeeded"
+	Declined  Outcome = "declined"
+	// Failed: the PSP authoritatively never charged and the creation window is over.
+	Failed Outcome = "failed"
+	// Deferred: the PSP has no charge yet, but one may still appear; look again later.
+	Deferred Outcome = "deferred"
+	// Retrying: the PSP could not answer; the attempt is counted and backed off.
+	Retrying Outcome = "retrying"
+	// Review: attempts exhausted; the payment is requires_review for ops.
+	Review Outcome = "requires_review"
+	// Fenced: another worker took the key over meanwhile; it owns the outcome.
+	Fenced Outcome = "fenced"
+	// Error: a database error; the lease will expire and a later pass retries.
+	Error Outcome = "error"
+)
+
+// Outcomes lists every outcome in report order.
+var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, Fenced, Error}
+
+// Result is one key's outcome in a pass.
+type Result struct {
+	PaymentID  string        `json:"payment_id"`
+	MerchantID string        `json:"merchant_id"`
+	Key        string        `json:"key_hash"`
+	Outcome    Outcome       `json:"outcome"`
+	Attempts   int           `json:"attempts"`
+	Age        time.Duration `json:"age_ns"`
+	Detail     string        `json:"detail,omitempty"`
+}
+
+// Summary is what a pass did.
+type Summary struct {
+	Results []Result        `json:"results"`
+	Counts  map[Outcome]int `json:"counts"`
+	Purged  int64           `json:"purged_keys"`
+	// NeedsReview counts every payment in requires_review after the pass, not only new ones.
+	NeedsReview int           `json:"needs_review"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+}
+
+// Reconciler settles unfinished payments.
+type Reconciler struct {
+	store payments.Store
+	psp   psp.Adapter
+	cfg   Config
+	log   *slog.Logger
+}
+
+// New returns a Reconciler asking adapter and writing to store.
+func New(store payments.Store, adapter psp.Adapter, cfg Config) *Reconciler {
+	cfg.setDefaults()
+	return &Reconciler{store: store, psp: adapter, cfg: cfg, log: cfg.Logger}
+}
+
+// maxPerPass bounds one pass, so a flood of new stale keys cannot keep it running forever.
+const maxPerPass = 1_000_000
+
+// RunOnce claims and settles stale keys in batches until none is left,
+// then purges keys past retention. A key handled in this pass is not claimed
+// again by it: every outcome either completes the key or moves its next look
+// into the future.
+func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
+	start := time.Now()
+	sum := Summary{Counts: map[Outcome]int{}}
+	for len(sum.Results) < maxPerPass {
+		now := r.now()
+		batch, err := r.store.ClaimStale(ctx, now, now.Add(r.cfg.Lease), r.cfg.BatchSize)
+		if err != nil {
+			return r.finish(ctx, sum, start), err
+		}
+		if len(batch) == 0 {
+			break
+		}
+		for _, res := range r.settleBatch(ctx, batch) {
+			sum.Results = append(sum.Results, res)
+			sum.Counts[res.Outcome]++
+		}
+		if ctx.Err() != nil {
+			return r.finish(ctx, sum, start), ctx.Err()
+		}
+	}
+	purged, err := r.Purge(ctx)
+	sum.Purged = purged
+	return r.finish(ctx, sum, start), err
+}
+
+func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) Summary {
+	if n, err := r.store.CountPayments(ctx, payments.RequiresReview); err == nil {
+		sum.NeedsReview = n
+	} else {
+		r.log.Error("count payments in review", "err", err)
+	}
+	sum.Elapsed = time.Since(start)
+	return sum
+}
+
+// settleBatch asks the PSP about each claimed key with bounded concurrency.
+func (r *Reconciler) settleBatch(ctx context.Context, batch []payments.Pending) []Result {
+	results := make([]Result, len(batch))
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	var wg sync.WaitGroup
+	for i, p := range batch {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i] = r.settle(ctx, p)
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// settle decides one key. The lookup runs outside any transaction; every
+// write after it is fenced on the version ClaimStale gave us.
+func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
+	key, pay := p.Key, p.Payment
+	res := Result{
+		PaymentID:  pay.ID,
+		MerchantID: pay.MerchantID,
+		Key:        idemkeys.Hash(key.Ref),
+		Attempts:   key.ReconcileAttempts,
+		Age:        r.now().Sub(pay.CreatedAt),
+	}
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
+	charge, err := r.psp.Lookup(lctx, pay.MerchantOrderID)
+	cancel()
+	caps := r.psp.Capabilities()
+	now := r.now()
+	switch {
+	case err == nil:
+		switch charge.Status {
+		case psp.Succeeded:
+			pay.Status, res.Outcome = payments.Succeeded, Succeeded
+		case psp.Declined:
+			pay.Status, res.Outcome = payments.Declined, Declined
+		default:
+			return r.retry(ctx, p, res, "psp returned status "+string(charge.Status), now)
+		}
+		pay.PSPReference, pay.DeclineCode = charge.Reference, charge.DeclineCode
+		return r.complete(ctx, key, pay, res, now)
+	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
+		settleAt := key.MayChargeUntil.Add(caps.CreationWindow)
+		if now.Before(settleAt) {
+			// A charge sent under the last lease may still appear: look again once it cannot.
+			res.Outcome = Deferred
+			res.Detail = "not at the PSP yet; decidable at " + settleAt.UTC().Format(time.RFC3339)
+			return r.reschedule(ctx, key, res, settleAt, key.ReconcileAttempts, now)
+		}
+		pay.Status, pay.DeclineCode = payments.Failed, payments.DeclineNotProcessed
+		res.Outcome = Failed
+		res.Detail = "the PSP never processed it"
+		return r.complete(ctx, key, pay, res, now)
+	case errors.Is(err, psp.ErrNotFound):
+		return r.retry(ctx, p, res, "not found, but the PSP's lookup is not authoritative", now)
+	}
+	return r.retry(ctx, p, res, err.Error(), now)
+}
+
+// retry counts a pass that learned nothing, backs off, and hands the payment
+// to ops once the attempts are spent. It never guesses an outcome.
+func (r *Reconciler) retry(ctx context.Context, p payments.Pending, res Result, why string, now time.Time) Result {
+	key, pay := p.Key, p.Payment
+	res.Attempts = key.ReconcileAttempts + 1
+	res.Detail = why
+	if res.Attempts >= r.cfg.MaxAttempts {
+		res.Outcome = Review
+		pay.Status = payments.RequiresReview
+		return r.complete(ctx, key, pay, res, now)
+	}
+	res.Outcome = Retrying
+	return r.reschedule(ctx, key, res, now.Add(r.backoff(res.Attempts)), res.Attempts, now)
+}
+
+// backoff is base × 2^(attempts-1), capped.
+func (r *Reconciler) backoff(attempts int) time.Duration {
+	d := r.cfg.BackoffBase
+	for i := 1; i < attempts && d < r.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.BackoffMax)
+}
+
+// complete stores the final state and the response a retry will replay,
+// rendered by the same function as the live path's.
+func (r *Reconciler) complete(ctx context.Context, key idemkeys.Record, pay payments.Payment, res Result, now time.Time) Result {
+	pay.UpdatedAt = now
+	err := r.store.Settle(ctx, key.Ref, key.LeaseVersion, pay, payments.Render(pay), now)
+	return r.logged(key, r.written(res, err))
+}
+
+func (r *Reconciler) reschedule(ctx context.Context, key idemkeys.Record, res Result, after time.Time, attempts int, now time.Time) Result {
+	err := r.store.Reschedule(ctx, key.Ref, key.LeaseVersion, after, attempts, now)
+	return r.logged(key, r.written(res, err))
+}
+
+func (r *Reconciler) written(res Result, err error) Result {
+	switch {
+	case err == nil:
+	case errors.Is(err, idemkeys.ErrFenced):
+		res.Outcome, res.Detail = Fenced, "another worker took the key over"
+	default:
+		res.Outcome, res.Detail = Error, err.Error()
+	}
+	return res
+}
+
+func (r *Reconciler) logged(key idemkeys.Record, res Result) Result {
+	level := slog.LevelInfo
+	switch res.Outcome {
+	case Review, Error:
+		level = slog.LevelError
+	case Retrying, Fenced:
+		level = slog.LevelWarn
+	}
+	r.log.Log(context.Background(), level, "reconcile",
+		"outcome", string(res.Outcome), "payment_id", res.PaymentID, "merchant_id", res.MerchantID,
+		"key", res.Key, "lease_version", key.LeaseVersion, "attempts", res.Attempts, "detail", res.Detail)
+	return res
+}
+
+// Purge deletes completed keys past retention in small batches.
+func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
+	before := r.now().Add(-r.cfg.Retention)
+	var total int64
+	for {
+		n, err := r.store.PurgeKeys(ctx, before, r.cfg.PurgeBatch)
+		total += n
+		if err != nil || n < int64(r.cfg.PurgeBatch) {
+			if total > 0 {
+				r.log.Info("purged idempotency keys", "count", total, "completed_before", before)
+			}
+			return total, err
+		}
+	}
+}
+
+func (r *Reconciler) now() time.Time { return r.cfg.Now().UTC().Truncate(time.Microsecond) }

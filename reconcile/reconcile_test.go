@@ -1,0 +1,507 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"gateway/db/dbtest"
+	"gateway/idemkeys"
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp"
+	"gateway/psp/mock"
+	"gateway/reconcile"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+const (
+	lease          = 30 * time.Second
+	creationWindow = 2 * time.Minute
+)
+
+// env is a store, a mock PSP, a clock, the live payment service and a
+// reconciler, all over one fresh database.
+type env struct {
+	t     *testing.T
+	db    *sqlx.DB
+	store *store.Store
+	psp   *mock.PSP
+	clock *clock
+	svc   *payments.Service
+	merch payments.Merchant
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dbx := dbtest.MustOpen(t)
+	e := &env{
+		t:     t,
+		db:    dbx,
+		store: store.New(dbx),
+		psp:   mock.New(mock.WithCreationWindow(creationWindow)),
+		clock: &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)},
+	}
+	e.svc = payments.NewService(e.store, e.psp, payments.Config{
+		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Second, Now: e.clock.Now,
+	})
+	m, key, err := payments.NewMerchant("Test merchant", e.clock.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CreateMerchant(context.Background(), m, key); err != nil {
+		t.Fatal(err)
+	}
+	e.merch = m
+	return e
+}
+
+func (e *env) reconciler(adapter psp.Adapter, st payments.Store, mod ...func(*reconcile.Config)) *reconcile.Reconciler {
+	if adapter == nil {
+		adapter = e.psp
+	}
+	if st == nil {
+		st = e.store
+	}
+	cfg := reconcile.Config{
+		Lease: lease, PSPTimeout: 5 * time.Second, MaxAttempts: 3,
+		BackoffBase: time.Minute, BackoffMax: 10 * time.Minute, Now: e.clock.Now,
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	return reconcile.New(st, adapter, cfg)
+}
+
+func (e *env) request(key string) payments.CreateRequest {
+	return payments.CreateRequest{
+		MerchantID: e.merch.ID, IdempotencyKey: key,
+		Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: mock.MethodOK,
+	}
+}
+
+// crash leaves what a worker that died right after the claim's commit
+// leaves: the key IN_PROGRESS under a lease nobody renews. With charged, it
+// died after the PSP charged and before it could record the charge.
+func (e *env) crash(key string, charged bool) payments.Payment {
+	e.t.Helper()
+	req := e.request(key)
+	now := e.clock.Now()
+	p := payments.Payment{
+		ID: "pay_" + key, MerchantID: e.merch.ID, IdempotencyKey: key,
+		MerchantOrderID: payments.MerchantOrderID(e.merch.ID, key), Status: payments.Processing,
+		Amount: req.Amount, PaymentMethod: req.PaymentMethod, CreatedAt: now, UpdatedAt: now,
+	}
+	rec := idemkeys.Record{
+		Ref:         idemkeys.Ref{MerchantID: e.merch.ID, Endpoint: payments.EndpointCreatePayment, Key: key},
+		Fingerprint: req.Fingerprint(), State: idemkeys.InProgress, PaymentID: p.ID, LeaseVersion: 1,
+		LockedUntil: now.Add(lease), CreatedAt: now,
+	}
+	if err := e.store.Claim(context.Background(), rec, p); err != nil {
+		e.t.Fatal(err)
+	}
+	if charged {
+		if _, err := e.psp.Charge(context.Background(), psp.ChargeRequest{
+			MerchantOrderID: p.MerchantOrderID, Amount: p.Amount.Minor, Currency: p.Amount.Currency, PaymentMethod: p.PaymentMethod,
+		}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return p
+}
+
+func (e *env) count(q string, args ...any) int {
+	e.t.Helper()
+	return dbtest.Count(e.t, e.db, q, args...)
+}
+
+func (e *env) status(paymentID string) payments.Status {
+	e.t.Helper()
+	p, err := e.store.Payment(context.Background(), e.merch.ID, paymentID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p.Status
+}
+
+func runOnce(t *testing.T, r *reconcile.Reconciler) reconcile.Summary {
+	t.Helper()
+	sum, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatalf("RunOnce: %v", err)
+	}
+	return sum
+}
+
+func wantOutcomes(t *testing.T, sum reconcile.Summary, want map[reconcile.Outcome]int) {
+	t.Helper()
+	for _, o := range reconcile.Outcomes {
+		if sum.Counts[o] != want[o] {
+			t.Fatalf("outcomes %v, want %v (results %+v)", sum.Counts, want, sum.Results)
+		}
+	}
+}
+
+// 1. charged, then the process died → one pass settles it succeeded; a
+// retry replays that response; the ledger shows one charge.
+func TestChargedButUnrecordedSettlesSucceeded(t *testing.T) {
+	e := newEnv(t)
+	p := e.crash("k", true)
+	r := e.reconciler(nil, nil)
+
+	wantOutcomes(t, runOnce(t, r), nil) // the lease is alive: not the reconciler's business yet
+	e.clock.Advance(lease + time.Second)
+	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Succeeded: 1})
+	if s := e.status(p.ID); s != payments.Succeeded {
+		t.Fatalf("payment %s", s)
+	}
+	var stored []byte
+	if err := e.db.Get(&stored, `SELECT response_body FROM idempotency_keys WHERE state = 'COMPLETED'`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.svc.Create(context.Background(), e.request("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Replayed || out.Response.Status != http.StatusCreated || !bytes.Equal(out.Response.Body, stored) {
+		t.Fatalf("retry: %+v", out)
+	}
+	var v payments.View
+	if err := json.Unmarshal(out.Response.Body, &v); err != nil || v.PSPReference == nil || *v.PSPReference != e.psp.Charges()[0].Reference {
+		t.Fatalf("replayed body %s does not carry the PSP's charge", out.Response.Body)
+	}
+	if e.psp.ChargeCount() != 1 || e.psp.ChargeCalls() != 1 {
+		t.Fatalf("ledger %d charges from %d calls, want 1 from 1", e.psp.ChargeCount(), e.psp.ChargeCalls())
+	}
+	wantOutcomes(t, runOnce(t, r), nil) // nothing left
+}
+
+// 2. never reached the PSP → failed once the creation window is over, untouched before.
+func TestNeverChargedFailsAfterCreationWindow(t *testing.T) {
+	e := newEnv(t)
+	p := e.crash("k", false)
+	r := e.reconciler(nil, nil)
+	e.clock.Advance(lease + time.Second)
+
+	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Deferred: 1})
+	if s := e.status(p.ID); s != payments.Processing {
+		t.Fatalf("deferred payment is %s", s)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND response_body IS NULL`); n != 1 {
+		t.Fatal("deferred key was settled")
+	}
+	wantOutcomes(t, runOnce(t, r), nil) // not looked at again before the window ends
+
+	e.clock.Advance(creationWindow)
+	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Failed: 1})
+	if s := e.status(p.ID); s != payments.Failed {
+		t.Fatalf("payment %s, want failed", s)
+	}
+	out, err := e.svc.Create(context.Background(), e.request("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.Replayed || out.Response.Status != http.StatusPaymentRequired || !bytes.Contains(out.Response.Body, []byte(`"status":"failed"`)) {
+		t.Fatalf("retry after failure: %d %s", out.Response.Status, out.Response.Body)
+	}
+	if e.psp.ChargeCalls() != 0 {
+		t.Fatal("the reconciler or the replay charged")
+	}
+}
+
+// A client retry during the deferral resumes at once: the reconciler does not hold the key.
+func TestDeferredKeyStaysFreeForTheClient(t *testing.T) {
+	e := newEnv(t)
+	e.crash("k", false)
+	e.clock.Advance(lease + time.Second)
+	wantOutcomes(t, runOnce(t, e.reconciler(nil, nil)), map[reconcile.Outcome]int{reconcile.Deferred: 1})
+	out, err := e.svc.Create(context.Background(), e.request("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Replayed || out.Response.Status != http.StatusCreated || e.psp.ChargeCount() != 1 {
+		t.Fatalf("client retry: %+v, %d charges", out, e.psp.ChargeCount())
+	}
+}
+
+// 3. lookups failing → attempts count up with back-off and end in requires_review, never in a guess.
+func TestFailingLookupsEndInReview(t *testing.T) {
+	e := newEnv(t)
+	p := e.crash("k", false)
+	e.psp.FailNextLookups(100)
+	r := e.reconciler(nil, nil) // MaxAttempts 3, back-off 1m, 2m
+	e.clock.Advance(lease + time.Second)
+
+	for attempt, backoff := range []time.Duration{time.Minute, 2 * time.Minute} {
+		sum := runOnce(t, r)
+		wantOutcomes(t, sum, map[reconcile.Outcome]int{reconcile.Retrying: 1})
+		if got := sum.Results[0].Attempts; got != attempt+1 {
+			t.Fatalf("attempts %d, want %d", got, attempt+1)
+		}
+		if n := e.count(`SELECT reconcile_attempts FROM idempotency_keys`); n != attempt+1 {
+			t.Fatalf("stored attempts %d", n)
+		}
+		e.clock.Advance(backoff - time.Second)
+		wantOutcomes(t, runOnce(t, r), nil) // still backing off
+		e.clock.Advance(time.Second)
+	}
+	sum := runOnce(t, r)
+	wantOutcomes(t, sum, map[reconcile.Outcome]int{reconcile.Review: 1})
+	if sum.NeedsReview != 1 {
+		t.Fatalf("NeedsReview %d", sum.NeedsReview)
+	}
+	if s := e.status(p.ID); s != payments.RequiresReview {
+		t.Fatalf("payment %s, want requires_review", s)
+	}
+	if e.psp.LookupCalls() != 3 || e.psp.ChargeCalls() != 0 {
+		t.Fatalf("%d lookups, %d charges; want 3 and 0", e.psp.LookupCalls(), e.psp.ChargeCalls())
+	}
+	wantOutcomes(t, runOnce(t, r), nil)
+}
+
+// 4. three reconcilers over 1,000 stale rows settle each exactly once.
+func TestConcurrentReconcilersSettleEachRowOnce(t *testing.T) {
+	e := newEnv(t)
+	const n = 1000
+	for i := range n {
+		e.crash(fmt.Sprintf("k%04d", i), i%2 == 0)
+	}
+	e.clock.Advance(lease + creationWindow + time.Second)
+	var (
+		start = make(chan struct{})
+		wg    sync.WaitGroup
+		sums  [3]reconcile.Summary
+		errs  [3]error
+	)
+	for i := range sums {
+		r := e.reconciler(nil, nil, func(c *reconcile.Config) { c.BatchSize = 50; c.Concurrency = 8 })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			sums[i], errs[i] = r.RunOnce(context.Background())
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := map[reconcile.Outcome]int{}
+	seen := map[string]bool{}
+	for i, s := range sums {
+		if errs[i] != nil {
+			t.Fatalf("reconciler %d: %v", i, errs[i])
+		}
+		for _, res := range s.Results {
+			if seen[res.PaymentID] {
+				t.Fatalf("payment %s settled twice", res.PaymentID)
+			}
+			seen[res.PaymentID] = true
+			total[res.Outcome]++
+		}
+		t.Logf("reconciler %d settled %d rows", i, len(s.Results))
+	}
+	if total[reconcile.Succeeded] != n/2 || total[reconcile.Failed] != n/2 || len(seen) != n {
+		t.Fatalf("outcomes %v over %d payments", total, len(seen))
+	}
+	if c := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS'`); c != 0 {
+		t.Fatalf("%d keys still in progress", c)
+	}
+	if c := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE lease_version != 2`); c != 0 {
+		t.Fatalf("%d keys were claimed more than once", c)
+	}
+	if s, f := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'succeeded'`), e.count(`SELECT COUNT(*) FROM payments WHERE status = 'failed'`); s != n/2 || f != n/2 {
+		t.Fatalf("%d succeeded, %d failed", s, f)
+	}
+	if e.psp.ChargeCalls() != n/2 {
+		t.Fatalf("%d charge calls: the reconciler charged", e.psp.ChargeCalls()-n/2)
+	}
+}
+
+// blockingLookup stalls every Lookup until released, to hold the reconciler's lease.
+type blockingLookup struct {
+	psp.Adapter
+	arrived chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingLookup) Lookup(ctx context.Context, orderID string) (psp.Charge, error) {
+	b.once.Do(func() { close(b.arrived) })
+	<-b.release
+	return b.Adapter.Lookup(ctx, orderID)
+}
+
+// 5. a live request that finishes while the reconciler holds a newer lease is
+// refused by the token; the row ends consistent with the PSP.
+func TestLiveWriterFencedByReconciler(t *testing.T) {
+	e := newEnv(t)
+	chargeArrived, chargeRelease, charged := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	e.psp.SetChargeHook(func(ctx context.Context, req psp.ChargeRequest) {
+		close(chargeArrived)
+		<-chargeRelease
+	})
+	e.psp.SetChargeHookAfter(func(ctx context.Context, req psp.ChargeRequest, c psp.Charge) { close(charged) })
+	type created struct {
+		out payments.Outcome
+		err error
+	}
+	live := make(chan created, 1)
+	go func() {
+		out, err := e.svc.Create(context.Background(), e.request("k"))
+		live <- created{out, err}
+	}()
+	<-chargeArrived
+	e.clock.Advance(lease + time.Second) // the live worker's lease expires mid-call
+
+	look := &blockingLookup{Adapter: e.psp, arrived: make(chan struct{}), release: make(chan struct{})}
+	r := e.reconciler(look, nil)
+	recDone := make(chan reconcile.Summary, 1)
+	go func() { recDone <- runOnce(t, r) }()
+	<-look.arrived // the reconciler holds lease version 2
+
+	close(chargeRelease) // the live worker's charge goes through; its write is fenced
+	<-charged
+	close(look.release) // the reconciler finds the charge and settles
+	sum := <-recDone
+	wantOutcomes(t, sum, map[reconcile.Outcome]int{reconcile.Succeeded: 1})
+
+	res := <-live
+	if res.err != nil {
+		t.Fatalf("live request: %v", res.err)
+	}
+	var stored []byte
+	var version int
+	if err := e.db.QueryRow(`SELECT response_body, lease_version FROM idempotency_keys WHERE state = 'COMPLETED'`).Scan(&stored, &version); err != nil {
+		t.Fatal(err)
+	}
+	if version != 2 || !bytes.Equal(res.out.Response.Body, stored) || res.out.Response.Status != http.StatusCreated {
+		t.Fatalf("live answer %d %s; stored v%d %s", res.out.Response.Status, res.out.Response.Body, version, stored)
+	}
+	if e.psp.ChargeCount() != 1 || e.count(`SELECT COUNT(*) FROM payments WHERE status = 'succeeded'`) != 1 {
+		t.Fatal("row and ledger disagree")
+	}
+}
+
+// countingStore counts purge batches.
+type countingStore struct {
+	payments.Store
+	purges atomic.Int32
+}
+
+func (c *countingStore) PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error) {
+	c.purges.Add(1)
+	return c.Store.PurgeKeys(ctx, before, limit)
+}
+
+// 6. purge removes only expired completed rows, in batches; a purged key's
+// retry gets 409 naming the payment and no charge.
+func TestPurgeExpiredKeys(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for i := range 25 {
+		if _, err := e.svc.Create(ctx, e.request(fmt.Sprintf("old%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.clock.Advance(6 * 24 * time.Hour)
+	for i := range 5 {
+		if _, err := e.svc.Create(ctx, e.request(fmt.Sprintf("new%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.crash("unfinished", false)
+	e.clock.Advance(24*time.Hour + time.Second) // the old ones are past 7 days, the new ones are not
+
+	cs := &countingStore{Store: e.store}
+	r := e.reconciler(nil, cs, func(c *reconcile.Config) { c.PurgeBatch = 10; c.Retention = 7 * 24 * time.Hour })
+	purged, err := r.Purge(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if purged != 25 || cs.purges.Load() != 3 {
+		t.Fatalf("purged %d in %d batches, want 25 in 3", purged, cs.purges.Load())
+	}
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE idem_key LIKE 'new%'`); n != 5 {
+		t.Fatalf("%d fresh keys left, want 5", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS'`); n != 1 {
+		t.Fatal("purge touched an unfinished key")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payments`); n != 31 {
+		t.Fatalf("purge touched payments: %d", n)
+	}
+	charges := e.psp.ChargeCalls()
+	_, err = e.svc.Create(ctx, e.request("old00"))
+	var pe *payments.Error
+	if !errors.As(err, &pe) || pe.Code != payments.CodeKeyReused || pe.PaymentID == "" {
+		t.Fatalf("retry of a purged key: %v", err)
+	}
+	p, err := e.store.PaymentByKey(ctx, e.merch.ID, "old00")
+	if err != nil || p.ID != pe.PaymentID {
+		t.Fatalf("409 names %s, the key's payment is %s (%v)", pe.PaymentID, p.ID, err)
+	}
+	if e.psp.ChargeCalls() != charges {
+		t.Fatal("the purged key's retry charged")
+	}
+}
+
+// Ops resolve a payment in review; the key then replays the resolution, and the audit row records it.
+func TestResolveReviewedPayment(t *testing.T) {
+	e := newEnv(t)
+	p := e.crash("k", false)
+	e.psp.FailNextLookups(100)
+	r := e.reconciler(nil, nil, func(c *reconcile.Config) { c.MaxAttempts = 1 })
+	e.clock.Advance(lease + time.Second)
+	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Review: 1})
+	ctx := context.Background()
+
+	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Declined, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeInvalid {
+		t.Fatalf("resolve to declined: %v", err)
+	}
+	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: "pay_nope", To: payments.Failed, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeNotFound {
+		t.Fatalf("resolve unknown: %v", err)
+	}
+	got, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Succeeded, PSPReference: "psp_123", Reason: "seen in the PSP dashboard", Actor: "alice"})
+	if err != nil || got.Status != payments.Succeeded {
+		t.Fatalf("resolve: %+v %v", got, err)
+	}
+	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Failed, Reason: "again", Actor: "bob"}); payments.ErrorCode(err) != payments.CodeInvalid {
+		t.Fatalf("second resolve: %v", err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'alice' AND from_status = 'requires_review' AND to_status = 'succeeded' AND reason = 'seen in the PSP dashboard'`, p.ID); n != 1 {
+		t.Fatal("no audit row")
+	}
+	out, err := e.svc.Create(ctx, e.request("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Response.Status != http.StatusCreated || !bytes.Contains(out.Response.Body, []byte(`"psp_reference":"psp_123"`)) {
+		t.Fatalf("replay after resolution: %d %s", out.Response.Status, out.Response.Body)
+	}
+}
