@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gateway/db"
+	"gateway/reconcile"
 )
 
 // Config is every setting of the gateway, read from GATEWAY_* variables.
@@ -30,6 +31,15 @@ type Config struct {
 	LogFormat       string
 	LogLevel        string
 	DevDataDir      string
+
+	ReconcileSchedule    string
+	ReconcileMaxAttempts int
+	ReconcileBatch       int
+	ReconcileConcurrency int
+	ReconcileBackoff     time.Duration
+	ReconcileBackoffMax  time.Duration
+	Retention            time.Duration
+	PurgeBatch           int
 }
 
 // setting describes one variable: its name, default and meaning, and how it
@@ -109,6 +119,20 @@ func settings() []setting {
 			}
 			return errors.New("must be debug, info, warn or error")
 		}},
+		{"GATEWAY_RECONCILE_SCHEDULE", "@every 30s", "when the reconciler runs inside serve: a cron spec, @every DURATION, or off", func(c *Config, v string) error {
+			if _, err := reconcile.ParseSchedule(v); err != nil {
+				return err
+			}
+			c.ReconcileSchedule = v
+			return nil
+		}},
+		{"GATEWAY_RECONCILE_MAX_ATTEMPTS", "10", "failed PSP lookups before a payment becomes requires_review", intSetting(func(c *Config, n int) { c.ReconcileMaxAttempts = n })},
+		{"GATEWAY_RECONCILE_BATCH", "100", "stale keys claimed per reconciler transaction", intSetting(func(c *Config, n int) { c.ReconcileBatch = n })},
+		{"GATEWAY_RECONCILE_CONCURRENCY", "16", "PSP lookups the reconciler runs at once", intSetting(func(c *Config, n int) { c.ReconcileConcurrency = n })},
+		{"GATEWAY_RECONCILE_BACKOFF", "30s", "wait after a failed lookup; doubles per attempt", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoff = d })},
+		{"GATEWAY_RECONCILE_BACKOFF_MAX", "30m", "longest wait between lookups of one payment", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoffMax = d })},
+		{"GATEWAY_IDEMPOTENCY_RETENTION", "168h", "how long a completed key replays its response before it is purged", durationSetting(func(c *Config, d time.Duration) { c.Retention = d })},
+		{"GATEWAY_PURGE_BATCH", "500", "keys deleted per purge statement", intSetting(func(c *Config, n int) { c.PurgeBatch = n })},
 		{"GATEWAY_DEV_DATA_DIR", ".data/mariadb", "dev only: data directory of the private MariaDB", func(c *Config, v string) error {
 			if v == "" {
 				return errors.New("must not be empty")
@@ -166,6 +190,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
+	}
+	if c.ReconcileBackoffMax < c.ReconcileBackoff {
+		errs = append(errs, fmt.Errorf("GATEWAY_RECONCILE_BACKOFF_MAX (%s) must not be below GATEWAY_RECONCILE_BACKOFF (%s)", c.ReconcileBackoffMax, c.ReconcileBackoff))
 	}
 	if c.DBMaxIdleConns > c.DBMaxOpenConns {
 		errs = append(errs, fmt.Errorf("GATEWAY_DB_MAX_IDLE_CONNS (%d) must not exceed GATEWAY_DB_MAX_OPEN_CONNS (%d)", c.DBMaxIdleConns, c.DBMaxOpenConns))

@@ -28,9 +28,15 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) {
+	var (
+		u usageError
+		x exitError
+	)
+	switch {
+	case errors.As(err, &u):
 		return 2
+	case errors.As(err, &x):
+		return x.code
 	}
 	return 1
 }
@@ -41,6 +47,10 @@ Usage:
   gateway serve                          run the HTTP API
   gateway migrate up|down|version        manage the database schema
   gateway merchants create --name NAME   create a merchant; prints {"merchant_id","api_key"}
+  gateway reconcile [--once [--json]]    settle unfinished payments (daemon, or one pass for ops)
+  gateway payments list --status S       list payments, e.g. --status requires_review
+  gateway payments resolve ID --as succeeded|failed --reason TEXT
+                                         record an operator's decision (audited)
   gateway dev                            private MariaDB + migrations + demo merchant + serve
   gateway help                           this text
 
@@ -77,6 +87,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runMerchants(ctx, cfg, rest, stdout, stderr)
 	case "dev":
 		return runDev(ctx, cfg, rest, stdout, stderr)
+	case "reconcile":
+		return runReconcile(ctx, cfg, rest, stdout, stderr)
+	case "payments":
+		return runPayments(ctx, cfg, rest, stdout, stderr)
 	}
 	printUsage(stderr)
 	return usageError{fmt.Sprintf("unknown command %q", cmd)}
@@ -124,11 +138,14 @@ func openDB(ctx context.Context, cfg Config) (*sqlx.DB, error) {
 	})
 }
 
-func newPSP(cfg Config) psp.Adapter {
-	// Config validation admits only the adapters listed here.
-	m := mock.New()
-	m.SetLatency(cfg.MockPSPLatency)
-	return m
+func newPSP(cfg Config) (psp.Adapter, error) {
+	switch cfg.PSP {
+	case "mock":
+		m := mock.New()
+		m.SetLatency(cfg.MockPSPLatency)
+		return m, nil
+	}
+	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }
 
 func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger) *payments.Service {
@@ -165,7 +182,11 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	}
 	defer dbx.Close()
 	st := store.New(dbx)
-	svc := newService(cfg, dbx, newPSP(cfg), log)
+	adapter, err := newPSP(cfg)
+	if err != nil {
+		return err
+	}
+	svc := newService(cfg, dbx, adapter, log)
 	handler := api.NewHandler(svc, st, api.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -187,6 +208,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
+	stopReconciler := startReconciler(cfg, dbx, adapter, log)
+	defer stopReconciler()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

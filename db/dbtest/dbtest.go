@@ -28,6 +28,7 @@ var (
 	mu        sync.Mutex
 	server    *localdb.Server
 	serverDir string
+	dsns      = map[*sqlx.DB]string{}
 )
 
 // Main runs a test package and stops the private server if one was started.
@@ -110,6 +111,18 @@ func MustDSN(tb testing.TB) string {
 	return dsn
 }
 
+// DSNOf returns the DSN of a pool opened by MustOpen.
+func DSNOf(tb testing.TB, dbx *sqlx.DB) string {
+	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	dsn, ok := dsns[dbx]
+	if !ok {
+		tb.Fatal("dbtest: DSNOf: pool not opened by MustOpen")
+	}
+	return dsn
+}
+
 // MustOpen returns a pool on a fresh migrated database, closed when the test ends.
 func MustOpen(tb testing.TB) *sqlx.DB {
 	tb.Helper()
@@ -118,7 +131,15 @@ func MustOpen(tb testing.TB) *sqlx.DB {
 	if err != nil {
 		tb.Fatalf("dbtest: open: %v", err)
 	}
-	tb.Cleanup(func() { dbx.Close() })
+	mu.Lock()
+	dsns[dbx] = dsn
+	mu.Unlock()
+	tb.Cleanup(func() {
+		mu.Lock()
+		delete(dsns, dbx)
+		mu.Unlock()
+		dbx.Close()
+	})
 	return dbx
 }
 

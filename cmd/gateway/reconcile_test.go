@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gateway/db/dbtest"
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp"
+	"gateway/psp/mock"
+	"gateway/reconcile"
+)
+
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// lookupFails makes the PSP unable to answer for some order ids.
+type lookupFails struct {
+	psp.Adapter
+	orders map[string]bool
+}
+
+func (l lookupFails) Lookup(ctx context.Context, id string) (psp.Charge, error) {
+	if l.orders[id] {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "lookup", Err: errors.New("timeout")}
+	}
+	return l.Adapter.Lookup(ctx, id)
+}
+
+// 7. `reconcile --once` over a mix of outcomes: the table, the JSON, the exit status.
+func TestReconcileOnceReport(t *testing.T) {
+	dbx := dbtest.MustOpen(t)
+	st := store.New(dbx)
+	clk := &testClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	const lease, window = 30 * time.Second, 2 * time.Minute
+	m := mock.New(mock.WithCreationWindow(window))
+	svc := payments.NewService(st, m, payments.Config{Lease: lease, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
+	merchant, key, err := payments.NewMerchant("Acme", clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateMerchant(context.Background(), merchant, key); err != nil {
+		t.Fatal(err)
+	}
+	lost := func(k, method string, f mock.Fault) {
+		t.Helper()
+		m.FailNextCharges(f, 1)
+		_, err := svc.Create(context.Background(), payments.CreateRequest{
+			MerchantID: merchant.ID, IdempotencyKey: k, Amount: payments.Money{Minor: 700, Currency: "EUR"}, PaymentMethod: method,
+		})
+		if payments.ErrorCode(err) != payments.CodePSPUnknown {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	lost("charged", mock.MethodOK, mock.FaultUnknownAfterCharge)
+	lost("declined", mock.MethodDeclined, mock.FaultUnknownAfterCharge)
+	lost("never", mock.MethodOK, mock.FaultUnknownBeforeCharge)
+	lost("unanswerable", mock.MethodOK, mock.FaultUnknownBeforeCharge)
+	clk.Advance(window + time.Second)
+	lost("young", mock.MethodOK, mock.FaultUnknownBeforeCharge)
+	clk.Advance(lease + time.Second)
+
+	adapter := lookupFails{Adapter: m, orders: map[string]bool{payments.MerchantOrderID(merchant.ID, "unanswerable"): true}}
+	r := reconcile.New(st, adapter, reconcile.Config{Lease: lease, PSPTimeout: time.Second, MaxAttempts: 1, Now: clk.Now})
+	var out bytes.Buffer
+	err = reconcileOnce(context.Background(), r, false, &out)
+	if exitCode(err) != exitNeedsReview {
+		t.Fatalf("exit %d (%v), want %d", exitCode(err), err, exitNeedsReview)
+	}
+	report := out.String()
+	for _, want := range []string{
+		"5 unfinished payment(s) examined",
+		"succeeded        1", "declined         1", "failed           1",
+		"deferred         1", "requires_review  1", "retrying         0",
+		"Payments needing review: 1",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Count(report, "pay_") != 5 {
+		t.Errorf("report does not list the 5 payments:\n%s", report)
+	}
+
+	// A second pass has nothing to do but still reports the payment in review, as JSON.
+	out.Reset()
+	err = reconcileOnce(context.Background(), r, true, &out)
+	if exitCode(err) != exitNeedsReview {
+		t.Fatalf("second pass exit %d", exitCode(err))
+	}
+	var sum reconcile.Summary
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatalf("JSON: %v\n%s", err, out.String())
+	}
+	if len(sum.Results) != 0 || sum.NeedsReview != 1 {
+		t.Fatalf("second pass: %+v", sum)
+	}
+
+	// Ops resolve it: the pass is clean again.
+	getenv := env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx))
+	listed, _, err := runCmd(t, getenv, "payments", "list", "--status", "requires_review")
+	if err != nil || !strings.Contains(listed, "1 payment(s)") {
+		t.Fatalf("list: %v\n%s", err, listed)
+	}
+	id := strings.Fields(strings.Split(listed, "\n")[1])[0]
+	if _, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed"); exitCode(err) != 2 {
+		t.Fatalf("resolve without a reason: %v", err)
+	}
+	done, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed", "--reason", "not in the PSP dashboard", "--actor", "alice")
+	if err != nil || !strings.Contains(done, "is now failed") {
+		t.Fatalf("resolve: %v %s", err, done)
+	}
+	out.Reset()
+	if err := reconcileOnce(context.Background(), r, false, &out); err != nil {
+		t.Fatalf("after resolution: %v\n%s", err, out.String())
+	}
+	if m.ChargeCalls() != 5 {
+		t.Fatalf("%d charge calls: the reconciler charged", m.ChargeCalls())
+	}
+}
+
+func TestReconcileCommandRefusesInProcessMock(t *testing.T) {
+	_, _, err := runCmd(t, env("GATEWAY_DATABASE_DSN", "root@tcp(127.0.0.1:1)/x"), "reconcile", "--once")
+	if err == nil || !strings.Contains(err.Error(), "in-process") {
+		t.Fatalf("err %v", err)
+	}
+}
