@@ -143,29 +143,54 @@ func New(store payments.Store, adapter psp.Adapter, cfg Config) *Reconciler {
 // maxPerPass bounds one pass, so a flood of new stale keys cannot keep it running forever.
 const maxPerPass = 1_000_000
 
-// RunOnce claims and settles stale keys in batches until none is left,
-// then purges keys past retention. A key handled in this pass is not claimed
-// again by it: every outcome either completes the key or moves its next look
-// into the future.
+// RunOnce claims and settles stale keys until none is left, then purges keys
+// past retention. Claiming runs one batch ahead of the lookups so the PSP
+// calls never wait on a claim transaction. A key handled in this pass is not
+// claimed again by it: every outcome either completes the key or moves its
+// next look into the future.
 func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Counts: map[Outcome]int{}}
-	for len(sum.Results) < maxPerPass {
-		now := r.now()
-		batch, err := r.store.ClaimStale(ctx, now, now.Add(r.cfg.Lease), r.cfg.BatchSize)
-		if err != nil {
-			return r.finish(ctx, sum, start), err
+	work := make(chan payments.Pending, r.cfg.BatchSize)
+	results := make(chan Result, r.cfg.BatchSize)
+	var workers sync.WaitGroup
+	for range r.cfg.Concurrency {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for p := range work {
+				results <- r.settle(ctx, p)
+			}
+		}()
+	}
+	claimErr := make(chan error, 1)
+	go func() {
+		defer close(work)
+		claimed := 0
+		for claimed < maxPerPass && ctx.Err() == nil {
+			now := r.now()
+			batch, err := r.store.ClaimStale(ctx, now, now.Add(r.cfg.Lease), r.cfg.BatchSize)
+			if err != nil {
+				claimErr <- err
+				return
+			}
+			if len(batch) == 0 {
+				break
+			}
+			claimed += len(batch)
+			for _, p := range batch {
+				work <- p
+			}
 		}
-		if len(batch) == 0 {
-			break
-		}
-		for _, res := range r.settleBatch(ctx, batch) {
-			sum.Results = append(sum.Results, res)
-			sum.Counts[res.Outcome]++
-		}
-		if ctx.Err() != nil {
-			return r.finish(ctx, sum, start), ctx.Err()
-		}
+		claimErr <- ctx.Err()
+	}()
+	go func() { workers.Wait(); close(results) }()
+	for res := range results {
+		sum.Results = append(sum.Results, res)
+		sum.Counts[res.Outcome]++
+	}
+	if err := <-claimErr; err != nil {
+		return r.finish(ctx, sum, start), err
 	}
 	purged, err := r.Purge(ctx)
 	sum.Purged = purged
@@ -180,23 +205,6 @@ func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) S
 	}
 	sum.Elapsed = time.Since(start)
 	return sum
-}
-
-// settleBatch asks the PSP about each claimed key with bounded concurrency.
-func (r *Reconciler) settleBatch(ctx context.Context, batch []payments.Pending) []Result {
-	results := make([]Result, len(batch))
-	sem := make(chan struct{}, r.cfg.Concurrency)
-	var wg sync.WaitGroup
-	for i, p := range batch {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			results[i] = r.settle(ctx, p)
-		}()
-	}
-	wg.Wait()
-	return results
 }
 
 // settle decides one key. The lookup runs outside any transaction; every

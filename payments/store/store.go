@@ -233,3 +233,6 @@ WHERE k.key_hash = ? AND k.revoked_at IS NULL`
 
 // Ping reports whether the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// DB returns the pool, for tests and benchmarks that seed rows in bulk.
+func (s *Store) DB() *sqlx.DB { return s.db }
