@@ -10,6 +10,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -85,7 +86,16 @@ var (
 	// ErrConnLost is a connection that broke mid-statement or mid-commit: the
 	// outcome is unknown and must be re-read, never blindly retried.
 	ErrConnLost = errors.New("db: connection lost, outcome unknown")
+	// ErrUnavailable is a server that cannot be reached: nothing was done.
+	ErrUnavailable error = unavailable{}
 )
+
+// unavailable lets packages that do not import db recognise an unreachable
+// database by behaviour: errors.As(err, &interface{ Unavailable() bool }).
+type unavailable struct{}
+
+func (unavailable) Error() string     { return "db: database unavailable" }
+func (unavailable) Unavailable() bool { return true }
 
 // Classify wraps a driver error with the kind above it belongs to, keeping
 // the original for logs. Errors of no known kind are returned unchanged.
@@ -107,6 +117,10 @@ func Classify(err error) error {
 	}
 	if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
 		return fmt.Errorf("%w: %v", ErrConnLost, err)
+	}
+	var ne *net.OpError
+	if errors.As(err, &ne) && ne.Op == "dial" {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
 }
@@ -140,7 +154,10 @@ func Transact(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) err
 func transactOnce(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 	tx, err := dbx.BeginTxx(ctx, nil)
 	if err != nil {
-		// Nothing was written: a connection lost here is safe to report as an ordinary failure.
+		// Nothing was written yet: whatever broke, the outcome is known.
+		if cerr := Classify(err); errors.Is(cerr, ErrUnavailable) {
+			return cerr
+		}
 		return fmt.Errorf("db: begin: %w", err)
 	}
 	if err := fn(tx); err != nil {

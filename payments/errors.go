@@ -80,6 +80,12 @@ func ErrorCode(err error) Code {
 	return CodeInternal
 }
 
+// internal wraps an unexpected failure. An unreachable database is no bug:
+// it is reported as CodeUnavailable so the client retries later.
 func internal(err error) *Error {
+	var u interface{ Unavailable() bool }
+	if errors.As(err, &u) && u.Unavailable() {
+		return &Error{Code: CodeUnavailable, Message: "the service is temporarily unavailable; retry with the same Idempotency-Key", RetryAfter: time.Second, Err: err}
+	}
 	return &Error{Code: CodeInternal, Message: "internal error", Err: err}
 }
