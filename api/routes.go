@@ -6,6 +6,7 @@ import "github.com/labstack/echo/v4"
 func (s *Server) routes(e *echo.Echo) {
 	e.GET("/healthz", s.handleHealthz)
 	e.GET("/readyz", s.handleReadyz)
+	e.GET("/openapi.json", s.handleOpenAPI)
 
 	auth := e.Group("", s.authenticate)
 	auth.POST("/payments", s.handleCreatePayment)
