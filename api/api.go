@@ -21,19 +21,43 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// Observer is told about HTTP traffic, for metrics.
+type Observer interface {
+	ObserveHTTP(route, method string, status int, d time.Duration)
+	MissingKey()
+	RateLimited()
+}
+
+type noObserver struct{}
+
+func (noObserver) ObserveHTTP(string, string, int, time.Duration) {}
+func (noObserver) MissingKey()                                    {}
+func (noObserver) RateLimited()                                   {}
+
 // Options configure the handler.
 type Options struct {
 	// MaxBodyBytes bounds a request body; larger bodies get 413.
 	MaxBodyBytes int64
-	Logger       *slog.Logger
+	// RatePerSecond and RateBurst shape each merchant's token bucket; a rate
+	// of 0 turns rate limiting off.
+	RatePerSecond float64
+	RateBurst     int
+	// Metrics, when set, is served at GET /metrics.
+	Metrics  http.Handler
+	Observer Observer
+	Logger   *slog.Logger
+	// Now is the rate limiter's clock; time.Now when nil.
+	Now func() time.Time
 }
 
 // Server holds what the handlers need.
 type Server struct {
-	svc  *payments.Service
-	db   Pinger
-	opts Options
-	log  *slog.Logger
+	svc    *payments.Service
+	db     Pinger
+	opts   Options
+	log    *slog.Logger
+	obs    Observer
+	limits *limiters
 }
 
 // NewHandler returns the gateway's HTTP API.
@@ -44,12 +68,20 @@ func NewHandler(svc *payments.Service, db Pinger, opts Options) http.Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{svc: svc, db: db, opts: opts, log: opts.Logger}
+	if opts.Observer == nil {
+		opts.Observer = noObserver{}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Server{svc: svc, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
+		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1))}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.Use(withRequestID)
+	e.Use(s.observe)
 	e.Use(s.recoverer)
 	s.routes(e)
 	return e
@@ -60,7 +92,7 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				s.log.Error("panic in handler", "panic", r, "path", c.Path(), "request_id", requestID(c))
+				s.log.ErrorContext(c.Request().Context(), "panic in handler", "panic", r, "path", c.Path())
 				err = &payments.Error{Code: payments.CodeInternal, Message: "internal error"}
 			}
 		}()
@@ -69,8 +101,9 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // withRequestID tags every request with an id, echoed in X-Request-Id, in
-// problem bodies and in logs. A client's own id is kept only when it is short
-// and plain, since it ends up in logs.
+// problem bodies and, through the request's context, in every log line. A
+// client's own id is kept only when it is short and plain, since it ends up
+// in logs.
 func withRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		id := c.Request().Header.Get(echo.HeaderXRequestID)
@@ -80,8 +113,56 @@ func withRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 			id = "req_" + hex.EncodeToString(b[:])
 		}
 		c.Response().Header().Set(echo.HeaderXRequestID, id)
+		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), requestIDKey{}, id)))
 		return next(c)
 	}
+}
+
+// observe counts and times every request by route (the pattern, never the raw
+// path, so ids do not explode the label set).
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err) // write the problem now, so its status is what is counted
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		s.obs.ObserveHTTP(route, c.Request().Method, c.Response().Status, time.Since(start))
+		return nil
+	}
+}
+
+type requestIDKey struct{}
+
+// RequestID returns the request id carried by ctx, or "".
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// LogHandler wraps h so that every record logged with a request's context
+// carries its request_id.
+func LogHandler(h slog.Handler) slog.Handler { return requestIDHandler{h} }
+
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := RequestID(ctx); id != "" {
+		r.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
 }
 
 func plainID(id string) bool {

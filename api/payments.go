@@ -35,6 +35,19 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
+// rateLimit refuses a merchant's request beyond its token bucket, before
+// anything is read or stored.
+func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ok, wait := s.limits.allow(merchantOf(c).ID, s.opts.Now())
+		if !ok {
+			s.obs.RateLimited()
+			return &payments.Error{Code: codeRateLimited, Message: "too many requests for this merchant; retry after the Retry-After delay", RetryAfter: wait}
+		}
+		return next(c)
+	}
+}
+
 func merchantOf(c echo.Context) payments.Merchant {
 	m, _ := c.Get(merchantKey).(payments.Merchant)
 	return m
@@ -54,6 +67,9 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	m := merchantOf(c)
 	key, present := c.Request().Header["Idempotency-Key"]
 	if !present || len(key) != 1 {
+		if !present {
+			s.obs.MissingKey()
+		}
 		return &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
 	}
 	body, err := s.decodeCreate(c)

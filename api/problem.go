@@ -34,7 +34,11 @@ var problems = map[payments.Code]problemKind{
 	payments.CodePSPUnknown:     {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
 	payments.CodeUnavailable:    {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
 	payments.CodeInternal:       {http.StatusInternalServerError, "internal", "Internal error"},
+	codeRateLimited:             {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
 }
+
+// codeRateLimited is the HTTP layer's own code: a limit is no domain outcome.
+const codeRateLimited payments.Code = "rate_limited"
 
 // Problems of the HTTP layer itself, with no domain code.
 var (
@@ -77,8 +81,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 		detail := pe.Message
 		if kind.status >= 500 {
-			s.log.Error("request failed", "code", string(pe.Code), "err", pe.Err,
-				"path", c.Path(), "request_id", requestID(c))
+			s.log.ErrorContext(c.Request().Context(), "request failed", "code", string(pe.Code), "err", pe.Err,
+				"path", c.Path())
 			if pe.Code == payments.CodeInternal {
 				detail = "" // the cause is logged, never shown
 			}
@@ -102,7 +106,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 			s.writeProblem(c, problemKind{status: he.Code, slug: "http-" + strconv.Itoa(he.Code), title: http.StatusText(he.Code)}, problem{})
 		}
 	default:
-		s.log.Error("request failed", "err", err, "path", c.Path(), "request_id", requestID(c))
+		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "path", c.Path())
 		s.writeProblem(c, problems[payments.CodeInternal], problem{})
 	}
 }

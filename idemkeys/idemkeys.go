@@ -121,3 +121,10 @@ func Hash(ref Ref) string {
 	sum := sha256.Sum256([]byte(ref.MerchantID + "\x00" + ref.Endpoint + "\x00" + ref.Key))
 	return fmt.Sprintf("%x", sum[:8])
 }
+
+// HashMerchant is a short, stable name for a merchant in logs, so that log
+// lines can be correlated without naming the merchant.
+func HashMerchant(merchantID string) string {
+	sum := sha256.Sum256([]byte("merchant\x00" + merchantID))
+	return fmt.Sprintf("%x", sum[:6])
+}

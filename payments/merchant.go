@@ -36,7 +36,28 @@ func NewAPIKey() (APIKey, error) {
 	}
 	secret := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
 	plain := APIKeyPrefix + secret
-	return APIKey{Plaintext: plain, Hash: HashAPIKey(plain), Prefix: plain[:len(APIKeyPrefix)+6]}, nil
+	return APIKey{Plaintext: plain, Hash: HashAPIKey(plain), Prefix: KeyPrefix(plain)}, nil
+}
+
+// apiKeyVisible is how many characters after "sk_" are visible in the prefix.
+const apiKeyVisible = 8
+
+// KeyPrefix is the visible start of a key, by which it is found before its
+// hash is compared; "" when plain cannot be a key.
+func KeyPrefix(plain string) string {
+	if !strings.HasPrefix(plain, APIKeyPrefix) || len(plain) < len(APIKeyPrefix)+apiKeyVisible {
+		return ""
+	}
+	return plain[:len(APIKeyPrefix)+apiKeyVisible]
+}
+
+// StoredKey is an API key as stored: never the plaintext.
+type StoredKey struct {
+	MerchantID string
+	Prefix     string
+	Hash       [32]byte
+	CreatedAt  time.Time
+	RevokedAt  time.Time
 }
 
 // HashAPIKey is how a presented key is looked up. The key carries 160 random

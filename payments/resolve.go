@@ -53,6 +53,7 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 	}
 	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
 	p, err := s.store.Resolve(ctx, r.PaymentID, func(p Payment) (Payment, error) {
+		r.From = p.Status
 		if p.Status != RequiresReview {
 			return p, Errorf(CodeInvalid, "payment %s is %s; only payments in requires_review can be resolved", p.ID, p.Status)
 		}
@@ -76,9 +77,10 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 	if err != nil {
 		return Payment{}, internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
 	}
-	s.log.Info("payment resolved by hand", "payment_id", p.ID, "key", idemkeys.Hash(idemkeys.Ref{
+	s.log.InfoContext(ctx, "payment resolved by hand", "payment_id", p.ID, "key", idemkeys.Hash(idemkeys.Ref{
 		MerchantID: p.MerchantID, Endpoint: EndpointCreatePayment, Key: p.IdempotencyKey,
-	}), "to", string(p.Status), "actor", r.Actor)
+	}), "merchant", idemkeys.HashMerchant(p.MerchantID), "from", string(r.From), "to", string(p.Status),
+		"actor", r.Actor, "reason", r.Reason)
 	return p, nil
 }
 

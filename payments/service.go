@@ -27,7 +27,33 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives settlement, takeover and fencing events; keys are hashed.
 	Logger *slog.Logger
+	// Observer is told what the flow does, for metrics; nil observes nothing.
+	Observer Observer
+	// AuthCacheTTL is how long a verified API key is trusted without a
+	// database read; 0 reads every time.
+	AuthCacheTTL time.Duration
 }
+
+// Observer is told what the payment flow does. Implementations must be
+// cheap and safe for concurrent use.
+type Observer interface {
+	// KeyOutcome counts how a create request's key was used: fresh, replayed,
+	// mismatch, in_flight or key_reused.
+	KeyOutcome(outcome string)
+	// InFlightWaited records how long a duplicate waited for the first request.
+	InFlightWaited(d time.Duration)
+	// LeaseTakenOver counts takeovers of expired leases.
+	LeaseTakenOver()
+	// FencingRefused counts writes refused because the writer lost its lease.
+	FencingRefused()
+}
+
+type noObserver struct{}
+
+func (noObserver) KeyOutcome(string)            {}
+func (noObserver) InFlightWaited(time.Duration) {}
+func (noObserver) LeaseTakenOver()              {}
+func (noObserver) FencingRefused()              {}
 
 // Service runs the idempotent payment flow.
 type Service struct {
@@ -36,6 +62,8 @@ type Service struct {
 	cfg    Config
 	waiter *idemkeys.Waiter
 	log    *slog.Logger
+	obs    Observer
+	auth   *authCache
 }
 
 // NewService returns a Service charging through adapter and storing in store.
@@ -46,7 +74,11 @@ func NewService(store Store, adapter psp.Adapter, cfg Config) *Service {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{store: store, psp: adapter, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
+	}
+	return &Service{store: store, psp: adapter, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer,
+		auth: &authCache{ttl: cfg.AuthCacheTTL, entries: map[[32]byte]authEntry{}}}
 }
 
 // Outcome is the answer to a create request.
@@ -139,6 +171,7 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 	err := s.store.Claim(ctx, rec, p)
 	switch {
 	case err == nil:
+		s.obs.KeyOutcome("fresh")
 		return s.charge(ctx, a, 1, p)
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(ctx, a)
@@ -151,12 +184,16 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 		case gerr != nil:
 			return Outcome{}, internal(errors.Join(err, gerr))
 		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.LeaseVersion == 1:
+			s.obs.KeyOutcome("fresh")
 			return s.charge(ctx, a, 1, gp)
 		}
 		return s.join(ctx, a)
 	}
 	var e *Error
 	if errors.As(err, &e) {
+		if e.Code == CodeKeyReused {
+			s.obs.KeyOutcome("key_reused")
+		}
 		return Outcome{}, e
 	}
 	return Outcome{}, internal(err)
@@ -166,6 +203,13 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 // wait for the holder, or take over an expired lease and resume.
 func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 	poll := firstPoll
+	var waitStart time.Time // set once this request starts waiting for another
+	waited := func() {
+		if !waitStart.IsZero() {
+			s.obs.InFlightWaited(time.Since(waitStart))
+			waitStart = time.Time{}
+		}
+	}
 	for {
 		// Subscribe before reading, so a completion in between is not missed.
 		done, stop := s.waiter.Wait(a.ref)
@@ -179,7 +223,10 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 		}
 		if rec.Fingerprint != a.fp {
 			stop()
-			s.log.Info("idempotency key mismatch", "key", idemkeys.Hash(a.ref), "payment_id", rec.PaymentID)
+			waited()
+			s.obs.KeyOutcome("mismatch")
+			s.log.InfoContext(ctx, "idempotency key mismatch", "key", idemkeys.Hash(a.ref),
+				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", rec.PaymentID)
 			return Outcome{}, &Error{
 				Code:    CodeKeyMismatch,
 				Message: "this Idempotency-Key was already used with a different request; use a new key for a new payment",
@@ -187,6 +234,11 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 		}
 		if rec.State == idemkeys.Completed {
 			stop()
+			waited()
+			s.obs.KeyOutcome("replayed")
+			s.log.InfoContext(ctx, "idempotent replay", "key", idemkeys.Hash(a.ref),
+				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", rec.PaymentID,
+				"status", rec.Response.Status)
 			return Outcome{Response: rec.Response, Replayed: true, PaymentID: rec.PaymentID}, nil
 		}
 		now := s.cfg.Now().UTC().Truncate(time.Microsecond)
@@ -199,9 +251,15 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 			if err != nil {
 				return Outcome{}, internal(err)
 			}
-			s.log.Info("idempotency lease taken over", "key", idemkeys.Hash(a.ref), "payment_id", p.ID,
+			waited()
+			s.obs.LeaseTakenOver()
+			s.log.InfoContext(ctx, "idempotency lease taken over", "key", idemkeys.Hash(a.ref),
+				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", p.ID,
 				"lease_version", v)
 			return s.resume(ctx, a, rec, v, p)
+		}
+		if waitStart.IsZero() {
+			waitStart = time.Now()
 		}
 		t := time.NewTimer(poll)
 		select {
@@ -210,6 +268,8 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 		case <-a.waitCtx.Done():
 			t.Stop()
 			stop()
+			waited()
+			s.obs.KeyOutcome("in_flight")
 			return Outcome{}, &Error{
 				Code:       CodeInFlight,
 				Message:    "a request with this Idempotency-Key is still being processed; retry later with the same key",
@@ -301,12 +361,15 @@ func (s *Service) settle(ctx context.Context, a attempt, v int64, p Payment, c p
 	switch {
 	case err == nil:
 		s.waiter.Notify(a.ref)
-		s.log.Info("payment settled", "key", idemkeys.Hash(a.ref), "payment_id", p.ID,
+		s.log.InfoContext(ctx, "payment settled", "key", idemkeys.Hash(a.ref),
+			"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", p.ID,
 			"status", string(p.Status), "lease_version", v)
 		return Outcome{Response: resp, PaymentID: p.ID}, nil
 	case errors.Is(err, idemkeys.ErrFenced):
 		// Another worker holds a newer lease: its answer, not ours, is the truth.
-		s.log.Warn("stale worker refused by fencing token", "key", idemkeys.Hash(a.ref),
+		s.obs.FencingRefused()
+		s.log.WarnContext(ctx, "stale worker refused by fencing token", "key", idemkeys.Hash(a.ref),
+			"merchant", idemkeys.HashMerchant(a.ref.MerchantID),
 			"payment_id", p.ID, "lease_version", v)
 		return s.join(ctx, a)
 	}
@@ -319,7 +382,7 @@ func (s *Service) release(ctx context.Context, a attempt, v int64, cause *Error)
 	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
 	if err := s.store.Release(ctx, a.ref, v, now); err != nil && !errors.Is(err, idemkeys.ErrFenced) {
 		// The lease will expire by itself; the retry just waits longer.
-		s.log.Error("release lease", "key", idemkeys.Hash(a.ref), "err", err)
+		s.log.ErrorContext(ctx, "release lease", "key", idemkeys.Hash(a.ref), "err", err)
 	}
 	s.waiter.Notify(a.ref)
 	return Outcome{}, cause
@@ -359,18 +422,6 @@ func (s *Service) PaymentByKey(ctx context.Context, merchantID, key string) (Pay
 	}
 	p, err := s.store.PaymentByKey(ctx, merchantID, key)
 	return p, notFound(err, "no payment was created with this idempotency key")
-}
-
-// Authenticate finds the merchant owning an API key.
-func (s *Service) Authenticate(ctx context.Context, apiKey string) (Merchant, error) {
-	m, err := s.store.MerchantByAPIKey(ctx, HashAPIKey(apiKey))
-	if errors.Is(err, ErrNotFound) {
-		return Merchant{}, &Error{Code: CodeUnauthorized, Message: "missing or invalid API key"}
-	}
-	if err != nil {
-		return Merchant{}, internal(err)
-	}
-	return m, nil
 }
 
 func notFound(err error, msg string) error {

@@ -50,6 +50,8 @@ type Store interface {
 	// attempts is the new count of failed passes. idemkeys.ErrFenced when the
 	// caller no longer holds it.
 	Reschedule(ctx context.Context, ref idemkeys.Ref, held int64, after time.Time, attempts int, now time.Time) error
+	// OldestUnfinished returns when the oldest unfinished key was created; zero when none is.
+	OldestUnfinished(ctx context.Context) (time.Time, error)
 	// PurgeKeys deletes up to limit completed keys finished before `before`.
 	PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error)
 
@@ -64,8 +66,15 @@ type Store interface {
 
 	// CreateMerchant stores m with its first API key (only the hash).
 	CreateMerchant(ctx context.Context, m Merchant, key APIKey) error
-	// MerchantByAPIKey finds the merchant owning an active key; ErrNotFound otherwise.
-	MerchantByAPIKey(ctx context.Context, hash [32]byte) (Merchant, error)
+	// ActiveKeysByPrefix lists the active keys sharing a visible prefix (almost
+	// always zero or one), with their merchants; the caller compares hashes.
+	ActiveKeysByPrefix(ctx context.Context, prefix string) ([]StoredKey, []Merchant, error)
+	// AddAPIKey stores another key for an existing merchant; ErrNotFound for an unknown merchant.
+	AddAPIKey(ctx context.Context, merchantID string, key APIKey, now time.Time) error
+	// RevokeAPIKey revokes the merchant's active keys with a prefix and reports how many.
+	RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error)
+	// APIKeys lists a merchant's keys, revoked ones included.
+	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
 }
 
 var (

@@ -42,7 +42,27 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives one event per settlement; keys are hashed.
 	Logger *slog.Logger
+	// Observer is told what each pass did, for metrics; nil observes nothing.
+	Observer Observer
 }
+
+// Observer is told what the reconciler does. Implementations must be safe
+// for concurrent use.
+type Observer interface {
+	// Settled counts one key's outcome.
+	Settled(o Outcome)
+	// Purged counts deleted keys.
+	Purged(n int64)
+	// PassDone reports, after a pass, the payments awaiting review and the age
+	// of the oldest unfinished key (0 when there is none).
+	PassDone(needsReview int, oldestUnfinished time.Duration)
+}
+
+type noObserver struct{}
+
+func (noObserver) Settled(Outcome)             {}
+func (noObserver) Purged(int64)                {}
+func (noObserver) PassDone(int, time.Duration) {}
 
 // Defaults for fields left zero.
 func (c *Config) setDefaults() {
@@ -78,6 +98,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
 	}
 }
 
@@ -188,6 +211,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	for res := range results {
 		sum.Results = append(sum.Results, res)
 		sum.Counts[res.Outcome]++
+		r.cfg.Observer.Settled(res.Outcome)
 	}
 	if err := <-claimErr; err != nil {
 		return r.finish(ctx, sum, start), err
@@ -198,10 +222,19 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 }
 
 func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) Summary {
-	if n, err := r.store.CountPayments(ctx, payments.RequiresReview); err == nil {
-		sum.NeedsReview = n
-	} else {
+	n, err := r.store.CountPayments(ctx, payments.RequiresReview)
+	if err != nil {
 		r.log.Error("count payments in review", "err", err)
+	}
+	sum.NeedsReview = n
+	var age time.Duration
+	if oldest, err := r.store.OldestUnfinished(ctx); err != nil {
+		r.log.Error("find the oldest unfinished key", "err", err)
+	} else if !oldest.IsZero() {
+		age = r.now().Sub(oldest)
+	}
+	if err == nil {
+		r.cfg.Observer.PassDone(n, age)
 	}
 	sum.Elapsed = time.Since(start)
 	return sum
@@ -310,7 +343,7 @@ func (r *Reconciler) logged(key idemkeys.Record, res Result) Result {
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "reconcile",
-		"outcome", string(res.Outcome), "payment_id", res.PaymentID, "merchant_id", res.MerchantID,
+		"outcome", string(res.Outcome), "payment_id", res.PaymentID, "merchant", idemkeys.HashMerchant(res.MerchantID),
 		"key", res.Key, "lease_version", key.LeaseVersion, "attempts", res.Attempts, "detail", res.Detail)
 	return res
 }
@@ -322,6 +355,7 @@ func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
 	for {
 		n, err := r.store.PurgeKeys(ctx, before, r.cfg.PurgeBatch)
 		total += n
+		r.cfg.Observer.Purged(n)
 		if err != nil || n < int64(r.cfg.PurgeBatch) {
 			if total > 0 {
 				r.log.Info("purged idempotency keys", "count", total, "completed_before", before)

@@ -32,6 +32,11 @@ type Config struct {
 	LogLevel        string
 	DevDataDir      string
 
+	AdminAddr     string
+	AuthCacheTTL  time.Duration
+	RatePerSecond float64
+	RateBurst     int
+
 	ReconcileSchedule    string
 	ReconcileMaxAttempts int
 	ReconcileBatch       int
@@ -58,6 +63,32 @@ func settings() []setting {
 			c.Addr = v
 			return nil
 		}},
+		{"GATEWAY_ADMIN_ADDR", "", "serve /metrics on this separate address (host:port) instead of on GATEWAY_ADDR", func(c *Config, v string) error {
+			if v != "" {
+				if _, _, err := net.SplitHostPort(v); err != nil {
+					return fmt.Errorf("must be host:port: %v", err)
+				}
+			}
+			c.AdminAddr = v
+			return nil
+		}},
+		{"GATEWAY_AUTH_CACHE_TTL", "10s", "how long a replica trusts a verified API key without reading the database (a revoked key works that much longer); 0s reads every time", func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return errors.New("must be a duration ≥ 0 such as 0s or 10s")
+			}
+			c.AuthCacheTTL = d
+			return nil
+		}},
+		{"GATEWAY_RATE_LIMIT", "100", "requests per second each merchant may send to one replica; 0 turns the limit off", func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 {
+				return errors.New("must be a number ≥ 0")
+			}
+			c.RatePerSecond = f
+			return nil
+		}},
+		{"GATEWAY_RATE_BURST", "200", "requests a merchant may send at once above the rate", intSetting(func(c *Config, n int) { c.RateBurst = n })},
 		{"GATEWAY_DATABASE_DSN", "", "MySQL/MariaDB DSN, e.g. user:pass@tcp(127.0.0.1:3306)/gateway (dev: unset starts a private MariaDB)", func(c *Config, v string) error {
 			if v != "" {
 				if _, err := db.Config(v); err != nil {

@@ -31,7 +31,7 @@ func (e exitError) Error() string { return e.msg }
 // exitNeedsReview is `reconcile --once`'s status when payments await ops.
 const exitNeedsReview = 3
 
-func newReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger) *reconcile.Reconciler {
+func newReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
 	return reconcile.New(store.New(dbx), adapter, reconcile.Config{
 		Lease:       cfg.Lease,
 		PSPTimeout:  cfg.PSPTimeout,
@@ -43,18 +43,19 @@ func newReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logg
 		Retention:   cfg.Retention,
 		PurgeBatch:  cfg.PurgeBatch,
 		Logger:      log,
+		Observer:    obs,
 	})
 }
 
 // startReconciler schedules the reconciler inside a long-running process;
 // the returned stop waits for a running pass. A nil schedule ("off") starts nothing.
-func startReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger) (stop func()) {
+func startReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs reconcile.Observer) (stop func()) {
 	sched, err := reconcile.ParseSchedule(cfg.ReconcileSchedule)
 	if err != nil || sched == nil { // validated with the configuration
 		log.Info("reconciler disabled", "schedule", cfg.ReconcileSchedule)
 		return func() {}
 	}
-	s := reconcile.Schedule(sched, newReconciler(cfg, dbx, adapter, log), log)
+	s := reconcile.Schedule(sched, newReconciler(cfg, dbx, adapter, log, obs), log)
 	log.Info("reconciler scheduled", "schedule", cfg.ReconcileSchedule)
 	return s.Stop
 }
@@ -87,12 +88,12 @@ func runReconcile(ctx context.Context, cfg Config, args []string, stdout, stderr
 		return err
 	}
 	if !*once {
-		stop := startReconciler(cfg, dbx, adapter, log)
+		stop := startReconciler(cfg, dbx, adapter, log, nil)
 		<-ctx.Done()
 		stop()
 		return nil
 	}
-	return reconcileOnce(ctx, newReconciler(cfg, dbx, adapter, log), *asJSON, stdout)
+	return reconcileOnce(ctx, newReconciler(cfg, dbx, adapter, log, nil), *asJSON, stdout)
 }
 
 // reconcileOnce runs one pass and reports it for a person or, with asJSON, a program.

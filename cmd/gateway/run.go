@@ -10,12 +10,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"text/tabwriter"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"gateway/api"
 	"gateway/db"
+	"gateway/metrics"
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
@@ -124,10 +128,25 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if cfg.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		h = slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(api.LogHandler(h))
+}
+
+// serveAdmin serves the metrics on their own listener, kept off the public address.
+func serveAdmin(addr string, metricsHandler http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on GATEWAY_ADMIN_ADDR %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsHandler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("admin listening", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
 
 func openDB(ctx context.Context, cfg Config) (*sqlx.DB, error) {
@@ -148,12 +167,14 @@ func newPSP(cfg Config) (psp.Adapter, error) {
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }
 
-func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger) *payments.Service {
+func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs payments.Observer) *payments.Service {
 	return payments.NewService(store.New(dbx), adapter, payments.Config{
 		Lease:        cfg.Lease,
 		PSPTimeout:   cfg.PSPTimeout,
 		InFlightWait: cfg.InFlightWait,
 		Logger:       log,
+		Observer:     obs,
+		AuthCacheTTL: cfg.AuthCacheTTL,
 	})
 }
 
@@ -182,12 +203,32 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	}
 	defer dbx.Close()
 	st := store.New(dbx)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
 	adapter, err := newPSP(cfg)
 	if err != nil {
 		return err
 	}
-	svc := newService(cfg, dbx, adapter, log)
-	handler := api.NewHandler(svc, st, api.Options{MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	adapter = metrics.InstrumentPSP(adapter, m)
+	svc := newService(cfg, dbx, adapter, log, m)
+	apiOpts := api.Options{
+		MaxBodyBytes:  cfg.MaxBodyBytes,
+		RatePerSecond: cfg.RatePerSecond,
+		RateBurst:     cfg.RateBurst,
+		Observer:      m,
+		Logger:        log,
+	}
+	if cfg.AdminAddr == "" {
+		apiOpts.Metrics = metrics.Handler(reg)
+	} else {
+		stopAdmin, err := serveAdmin(cfg.AdminAddr, metrics.Handler(reg), log)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+	}
+	handler := api.NewHandler(svc, st, apiOpts)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -208,7 +249,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	stopReconciler := startReconciler(cfg, dbx, adapter, log)
+	stopReconciler := startReconciler(cfg, dbx, adapter, log, m)
 	defer stopReconciler()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -272,13 +313,21 @@ func runMigrate(cfg Config, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+const merchantsUsage = `Usage: gateway merchants create --name NAME
+       gateway merchants keys create --merchant MERCHANT_ID
+       gateway merchants keys revoke --merchant MERCHANT_ID --prefix sk_XXXXXXXX
+       gateway merchants keys list --merchant MERCHANT_ID`
+
 func runMerchants(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "keys" {
+		return runKeys(ctx, cfg, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "create" {
-		fmt.Fprintln(stderr, "Usage: gateway merchants create --name NAME")
+		fmt.Fprintln(stderr, merchantsUsage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
-		return usageError{"merchants needs a subcommand: create"}
+		return usageError{"merchants needs a subcommand: create or keys"}
 	}
 	fs := newFlags("merchants create", "gateway merchants create --name NAME", stderr)
 	name := fs.String("name", "", "the merchant's display name (required)")
@@ -302,6 +351,59 @@ func runMerchants(ctx context.Context, cfg Config, args []string, stdout, stderr
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": m.ID, "api_key": key.Plaintext})
+}
+
+// runKeys manages API keys: several may be active at once, so a merchant
+// rotates by creating a new key, deploying it, then revoking the old one.
+func runKeys(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "create" && args[0] != "revoke" && args[0] != "list") {
+		fmt.Fprintln(stderr, merchantsUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return nil
+		}
+		return usageError{"merchants keys needs a subcommand: create, revoke or list"}
+	}
+	action := args[0]
+	fs := newFlags("merchants keys "+action, "gateway merchants keys "+action+" --merchant MERCHANT_ID", stderr)
+	merchant := fs.String("merchant", "", "the merchant's id (required)")
+	prefix := fs.String("prefix", "", "revoke: the key's visible prefix, e.g. sk_ab12cd34 (required)")
+	if help, err := parseFlags(fs, args[1:]); help || err != nil {
+		return err
+	}
+	if *merchant == "" || fs.NArg() > 0 || (action == "revoke") != (*prefix != "") {
+		fs.Usage()
+		return usageError{"merchants keys " + action + " needs --merchant" + map[bool]string{true: " and --prefix", false: ""}[action == "revoke"]}
+	}
+	return withService(ctx, cfg, func(svc *payments.Service) error {
+		switch action {
+		case "create":
+			key, err := svc.CreateAPIKey(ctx, *merchant)
+			if err != nil {
+				return errors.New(describe(err))
+			}
+			return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": *merchant, "api_key": key.Plaintext, "prefix": key.Prefix})
+		case "revoke":
+			if err := svc.RevokeAPIKey(ctx, *merchant, *prefix); err != nil {
+				return errors.New(describe(err))
+			}
+			fmt.Fprintf(stdout, "revoked %s of merchant %s (replicas stop accepting it within GATEWAY_AUTH_CACHE_TTL)\n", *prefix, *merchant)
+			return nil
+		}
+		keys, err := svc.APIKeys(ctx, *merchant)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "PREFIX\tCREATED\tREVOKED")
+		for _, k := range keys {
+			revoked := "-"
+			if !k.RevokedAt.IsZero() {
+				revoked = k.RevokedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", k.Prefix, k.CreatedAt.Format(time.RFC3339), revoked)
+		}
+		return tw.Flush()
+	})
 }
 
 func createMerchant(ctx context.Context, dbx *sqlx.DB, name string) (payments.Merchant, payments.APIKey, error) {

@@ -74,6 +74,15 @@ func (s *Store) PurgeKeys(ctx context.Context, before time.Time, limit int) (int
 	return idemkeys.Purge(ctx, s.db, before, limit)
 }
 
+// OldestUnfinished implements payments.Store.
+func (s *Store) OldestUnfinished(ctx context.Context) (time.Time, error) {
+	var t sql.NullTime
+	if err := s.db.GetContext(ctx, &t, `SELECT MIN(created_at) FROM idempotency_keys WHERE state = 'IN_PROGRESS'`); err != nil {
+		return time.Time{}, fmt.Errorf("store.OldestUnfinished: %w", db.Classify(err))
+	}
+	return t.Time, nil
+}
+
 // ListPayments implements payments.Store.
 func (s *Store) ListPayments(ctx context.Context, status payments.Status, limit int) ([]payments.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE status = ? ORDER BY created_at, id LIMIT ?`

@@ -210,25 +210,81 @@ func (s *Store) CreateMerchant(ctx context.Context, m payments.Merchant, key pay
 	})
 }
 
-// MerchantByAPIKey implements payments.Store.
-func (s *Store) MerchantByAPIKey(ctx context.Context, hash [32]byte) (payments.Merchant, error) {
-	const q = `
-SELECT m.id, m.name, m.created_at
-FROM api_keys k JOIN merchants m ON m.id = k.merchant_id
-WHERE k.key_hash = ? AND k.revoked_at IS NULL`
-	var r struct {
-		ID        string    `db:"id"`
-		Name      string    `db:"name"`
-		CreatedAt time.Time `db:"created_at"`
+type keyRow struct {
+	KeyHash      []byte       `db:"key_hash"`
+	MerchantID   string       `db:"merchant_id"`
+	Prefix       string       `db:"prefix"`
+	CreatedAt    time.Time    `db:"created_at"`
+	RevokedAt    sql.NullTime `db:"revoked_at"`
+	MerchantName string       `db:"merchant_name"`
+	MerchantAt   time.Time    `db:"merchant_created_at"`
+}
+
+func (r keyRow) toDomain() payments.StoredKey {
+	k := payments.StoredKey{MerchantID: r.MerchantID, Prefix: r.Prefix, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt.Time}
+	copy(k.Hash[:], r.KeyHash)
+	return k
+}
+
+const keyQuery = `
+SELECT k.key_hash, k.merchant_id, k.prefix, k.created_at, k.revoked_at,
+       m.name AS merchant_name, m.created_at AS merchant_created_at
+FROM api_keys k JOIN merchants m ON m.id = k.merchant_id`
+
+// ActiveKeysByPrefix implements payments.Store.
+func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]payments.StoredKey, []payments.Merchant, error) {
+	var rows []keyRow
+	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.prefix = ? AND k.revoked_at IS NULL`, prefix); err != nil {
+		return nil, nil, fmt.Errorf("store: keys by prefix: %w", db.Classify(err))
 	}
-	err := s.db.GetContext(ctx, &r, q, hash[:])
-	if errors.Is(err, sql.ErrNoRows) {
-		return payments.Merchant{}, payments.ErrNotFound
+	keys := make([]payments.StoredKey, len(rows))
+	merchants := make([]payments.Merchant, len(rows))
+	for i, r := range rows {
+		keys[i] = r.toDomain()
+		merchants[i] = payments.Merchant{ID: r.MerchantID, Name: r.MerchantName, CreatedAt: r.MerchantAt}
 	}
+	return keys, merchants, nil
+}
+
+// AddAPIKey implements payments.Store.
+func (s *Store) AddAPIKey(ctx context.Context, merchantID string, key payments.APIKey, now time.Time) error {
+	return db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		var n int
+		// A locking read, so a merchant cannot vanish between the check and the insert.
+		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM merchants WHERE id = ? FOR UPDATE`, merchantID); err != nil {
+			return err
+		}
+		if n == 0 {
+			return payments.ErrNotFound
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
+			key.Hash[:], merchantID, key.Prefix, now)
+		return err
+	})
+}
+
+// RevokeAPIKey implements payments.Store.
+func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE merchant_id = ? AND prefix = ? AND revoked_at IS NULL`,
+		now, merchantID, prefix)
 	if err != nil {
-		return payments.Merchant{}, fmt.Errorf("store: merchant by api key: %w", db.Classify(err))
+		return 0, fmt.Errorf("store.RevokeAPIKey: %w", db.Classify(err))
 	}
-	return payments.Merchant{ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt}, nil
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// APIKeys implements payments.Store.
+func (s *Store) APIKeys(ctx context.Context, merchantID string) ([]payments.StoredKey, error) {
+	var rows []keyRow
+	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.merchant_id = ? ORDER BY k.created_at`, merchantID); err != nil {
+		return nil, fmt.Errorf("store.APIKeys: %w", db.Classify(err))
+	}
+	out := make([]payments.StoredKey, len(rows))
+	for i, r := range rows {
+		out[i] = r.toDomain()
+	}
+	return out, nil
 }
 
 // Ping reports whether the database answers.

@@ -1,0 +1,148 @@
+// Package metrics owns the gateway's Prometheus metrics: HTTP traffic,
+// idempotency outcomes, PSP calls by outcome class, and the reconciler's
+// work. Collectors live on a Metrics value registered with a registry passed
+// in; nothing is global.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"gateway/payments"
+	"gateway/reconcile"
+)
+
+// Metrics holds every collector.
+type Metrics struct {
+	httpRequests  *prometheus.CounterVec
+	httpDuration  *prometheus.HistogramVec
+	keyOutcomes   *prometheus.CounterVec
+	inFlightWait  prometheus.Histogram
+	takeovers     prometheus.Counter
+	fencing       prometheus.Counter
+	missingKey    prometheus.Counter
+	rateLimited   prometheus.Counter
+	pspCalls      *prometheus.CounterVec
+	pspDuration   *prometheus.HistogramVec
+	settlements   *prometheus.CounterVec
+	needsReview   prometheus.Gauge
+	oldestPending prometheus.Gauge
+	purged        prometheus.Counter
+}
+
+var (
+	_ payments.Observer  = (*Metrics)(nil)
+	_ reconcile.Observer = (*Metrics)(nil)
+)
+
+// New creates the collectors and registers them with reg.
+func New(reg prometheus.Registerer) *Metrics {
+	f := promauto{reg}
+	return &Metrics{
+		httpRequests: f.counterVec("gateway_http_requests_total", "HTTP requests by route, method and status.", "route", "method", "status"),
+		httpDuration: f.histogramVec("gateway_http_request_duration_seconds", "HTTP request latency by route and method.",
+			prometheus.DefBuckets, "route", "method"),
+		keyOutcomes: f.counterVec("gateway_idempotency_requests_total",
+			"Create requests by what their idempotency key did: fresh, replayed, mismatch (422), in_flight (409), key_reused (409 after purge).", "outcome"),
+		inFlightWait: f.histogram("gateway_idempotency_inflight_wait_seconds",
+			"How long duplicates waited for the first request with their key.", []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 5}),
+		takeovers:   f.counter("gateway_idempotency_lease_takeovers_total", "Expired leases taken over by a retry."),
+		fencing:     f.counter("gateway_idempotency_fencing_refusals_total", "Writes refused because the writer had lost its lease."),
+		missingKey:  f.counter("gateway_idempotency_missing_key_total", "Mutating requests refused for lack of an Idempotency-Key."),
+		rateLimited: f.counter("gateway_rate_limited_total", "Requests refused with 429."),
+		pspCalls: f.counterVec("gateway_psp_calls_total",
+			"PSP calls by adapter, operation and outcome class (result, not_found, not_processed, unknown).", "adapter", "op", "outcome"),
+		pspDuration: f.histogramVec("gateway_psp_call_duration_seconds", "PSP call latency by adapter and operation.",
+			[]float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}, "adapter", "op"),
+		settlements: f.counterVec("gateway_reconcile_settlements_total", "Keys the reconciler handled, by outcome.", "outcome"),
+		needsReview: f.gauge("gateway_payments_requires_review", "Payments waiting for a person, as of the last reconcile pass."),
+		oldestPending: f.gauge("gateway_idempotency_oldest_in_progress_seconds",
+			"Age of the oldest unfinished key, as of the last reconcile pass (0 when none)."),
+		purged: f.counter("gateway_idempotency_purged_total", "Completed keys deleted after retention."),
+	}
+}
+
+// Handler serves the metrics of g in the Prometheus text format.
+func Handler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
+// ObserveHTTP records one request.
+func (m *Metrics) ObserveHTTP(route, method string, status int, d time.Duration) {
+	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
+	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// MissingKey counts a mutating request without an Idempotency-Key.
+func (m *Metrics) MissingKey() { m.missingKey.Inc() }
+
+// RateLimited counts a 429.
+func (m *Metrics) RateLimited() { m.rateLimited.Inc() }
+
+// KeyOutcome implements payments.Observer.
+func (m *Metrics) KeyOutcome(outcome string) { m.keyOutcomes.WithLabelValues(outcome).Inc() }
+
+// InFlightWaited implements payments.Observer.
+func (m *Metrics) InFlightWaited(d time.Duration) { m.inFlightWait.Observe(d.Seconds()) }
+
+// LeaseTakenOver implements payments.Observer.
+func (m *Metrics) LeaseTakenOver() { m.takeovers.Inc() }
+
+// FencingRefused implements payments.Observer.
+func (m *Metrics) FencingRefused() { m.fencing.Inc() }
+
+// Settled implements reconcile.Observer.
+func (m *Metrics) Settled(o reconcile.Outcome) { m.settlements.WithLabelValues(string(o)).Inc() }
+
+// Purged implements reconcile.Observer.
+func (m *Metrics) Purged(n int64) { m.purged.Add(float64(n)) }
+
+// PassDone implements reconcile.Observer.
+func (m *Metrics) PassDone(needsReview int, oldest time.Duration) {
+	m.needsReview.Set(float64(needsReview))
+	m.oldestPending.Set(oldest.Seconds())
+}
+
+// PSPCall records one PSP call.
+func (m *Metrics) PSPCall(adapter, op, outcome string, d time.Duration) {
+	m.pspCalls.WithLabelValues(adapter, op, outcome).Inc()
+	m.pspDuration.WithLabelValues(adapter, op).Observe(d.Seconds())
+}
+
+// promauto creates and registers collectors, panicking on a duplicate name:
+// that is a programming error caught by any test that builds the gateway.
+type promauto struct{ reg prometheus.Registerer }
+
+func (p promauto) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	p.reg.MustRegister(c)
+	return c
+}
+
+func (p promauto) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	p.reg.MustRegister(c)
+	return c
+}
+
+func (p promauto) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	p.reg.MustRegister(g)
+	return g
+}
+
+func (p promauto) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	p.reg.MustRegister(h)
+	return h
+}
+
+func (p promauto) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	p.reg.MustRegister(h)
+	return h
+}

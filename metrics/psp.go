@@ -1,0 +1,50 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"gateway/psp"
+)
+
+// InstrumentPSP wraps an adapter so that every call is counted by outcome
+// class and timed. The wrapper changes no result.
+func InstrumentPSP(a psp.Adapter, m *Metrics) psp.Adapter {
+	return &instrumented{Adapter: a, m: m, name: a.Capabilities().Name}
+}
+
+type instrumented struct {
+	psp.Adapter
+	m    *Metrics
+	name string
+}
+
+func (i *instrumented) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
+	start := time.Now()
+	c, err := i.Adapter.Charge(ctx, req)
+	i.m.PSPCall(i.name, "charge", outcomeOf(err), time.Since(start))
+	return c, err
+}
+
+func (i *instrumented) Lookup(ctx context.Context, orderID string) (psp.Charge, error) {
+	start := time.Now()
+	c, err := i.Adapter.Lookup(ctx, orderID)
+	i.m.PSPCall(i.name, "lookup", outcomeOf(err), time.Since(start))
+	return c, err
+}
+
+// outcomeOf names a call's outcome class; an unclassified error counts as
+// unknown, as the payment flow treats it.
+func outcomeOf(err error) string {
+	switch {
+	case err == nil:
+		return "result"
+	case errors.Is(err, psp.ErrNotFound):
+		return "not_found"
+	}
+	if c, ok := psp.ClassOf(err); ok && c == psp.NotProcessed {
+		return "not_processed"
+	}
+	return "unknown"
+}
