@@ -4,17 +4,31 @@
 GO ?= go
 # The race detector needs a C compiler; without one the suite still runs.
 RACE := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
+# How long each fuzz target runs in `make test` (its committed corpus always runs).
+FUZZTIME ?= 5s
+FUZZ_TARGETS := ./api:FuzzParseCreate ./idemkeys:FuzzValidateKey ./idemkeys:FuzzFingerprint
 
-.PHONY: run test build vet
+.PHONY: run test fuzz build vet
 
 ## run: start the gateway with a private MariaDB, the mock PSP and a demo merchant
 run:
 	$(GO) run ./cmd/gateway dev
 
-## test: the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one)
-test:
-	$(GO) vet ./...
+## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one), then the fuzzers
+test: vet
 	$(GO) run ./cmd/withdb -- $(GO) test $(RACE) -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory fuzz
+
+vet:
+	$(GO) vet ./...
+
+## fuzz: run each fuzz target for FUZZTIME
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
+	done
 
 ## build: a static binary in bin/gateway
 build:

@@ -64,20 +64,41 @@ type createPaymentBody struct {
 }
 
 func (s *Server) handleCreatePayment(c echo.Context) error {
-	m := merchantOf(c)
+	req, err := s.parseCreate(c)
+	if err != nil {
+		return err
+	}
+	// The client may go away; the payment is finished anyway while this
+	// worker holds the lease, so that its retry finds a stored answer.
+	out, err := s.svc.Create(context.WithoutCancel(c.Request().Context()), req)
+	if err != nil {
+		return err
+	}
+	if out.Response.Status == http.StatusCreated {
+		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
+	}
+	if out.Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+}
+
+// parseCreate turns the request into the command, or a 4xx *payments.Error
+// (or *http.MaxBytesError) naming what to fix. It reads no state.
+func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	key, present := c.Request().Header["Idempotency-Key"]
 	if !present || len(key) != 1 {
 		if !present {
 			s.obs.MissingKey()
 		}
-		return &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
+		return payments.CreateRequest{}, &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
 	}
 	body, err := s.decodeCreate(c)
 	if err != nil {
-		return err
+		return payments.CreateRequest{}, err
 	}
 	req := payments.CreateRequest{
-		MerchantID:     m.ID,
+		MerchantID:     merchantOf(c).ID,
 		IdempotencyKey: key[0],
 		Metadata:       body.Metadata,
 	}
@@ -101,21 +122,9 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 		req.Description = *body.Description
 	}
 	if len(missing) > 0 {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body is invalid", Fields: missing}
+		return req, &payments.Error{Code: payments.CodeInvalid, Message: "the request body is invalid", Fields: missing}
 	}
-	// The client may go away; the payment is finished anyway while this
-	// worker holds the lease, so that its retry finds a stored answer.
-	out, err := s.svc.Create(context.WithoutCancel(c.Request().Context()), req)
-	if err != nil {
-		return err
-	}
-	if out.Response.Status == http.StatusCreated {
-		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
-	}
-	if out.Replayed {
-		c.Response().Header().Set("Idempotent-Replayed", "true")
-	}
-	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+	return req, nil
 }
 
 // decodeCreate reads one JSON object, refusing unknown fields, trailing
