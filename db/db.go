@@ -80,8 +80,9 @@ func Config(dsn string) (*mysql.Config, error) {
 var (
 	// ErrDuplicate is a unique-constraint violation (MySQL 1062).
 	ErrDuplicate = errors.New("db: duplicate key")
-	// ErrRetryable is a deadlock or lock wait timeout (1213, 1205): the whole
-	// transaction was rolled back and may be run again.
+	// ErrRetryable is a deadlock (1213, the server rolled the transaction back)
+	// or a lock wait timeout (1205, only the statement was rolled back: the
+	// caller must roll back the rest). Either way the transaction may be run again.
 	ErrRetryable = errors.New("db: transaction rolled back by the server, retry")
 	// ErrConnLost is a connection that broke mid-statement or mid-commit: the
 	// outcome is unknown and must be re-read, never blindly retried.
@@ -110,7 +111,7 @@ func Classify(err error) error {
 			return fmt.Errorf("%w: %v", ErrDuplicate, err)
 		case 1213, 1205:
 			return fmt.Errorf("%w: %v", ErrRetryable, err)
-		case 1927, 1053, 2006, 2013: // killed connection, shutdown, server gone, lost during query
+		case 1927, 1053, 2006, 2013, 4031: // killed, shutdown, server gone, lost during query, idle disconnect (MySQL 8)
 			return fmt.Errorf("%w: %v", ErrConnLost, err)
 		}
 		return err

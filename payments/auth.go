@@ -37,7 +37,7 @@ func (s *Service) Authenticate(ctx context.Context, apiKey string) (Merchant, er
 		return Merchant{}, unauthorized
 	}
 	hash := HashAPIKey(apiKey)
-	now := time.Now()
+	now := s.cfg.Now()
 	if m, ok := s.auth.get(hash, now); ok {
 		return m, nil
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"gateway/idemkeys"
@@ -36,7 +35,14 @@ type CreateRequest struct {
 // Normalize makes equal commands equal field by field (currency codes are
 // case-insensitive on input, upper case from here on).
 func (r *CreateRequest) Normalize() {
-	r.Amount.Currency = strings.ToUpper(r.Amount.Currency)
+	// ASCII only: Unicode case folding would turn "uſd" into "USD".
+	b := []byte(r.Amount.Currency)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	r.Amount.Currency = string(b)
 }
 
 // Validate reports every invalid field at once, as a CodeInvalid *Error.
@@ -57,7 +63,7 @@ func (r CreateRequest) Validate() error {
 	switch {
 	case r.PaymentMethod == "":
 		add("payment_method", "is required")
-	case len(r.PaymentMethod) > MaxPaymentMethodLen || !printable(r.PaymentMethod):
+	case utf8.RuneCountInString(r.PaymentMethod) > MaxPaymentMethodLen || !printable(r.PaymentMethod):
 		add("payment_method", "must be at most %d printable characters", MaxPaymentMethodLen)
 	}
 	if utf8.RuneCountInString(r.Description) > MaxDescriptionLen || !printable(r.Description) {

@@ -380,3 +380,13 @@ func TestCurrencyExponent(t *testing.T) {
 		})
 	}
 }
+
+func TestNormalizeFoldsASCIIOnly(t *testing.T) {
+	for in, want := range map[string]string{"usd": "USD", "Krw": "KRW", "uſd": "UſD", "ınr": "ıNR"} {
+		r := payments.CreateRequest{Amount: payments.Money{Minor: 1, Currency: in}}
+		r.Normalize()
+		if r.Amount.Currency != want {
+			t.Errorf("Normalize(%q) = %q, want %q", in, r.Amount.Currency, want)
+		}
+	}
+}

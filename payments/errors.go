@@ -74,7 +74,7 @@ func Errorf(code Code, format string, args ...any) *Error {
 // ErrorCode returns the code of err, CodeInternal for anything that is not an *Error.
 func ErrorCode(err error) Code {
 	var e *Error
-	if errors.As(err, &e) {
+	if errors.As(err, &e) && e != nil {
 		return e.Code
 	}
 	return CodeInternal

@@ -7,6 +7,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Merchant is an account that takes payments through the gateway.
@@ -69,7 +70,7 @@ func HashAPIKey(plain string) [32]byte {
 // NewMerchant validates name and mints the merchant's id and first API key;
 // the plaintext key is to be shown once and never stored.
 func NewMerchant(name string, now time.Time) (Merchant, APIKey, error) {
-	if name == "" || len(name) > 255 || !printable(name) {
+	if name == "" || utf8.RuneCountInString(name) > 255 || !printable(name) {
 		return Merchant{}, APIKey{}, Errorf(CodeInvalid, "merchant name must be 1 to 255 printable characters")
 	}
 	key, err := NewAPIKey()

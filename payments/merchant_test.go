@@ -37,6 +37,9 @@ func TestNewAPIKey(t *testing.T) {
 		if len(k.Prefix) <= len(payments.APIKeyPrefix) || len(k.Prefix) >= len(k.Plaintext)/2 {
 			t.Errorf("Prefix %q should tell keys apart without giving away most of the secret", k.Prefix)
 		}
+		if got := payments.KeyPrefix(k.Plaintext); got != k.Prefix {
+			t.Errorf("KeyPrefix(plaintext) = %q, want the minted Prefix %q", got, k.Prefix)
+		}
 		if len(k.Prefix) > 32 { // api_keys.prefix is VARCHAR(32)
 			t.Errorf("Prefix %q is longer than its column", k.Prefix)
 		}
@@ -44,6 +47,27 @@ func TestNewAPIKey(t *testing.T) {
 			t.Fatalf("key %q minted twice", k.Prefix)
 		}
 		seen[k.Plaintext], hashes[k.Hash] = true, true
+	}
+}
+
+func TestKeyPrefix(t *testing.T) {
+	k := mustAPIKey(t)
+	tests := []struct {
+		name, in, want string
+	}{
+		{"minted key", k.Plaintext, k.Prefix},
+		{"empty", "", ""},
+		{"prefix only", "sk_", ""},
+		{"other scheme", "pk_" + strings.TrimPrefix(k.Plaintext, "sk_"), ""},
+		{"upper case scheme", "SK_" + strings.TrimPrefix(k.Plaintext, "sk_"), ""},
+		{"bearer word", "Bearer " + k.Plaintext, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := payments.KeyPrefix(tt.in); got != tt.want {
+				t.Errorf("KeyPrefix(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
 	}
 }
 

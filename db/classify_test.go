@@ -1,0 +1,104 @@
+package db_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"gateway/db"
+)
+
+func mysqlErr(number uint16, msg string) *mysql.MySQLError {
+	return &mysql.MySQLError{Number: number, Message: msg}
+}
+
+func TestClassify(t *testing.T) {
+	kinds := []error{db.ErrDuplicate, db.ErrRetryable, db.ErrConnLost, db.ErrUnavailable}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	tests := []struct {
+		name string
+		err  error
+		want error // the kind, or nil when the error must come back unchanged
+	}{
+		{"duplicate 1062", mysqlErr(1062, "Duplicate entry 'k' for key 'PRIMARY'"), db.ErrDuplicate},
+		{"deadlock 1213", mysqlErr(1213, "Deadlock found when trying to get lock"), db.ErrRetryable},
+		{"lock wait timeout 1205", mysqlErr(1205, "Lock wait timeout exceeded"), db.ErrRetryable},
+		{"lost during query 2013", mysqlErr(2013, "Lost connection to server during query"), db.ErrConnLost},
+		{"server gone 2006", mysqlErr(2006, "MySQL server has gone away"), db.ErrConnLost},
+		{"connection killed 1927", mysqlErr(1927, "Connection was killed"), db.ErrConnLost},
+		{"server shutdown 1053", mysqlErr(1053, "Server shutdown in progress"), db.ErrConnLost},
+		{"invalid conn", mysql.ErrInvalidConn, db.ErrConnLost},
+		{"bad conn", driver.ErrBadConn, db.ErrConnLost},
+		{"wrapped duplicate", fmt.Errorf("insert payment: %w", mysqlErr(1062, "Duplicate entry")), db.ErrDuplicate},
+		{"wrapped deadlock", fmt.Errorf("update: %w", mysqlErr(1213, "Deadlock")), db.ErrRetryable},
+		{"wrapped invalid conn", fmt.Errorf("exec: %w", mysql.ErrInvalidConn), db.ErrConnLost},
+		{"wrapped bad conn", fmt.Errorf("exec: %w", driver.ErrBadConn), db.ErrConnLost},
+		{"dial refused", refused, db.ErrUnavailable},
+		{"wrapped dial refused", fmt.Errorf("db: begin: %w", refused), db.ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := db.Classify(tt.err)
+			if !errors.Is(got, tt.want) {
+				t.Fatalf("Classify(%v) = %v, want it to be %v", tt.err, got, tt.want)
+			}
+			for _, k := range kinds {
+				if k != tt.want && errors.Is(got, k) {
+					t.Errorf("Classify(%v) = %v is also %v", tt.err, got, k)
+				}
+			}
+			// The original stays readable for logs.
+			if !strings.Contains(got.Error(), tt.err.Error()) {
+				t.Errorf("Classify(%v) = %q lost the original message", tt.err, got)
+			}
+			// Classifying twice (a helper classifies, then Transact does) keeps the kind.
+			if again := db.Classify(got); !errors.Is(again, tt.want) {
+				t.Errorf("Classify(Classify(err)) = %v, lost %v", again, tt.want)
+			}
+		})
+	}
+}
+
+func TestClassifyLeavesOtherErrorsUnchanged(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"unknown table 1146", mysqlErr(1146, "Table 'x' doesn't exist")},
+		{"syntax 1064", mysqlErr(1064, "You have an error in your SQL syntax")},
+		{"data too long 1406", mysqlErr(1406, "Data too long for column")},
+		{"foreign key 1452", mysqlErr(1452, "Cannot add or update a child row")},
+		{"plain", errors.New("boom")},
+		{"no rows", sql.ErrNoRows},
+		{"tx done", sql.ErrTxDone},
+		{"canceled", context.Canceled},
+		{"deadline", context.DeadlineExceeded},
+		{"wrapped other", fmt.Errorf("x: %w", mysqlErr(1048, "Column cannot be null"))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := db.Classify(tt.err)
+			if got != tt.err {
+				t.Errorf("Classify(%v) = %v, want the same error back", tt.err, got)
+			}
+			for _, k := range []error{db.ErrDuplicate, db.ErrRetryable, db.ErrConnLost, db.ErrUnavailable} {
+				if errors.Is(got, k) {
+					t.Errorf("Classify(%v) is %v", tt.err, k)
+				}
+			}
+		})
+	}
+	t.Run("nil", func(t *testing.T) {
+		if got := db.Classify(nil); got != nil {
+			t.Errorf("Classify(nil) = %v, want nil", got)
+		}
+	})
+}
