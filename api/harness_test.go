@@ -52,6 +52,9 @@ type env struct {
 	srv    *httptest.Server
 	apiKey string
 	merch  payments.Merchant
+	// checked is set when srv checks every exchange against the OpenAPI
+	// contract itself; otherwise do checks what the client sees.
+	checked bool
 }
 
 // envSetup is what options may change before the gateway is built.
@@ -61,6 +64,8 @@ type envSetup struct {
 	wrap func(payments.Store) payments.Store
 	// adapter, when set, replaces the in-process mock PSP (env.psp stays unused).
 	adapter psp.Adapter
+	// api, when set, adjusts the handler's options (rate limits, say).
+	api func(*api.Options)
 }
 
 type envOption func(*envSetup)
@@ -89,9 +94,26 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		adapter = setup.adapter
 	}
 	svc := payments.NewService(svcStore, adapter, setup.cfg)
-	srv := httptest.NewServer(api.NewHandler(svc, st, api.Options{MaxBodyBytes: 16 << 10}))
-	t.Cleanup(srv.Close)
-	e := &env{t: t, db: dbx, store: st, psp: p, clock: clk, svc: svc, srv: srv}
+	apiOpts := api.Options{MaxBodyBytes: 16 << 10}
+	if setup.api != nil {
+		setup.api(&apiOpts)
+	}
+	contract, err := published()
+	if err != nil {
+		t.Fatalf("api/openapi.json: %v", err)
+	}
+	e := &env{t: t, db: dbx, store: st, psp: p, clock: clk, svc: svc, checked: true}
+	// Every exchange of the test, including those whose client went away, is
+	// checked against the published OpenAPI document; a finding fails the test.
+	var tally exchangeTally
+	t.Cleanup(func() { t.Logf("OpenAPI contract checked %s", tally.String()) }) // after srv.Close: all served
+	e.srv = httptest.NewServer(contract.checked(api.NewHandler(svc, st, apiOpts), func(x exchange, findings []string) {
+		tally.add(x.status)
+		if len(findings) > 0 {
+			reportFindings(e.t, x, findings)
+		}
+	}))
+	t.Cleanup(e.srv.Close)
 	e.merch, e.apiKey = e.newMerchant("Test merchant")
 	return e
 }
@@ -139,7 +161,25 @@ func (e *env) do(ctx context.Context, method, path, apiKey string, hdr map[strin
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
+	if err == nil && !e.checked {
+		// A server this harness did not build: check the exchange as the client saw it.
+		e.checkContract(req, body, res, b)
+	}
 	return response{status: res.StatusCode, header: res.Header, body: b}, err
+}
+
+func (e *env) checkContract(req *http.Request, body string, res *http.Response, b []byte) {
+	e.t.Helper()
+	c, err := published()
+	if err != nil {
+		e.t.Errorf("api/openapi.json: %v", err)
+		return
+	}
+	x := exchange{method: req.Method, target: req.URL.RequestURI(), reqHeader: req.Header, reqBody: []byte(body),
+		status: res.StatusCode, header: res.Header, body: b}
+	if findings := c.check(x); len(findings) > 0 {
+		reportFindings(e.t, x, findings)
+	}
 }
 
 // post sends POST /payments as the env's merchant.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/payments"
 )
@@ -13,6 +14,7 @@ import (
 func TestKeyRotationAndRevocation(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
+	e.clock.Advance(time.Second) // the keys list oldest first
 	second, err := e.svc.CreateAPIKey(ctx, e.merch.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -103,7 +103,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		case http.StatusMethodNotAllowed:
 			s.writeProblem(c, problemMethod, problem{})
 		default:
-			s.writeProblem(c, problemKind{status: he.Code, slug: "http-" + strconv.Itoa(he.Code), title: http.StatusText(he.Code)}, problem{})
+			// No route of ours raises any other echo error; should one appear, it is a bug.
+			s.log.ErrorContext(c.Request().Context(), "unexpected echo error", "err", err, "path", c.Path())
+			s.writeProblem(c, problems[payments.CodeInternal], problem{})
 		}
 	default:
 		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "path", c.Path())

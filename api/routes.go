@@ -11,8 +11,10 @@ func (s *Server) routes(e *echo.Echo) {
 		e.GET("/metrics", echo.WrapHandler(s.opts.Metrics))
 	}
 
-	auth := e.Group("", s.authenticate, s.rateLimit)
-	auth.POST("/payments", s.handleCreatePayment)
-	auth.GET("/payments", s.handleFindPayment)
-	auth.GET("/payments/:id", s.handleGetPayment)
+	// Middleware per route, not per group: an echo group with middleware
+	// catches every unmatched path, which would turn 404s and 405s into 401s.
+	merchant := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
+	e.POST("/payments", s.handleCreatePayment, merchant...)
+	e.GET("/payments", s.handleFindPayment, merchant...)
+	e.GET("/payments/:id", s.handleGetPayment, merchant...)
 }

@@ -277,7 +277,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now
 // APIKeys implements payments.Store.
 func (s *Store) APIKeys(ctx context.Context, merchantID string) ([]payments.StoredKey, error) {
 	var rows []keyRow
-	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.merchant_id = ? ORDER BY k.created_at`, merchantID); err != nil {
+	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.merchant_id = ? ORDER BY k.created_at, k.prefix`, merchantID); err != nil {
 		return nil, fmt.Errorf("store.APIKeys: %w", db.Classify(err))
 	}
 	out := make([]payments.StoredKey, len(rows))
