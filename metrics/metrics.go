@@ -32,6 +32,8 @@ type Metrics struct {
 	needsReview   prometheus.Gauge
 	oldestPending prometheus.Gauge
 	purged        prometheus.Counter
+	passes        prometheus.Counter
+	lastPass      prometheus.Gauge
 }
 
 var (
@@ -44,8 +46,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	f := promauto{reg}
 	return &Metrics{
 		httpRequests: f.counterVec("gateway_http_requests_total", "HTTP requests by route, method and status.", "route", "method", "status"),
+		// Up to a minute: a create may wait for the PSP, a lookup and a duplicate in flight.
 		httpDuration: f.histogramVec("gateway_http_request_duration_seconds", "HTTP request latency by route and method.",
-			prometheus.DefBuckets, "route", "method"),
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60}, "route", "method"),
 		keyOutcomes: f.counterVec("gateway_idempotency_requests_total",
 			"Create requests by what their idempotency key did: fresh, replayed, mismatch (422), in_flight (409), key_reused (409 after purge).", "outcome"),
 		inFlightWait: f.histogram("gateway_idempotency_inflight_wait_seconds",
@@ -63,6 +66,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		oldestPending: f.gauge("gateway_idempotency_oldest_in_progress_seconds",
 			"Age of the oldest unfinished key, as of the last reconcile pass (0 when none)."),
 		purged: f.counter("gateway_idempotency_purged_total", "Completed keys deleted after retention."),
+		passes: f.counter("gateway_reconcile_passes_total", "Reconciler passes completed."),
+		lastPass: f.gauge("gateway_reconcile_last_pass_timestamp_seconds",
+			"Unix time of the last completed reconciler pass; alert when it stops moving."),
 	}
 }
 
@@ -105,6 +111,8 @@ func (m *Metrics) Purged(n int64) { m.purged.Add(float64(n)) }
 func (m *Metrics) PassDone(needsReview int, oldest time.Duration) {
 	m.needsReview.Set(float64(needsReview))
 	m.oldestPending.Set(oldest.Seconds())
+	m.passes.Inc()
+	m.lastPass.SetToCurrentTime()
 }
 
 // PSPCall records one PSP call.

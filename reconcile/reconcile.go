@@ -228,12 +228,14 @@ func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) S
 	}
 	sum.NeedsReview = n
 	var age time.Duration
-	if oldest, err := r.store.OldestUnfinished(ctx); err != nil {
-		r.log.Error("find the oldest unfinished key", "err", err)
+	oldest, oerr := r.store.OldestUnfinished(ctx)
+	if oerr != nil {
+		r.log.Error("find the oldest unfinished key", "err", oerr)
 	} else if !oldest.IsZero() {
 		age = r.now().Sub(oldest)
 	}
-	if err == nil {
+	if err == nil && oerr == nil {
+		// A failed read must not look like "nothing stuck": the gauges keep their last values.
 		r.cfg.Observer.PassDone(n, age)
 	}
 	sum.Elapsed = time.Since(start)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"gateway/metrics"
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
@@ -88,7 +89,19 @@ func runReconcile(ctx context.Context, cfg Config, args []string, stdout, stderr
 		return err
 	}
 	if !*once {
-		stop := startReconciler(cfg, dbx, adapter, log, nil)
+		// The daemon's metrics are served on GATEWAY_ADMIN_ADDR when it is set.
+		var obs reconcile.Observer
+		if cfg.AdminAddr != "" {
+			reg := newRegistry()
+			m := metrics.New(reg)
+			adapter, obs = metrics.InstrumentPSP(adapter, m), m
+			stopAdmin, err := serveAdmin(cfg.AdminAddr, metrics.Handler(reg), log)
+			if err != nil {
+				return err
+			}
+			defer stopAdmin()
+		}
+		stop := startReconciler(cfg, dbx, adapter, log, obs)
 		<-ctx.Done()
 		stop()
 		return nil

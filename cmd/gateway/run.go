@@ -135,6 +135,13 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 	return slog.New(api.LogHandler(h))
 }
 
+// newRegistry is a registry with the Go runtime and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
 // serveAdmin serves the metrics on their own listener, kept off the public address.
 func serveAdmin(addr string, metricsHandler http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
@@ -203,8 +210,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	}
 	defer dbx.Close()
 	st := store.New(dbx)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 	m := metrics.New(reg)
 	adapter, err := newPSP(cfg)
 	if err != nil {

@@ -1,0 +1,264 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"gateway/api"
+	"gateway/metrics"
+	"gateway/psp"
+	"gateway/psp/mock"
+)
+
+// metricValue reads one sample from reg: a counter's or gauge's value, or a histogram's count.
+func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if matches(m, labels) {
+				switch {
+				case m.Counter != nil:
+					return m.GetCounter().GetValue()
+				case m.Gauge != nil:
+					return m.GetGauge().GetValue()
+				case m.Histogram != nil:
+					return float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func matches(m *dto.Metric, labels map[string]string) bool {
+	n := 0
+	for _, l := range m.GetLabel() {
+		if v, ok := labels[l.GetName()]; ok {
+			if v != l.GetValue() {
+				return false
+			}
+			n++
+		}
+	}
+	return n == len(labels)
+}
+
+type observed struct {
+	*env
+	reg *prometheus.Registry
+	psp *mock.PSP
+	log *bytes.Buffer
+}
+
+// newObservedEnv is an env with metrics on and every log line captured.
+func newObservedEnv(t *testing.T, mod func(*envSetup)) *observed {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	p := mock.New()
+	logs := &syncBuffer{}
+	log := slog.New(api.LogHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	e := newEnv(t, func(s *envSetup) {
+		s.adapter = metrics.InstrumentPSP(p, m)
+		s.cfg.Observer = m
+		s.cfg.Logger = log
+		s.api = func(o *api.Options) {
+			o.Observer, o.Metrics, o.Logger = m, metrics.Handler(reg), log
+		}
+		if mod != nil {
+			mod(s)
+		}
+	})
+	return &observed{env: e, reg: reg, psp: p, log: &logs.buf}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// Metrics move as a scripted scenario says: fresh, replay, mismatch, in-flight, PSP unknown.
+func TestMetricsFollowTheScenario(t *testing.T) {
+	o := newObservedEnv(t, func(s *envSetup) { s.cfg.InFlightWait = 50 * time.Millisecond })
+	key := func(outcome string) float64 {
+		return metricValue(t, o.reg, "gateway_idempotency_requests_total", map[string]string{"outcome": outcome})
+	}
+	http := func(status string) float64 {
+		return metricValue(t, o.reg, "gateway_http_requests_total", map[string]string{"route": "/payments", "method": "POST", "status": status})
+	}
+	pspCalls := func(op, outcome string) float64 {
+		return metricValue(t, o.reg, "gateway_psp_calls_total", map[string]string{"adapter": "mock", "op": op, "outcome": outcome})
+	}
+
+	wantStatus(t, o.post("a", okBody), 201)
+	wantStatus(t, o.post("a", okBody), 201)
+	wantStatus(t, o.post("a", strings.Replace(okBody, "1000", "5", 1)), 422)
+	if key("fresh") != 1 || key("replayed") != 1 || key("mismatch") != 1 || http("201") != 2 || http("422") != 1 {
+		t.Fatalf("after fresh, replay, mismatch: fresh=%v replayed=%v mismatch=%v 201=%v 422=%v",
+			key("fresh"), key("replayed"), key("mismatch"), http("201"), http("422"))
+	}
+	if pspCalls("charge", "result") != 1 {
+		t.Fatalf("psp charge results %v", pspCalls("charge", "result"))
+	}
+
+	// In flight: the first request is stuck at the PSP while a duplicate waits 50 ms, then gets 409.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	o.psp.SetChargeHook(func(ctx context.Context, req psp.ChargeRequest) { close(arrived); <-release })
+	first := make(chan response, 1)
+	go func() { first <- o.post("b", okBody) }()
+	<-arrived
+	wantProblem(t, o.post("b", okBody), 409, "request-in-flight")
+	close(release)
+	wantStatus(t, <-first, 201)
+	o.psp.SetChargeHook(nil)
+	if key("in_flight") != 1 || metricValue(t, o.reg, "gateway_idempotency_inflight_wait_seconds", nil) != 1 {
+		t.Fatalf("in flight: %v, waits observed %v", key("in_flight"), metricValue(t, o.reg, "gateway_idempotency_inflight_wait_seconds", nil))
+	}
+
+	// PSP unknown after charging, then the retry resumes: a lookup, and a takeover-free settle.
+	o.psp.FailNextCharges(mock.FaultUnknownAfterCharge, 1)
+	wantStatus(t, o.post("c", okBody), 502)
+	if pspCalls("charge", "unknown") != 1 || http("502") != 1 {
+		t.Fatalf("unknown outcome not counted: %v", pspCalls("charge", "unknown"))
+	}
+	wantStatus(t, o.post("c", okBody), 201)
+	if pspCalls("lookup", "result") != 1 {
+		t.Fatalf("resume lookup not counted")
+	}
+
+	// A request without a key.
+	res, err := o.do(context.Background(), "POST", "/payments", o.apiKey, nil, okBody)
+	if err != nil || res.status != 400 {
+		t.Fatalf("no key: %v %d", err, res.status)
+	}
+	if metricValue(t, o.reg, "gateway_idempotency_missing_key_total", nil) != 1 {
+		t.Fatal("missing key not counted")
+	}
+	// The exposition endpoint serves the same numbers.
+	page := o.getAs("", "/metrics")
+	wantStatus(t, page, 200)
+	if !bytes.Contains(page.body, []byte(`gateway_idempotency_requests_total{outcome="replayed"} 1`)) {
+		t.Fatalf("/metrics lacks the replay count:\n%s", page.body)
+	}
+}
+
+// A burst beyond a merchant's bucket gets 429 with Retry-After, is never
+// stored, and does not touch another merchant.
+func TestRateLimitPerMerchant(t *testing.T) {
+	var e *env
+	e = newEnv(t, func(s *envSetup) {
+		s.api = func(o *api.Options) {
+			o.RatePerSecond, o.RateBurst = 1, 3
+			o.Now = func() time.Time { return e.clock.Now() }
+		}
+	})
+	statuses := map[int]int{}
+	for i := range 5 {
+		res := e.post("burst-"+string(rune('a'+i)), okBody)
+		statuses[res.status]++
+		if res.status == 429 {
+			wantProblem(t, res, 429, "rate-limited")
+			if res.header.Get("Retry-After") == "" {
+				t.Fatal("429 without Retry-After")
+			}
+		}
+	}
+	if statuses[201] != 3 || statuses[429] != 2 {
+		t.Fatalf("statuses %v, want 3×201 2×429", statuses)
+	}
+	_, otherKey := e.newMerchant("Other")
+	wantStatus(t, e.postAs(otherKey, "other", okBody), 201)
+	e.clock.Advance(time.Second)
+	wantStatus(t, e.post("burst-e", okBody), 201) // the refused key was not stored: it runs now
+	e.wantCounts(counts{payments: 5, keys: 5, completed: 5, charges: 5, chargeCalls: 5})
+}
+
+// Logs carry request ids and hashes, never API keys, raw idempotency keys or card numbers.
+func TestLogsHoldNoSecrets(t *testing.T) {
+	o := newObservedEnv(t, func(s *envSetup) { s.cfg.Lease = time.Second })
+	const (
+		secretKey = "idem-Secret-7f3a"
+		card      = "4242424242424242"
+	)
+	body := strings.Replace(okBody, "Order A-1", "card "+card, 1)
+	wantStatus(t, o.post(secretKey, body), 201)
+	wantStatus(t, o.post(secretKey, body), 201)
+	wantStatus(t, o.post(secretKey, strings.Replace(body, "1000", "7", 1)), 422)
+	o.psp.FailNextCharges(mock.FaultUnknownAfterCharge, 1)
+	wantStatus(t, o.post(secretKey+"-2", body), 502)
+	o.clock.Advance(2 * time.Second)
+	wantStatus(t, o.post(secretKey+"-2", body), 201)
+	wantStatus(t, o.postAs(o.apiKey+"x", secretKey+"-3", body), 401)
+	if _, err := o.db.Exec(`CREATE TRIGGER fail_insert BEFORE INSERT ON payments FOR EACH ROW SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'boom'`); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, o.post(secretKey+"-4", body), 500)
+
+	logs := o.log.String()
+	if !strings.Contains(logs, "payment settled") || !strings.Contains(logs, "idempotent replay") ||
+		!strings.Contains(logs, "idempotency key mismatch") || !strings.Contains(logs, "request failed") {
+		t.Fatalf("expected events missing from the logs:\n%s", logs)
+	}
+	for _, secret := range []string{o.apiKey, secretKey, card, o.merch.ID} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("logs contain %q", secret)
+		}
+	}
+	// A card number is a whole token of 13–19 digits passing Luhn's check;
+	// digit runs inside hex ids and hashes are not.
+	for _, m := range regexp.MustCompile(`(?:^|[^0-9A-Za-z_])(\d{13,19})(?:[^0-9A-Za-z_]|$)`).FindAllStringSubmatch(logs, -1) {
+		if luhn(m[1]) {
+			t.Errorf("logs contain a card-like number %s", m[1])
+		}
+	}
+	dec := json.NewDecoder(strings.NewReader(logs))
+	for {
+		var line map[string]any
+		if err := dec.Decode(&line); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if id, _ := line["request_id"].(string); !strings.HasPrefix(id, "req_") {
+			t.Errorf("log line without a request id: %v", line)
+		}
+	}
+}
+
+func luhn(digits string) bool {
+	sum := 0
+	for i := range len(digits) {
+		d := int(digits[len(digits)-1-i] - '0')
+		if i%2 == 1 {
+			d *= 2
+			if d > 9 {
+				d -= 9
+			}
+		}
+		sum += d
+	}
+	return sum%10 == 0
+}
