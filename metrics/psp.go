@@ -34,6 +34,20 @@ func (i *instrumented) Lookup(ctx context.Context, orderID string) (psp.Charge, 
 	return c, err
 }
 
+func (i *instrumented) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
+	start := time.Now()
+	r, err := i.Adapter.Refund(ctx, req)
+	i.m.PSPCall(i.name, "refund", outcomeOf(err), time.Since(start))
+	return r, err
+}
+
+func (i *instrumented) LookupRefund(ctx context.Context, chargeReference, refundOrderID string) (psp.Refund, error) {
+	start := time.Now()
+	r, err := i.Adapter.LookupRefund(ctx, chargeReference, refundOrderID)
+	i.m.PSPCall(i.name, "lookup_refund", outcomeOf(err), time.Since(start))
+	return r, err
+}
+
 // outcomeOf names a call's outcome class; an unclassified error counts as
 // unknown, as the payment flow treats it.
 func outcomeOf(err error) string {

@@ -293,7 +293,7 @@ func (s *Service) resume(ctx context.Context, a attempt, rec idemkeys.Record, v 
 	case err == nil:
 		return s.settle(ctx, a, v, p, c)
 	case errors.Is(err, psp.ErrNotFound):
-		if s.mayChargeAgain(rec) {
+		if s.mayChargeAgain(rec, p) {
 			return s.charge(ctx, a, v, p)
 		}
 		return s.release(ctx, a, v, pspError(&psp.Error{Class: psp.Unknown, Op: "lookup", Err: err}))
@@ -302,14 +302,17 @@ func (s *Service) resume(ctx context.Context, a attempt, rec idemkeys.Record, v 
 }
 
 // mayChargeAgain decides whether a charge the PSP says it does not have may be
-// sent again. A PSP that deduplicates order ids makes it always safe; one
-// that does not is safe only once an earlier call can no longer materialise.
-func (s *Service) mayChargeAgain(rec idemkeys.Record) bool {
+// sent again with the same order id. While the PSP still deduplicates that
+// order id, a repeat cannot charge twice; otherwise it is safe only once no
+// earlier call can still materialise.
+func (s *Service) mayChargeAgain(rec idemkeys.Record, p Payment) bool {
 	caps := s.psp.Capabilities()
-	if caps.DedupesOrderID {
+	now := s.cfg.Now()
+	// The first charge was sent after the payment was created; its dedupe lasts DedupeWindow from then.
+	if caps.DedupesOrderID && (caps.DedupeWindow == 0 || now.Before(p.CreatedAt.Add(caps.DedupeWindow))) {
 		return true
 	}
-	return caps.AuthoritativeLookup && s.cfg.Now().After(rec.MayChargeUntil.Add(caps.CreationWindow))
+	return caps.AuthoritativeLookup && now.After(rec.MayChargeUntil.Add(caps.CreationWindow))
 }
 
 // charge sends the charge with the key's order id, outside any transaction.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +20,10 @@ type Config struct {
 	Addr            string
 	DatabaseDSN     string
 	PSP             string
+	PSPURL          string
+	PSPCreation     time.Duration
+	TossSecretKey   string
+	StripeSecretKey string
 	MockPSPLatency  time.Duration
 	DBMaxOpenConns  int
 	DBMaxIdleConns  int
@@ -98,11 +103,41 @@ func settings() []setting {
 			c.DatabaseDSN = v
 			return nil
 		}},
-		{"GATEWAY_PSP", "mock", "payment provider adapter: mock (in-process fake PSP)", func(c *Config, v string) error {
-			if v != "mock" {
-				return fmt.Errorf("unknown PSP %q; available: mock", v)
+		{"GATEWAY_PSP", "mock", "payment provider adapter: mock (in-process fake), mockhttp (the standalone fake, cmd/mockpsp), toss, stripe", func(c *Config, v string) error {
+			switch v {
+			case "mock", "mockhttp", "toss", "stripe":
+				c.PSP = v
+				return nil
 			}
-			c.PSP = v
+			return fmt.Errorf("unknown PSP %q; available: mock, mockhttp, toss, stripe", v)
+		}},
+		{"GATEWAY_PSP_URL", "", "PSP base URL (mockhttp: http://127.0.0.1:9090, or unset under dev to start one; toss and stripe: their public API)", func(c *Config, v string) error {
+			if v != "" {
+				u, err := url.Parse(v)
+				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+					return errors.New("must be an http(s) URL such as http://127.0.0.1:9090")
+				}
+			}
+			c.PSPURL = v
+			return nil
+		}},
+		{"GATEWAY_PSP_CREATION_WINDOW", "", "override how long after a charge was sent it may still appear at the PSP (default: the adapter's own)", func(c *Config, v string) error {
+			if v == "" {
+				return nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return errors.New("must be a positive duration such as 2m")
+			}
+			c.PSPCreation = d
+			return nil
+		}},
+		{"GATEWAY_TOSS_SECRET_KEY", "", "secret: Toss Payments secret key (test_sk_… or live_sk_…), required with GATEWAY_PSP=toss", func(c *Config, v string) error {
+			c.TossSecretKey = v
+			return nil
+		}},
+		{"GATEWAY_STRIPE_SECRET_KEY", "", "secret: Stripe secret or restricted key (sk_…, rk_…), required with GATEWAY_PSP=stripe", func(c *Config, v string) error {
+			c.StripeSecretKey = v
 			return nil
 		}},
 		{"GATEWAY_MOCK_PSP_LATENCY", "0s", "mock PSP only: how long each simulated PSP call takes", func(c *Config, v string) error {
@@ -221,6 +256,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
+	}
+	switch {
+	case c.PSP == "toss" && c.TossSecretKey == "":
+		errs = append(errs, errors.New("GATEWAY_PSP=toss needs GATEWAY_TOSS_SECRET_KEY"))
+	case c.PSP == "stripe" && c.StripeSecretKey == "":
+		errs = append(errs, errors.New("GATEWAY_PSP=stripe needs GATEWAY_STRIPE_SECRET_KEY"))
 	}
 	if c.ReconcileBackoffMax < c.ReconcileBackoff {
 		errs = append(errs, fmt.Errorf("GATEWAY_RECONCILE_BACKOFF_MAX (%s) must not be below GATEWAY_RECONCILE_BACKOFF (%s)", c.ReconcileBackoffMax, c.ReconcileBackoff))

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"gateway/db"
 	"gateway/db/localdb"
+	"gateway/psp/mockpsp"
 )
 
 // runDev is what `make run` calls: everything a newcomer needs in one process.
@@ -40,6 +44,16 @@ func runDev(ctx context.Context, cfg Config, args []string, stdout, stderr io.Wr
 		cfg.DatabaseDSN = srv.DSN("gateway")
 		fmt.Fprintf(stderr, "private MariaDB on %s, data in %s\n", srv.Addr(), dir)
 	}
+	if cfg.PSP == "mockhttp" && cfg.PSPURL == "" {
+		// The standalone fake PSP, served over real HTTP from this process.
+		url, stop, err := startMockPSP()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.PSPURL = url
+		fmt.Fprintf(stderr, "mock PSP on %s (faults: PUT %s/admin/faults, ledger: GET %s/admin/ledger)\n", url, url, url)
+	}
 	if err := db.MigrateUp(cfg.DatabaseDSN); err != nil {
 		return err
 	}
@@ -56,7 +70,7 @@ func runDev(ctx context.Context, cfg Config, args []string, stdout, stderr io.Wr
 	log := newLogger(cfg, stderr)
 	return serve(ctx, cfg, log, func(addr string) {
 		fmt.Fprintf(stdout, `
-Gateway ready on http://%[1]s (mock PSP, database %[4]s)
+Gateway ready on http://%[1]s (PSP %[5]s, database %[4]s)
 Demo merchant %[2]s, API key (shown once): %[3]s
 
 Try a payment:
@@ -69,7 +83,7 @@ Try a payment:
 Payment methods: pm_card_ok (succeeds), pm_card_declined, pm_card_insufficient_funds (decline).
 Press Ctrl-C to stop.
 
-`, addr, m.ID, key.Plaintext, maskDSN(cfg.DatabaseDSN))
+`, addr, m.ID, key.Plaintext, maskDSN(cfg.DatabaseDSN), pspName(cfg))
 	})
 }
 
@@ -89,4 +103,26 @@ func execCreate(ctx context.Context, dbx *sqlx.DB, name string) error {
 	}
 	_, err := dbx.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
 	return err
+}
+
+// startMockPSP serves the standalone fake PSP on a free loopback port.
+func startMockPSP() (url string, stop func(), err error) {
+	srv, err := mockpsp.New(mockpsp.Options{})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { srv.Close(); _ = hs.Close() }, nil
+}
+
+func pspName(cfg Config) string {
+	if cfg.PSPURL != "" {
+		return cfg.PSP + " at " + cfg.PSPURL
+	}
+	return cfg.PSP
 }

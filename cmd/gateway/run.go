@@ -24,6 +24,9 @@ import (
 	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/mock"
+	"gateway/psp/mockhttp"
+	"gateway/psp/stripe"
+	"gateway/psp/toss"
 )
 
 // usageError is a mistake on the command line: exit status 2.
@@ -164,12 +167,24 @@ func openDB(ctx context.Context, cfg Config) (*sqlx.DB, error) {
 	})
 }
 
+// newPSP builds the configured adapter. Secrets go to the adapter and
+// nowhere else; the adapters' configs mask them when logged.
 func newPSP(cfg Config) (psp.Adapter, error) {
 	switch cfg.PSP {
 	case "mock":
 		m := mock.New()
 		m.SetLatency(cfg.MockPSPLatency)
 		return m, nil
+	case "mockhttp":
+		base := cfg.PSPURL
+		if base == "" {
+			base = "http://127.0.0.1:9090"
+		}
+		return mockhttp.New(mockhttp.Config{BaseURL: base, CreationWindow: cfg.PSPCreation})
+	case "toss":
+		return toss.New(toss.Config{SecretKey: cfg.TossSecretKey, BaseURL: cfg.PSPURL, CreationWindow: cfg.PSPCreation})
+	case "stripe":
+		return stripe.New(stripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.PSPURL, CreationWindow: cfg.PSPCreation})
 	}
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }

@@ -82,6 +82,9 @@ func TestConfigValidation(t *testing.T) {
 		{"bad duration", []string{"GATEWAY_INFLIGHT_WAIT", "soon"}, []string{"GATEWAY_INFLIGHT_WAIT"}},
 		{"bad addr", []string{"GATEWAY_ADDR", "8080"}, []string{"GATEWAY_ADDR"}},
 		{"unknown psp", []string{"GATEWAY_PSP", "paypal"}, []string{"GATEWAY_PSP", "paypal"}},
+		{"toss without its key", []string{"GATEWAY_PSP", "toss"}, []string{"GATEWAY_TOSS_SECRET_KEY"}},
+		{"stripe without its key", []string{"GATEWAY_PSP", "stripe"}, []string{"GATEWAY_STRIPE_SECRET_KEY"}},
+		{"psp url not a url", []string{"GATEWAY_PSP", "mockhttp", "GATEWAY_PSP_URL", "localhost:9090"}, []string{"GATEWAY_PSP_URL"}},
 		{"bad dsn", []string{"GATEWAY_DATABASE_DSN", "mysql://x"}, []string{"GATEWAY_DATABASE_DSN"}},
 		{"several at once", []string{"GATEWAY_DB_MAX_OPEN_CONNS", "0", "GATEWAY_LOG_FORMAT", "xml"}, []string{"GATEWAY_DB_MAX_OPEN_CONNS", "GATEWAY_LOG_FORMAT"}},
 	} {
@@ -99,6 +102,24 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, _, err := runCmd(t, env(), "serve"); err == nil || !strings.Contains(err.Error(), "GATEWAY_DATABASE_DSN is not set") {
 		t.Fatalf("serve without a DSN: %v", err)
+	}
+}
+
+func TestEveryPSPBuilds(t *testing.T) {
+	for _, getenv := range []func(string) string{
+		env("GATEWAY_PSP", "mock"),
+		env("GATEWAY_PSP", "mockhttp"),
+		env("GATEWAY_PSP", "toss", "GATEWAY_TOSS_SECRET_KEY", "test_sk_x"),
+		env("GATEWAY_PSP", "stripe", "GATEWAY_STRIPE_SECRET_KEY", "sk_test_x"),
+	} {
+		cfg, err := loadConfig(getenv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := newPSP(cfg)
+		if err != nil || a.Capabilities().Name == "" {
+			t.Fatalf("%s: %v", cfg.PSP, err)
+		}
 	}
 }
 

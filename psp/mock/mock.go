@@ -24,6 +24,13 @@
 //     and, if ctx is done by now, the response is lost: the call fails Unknown
 //     although the charge exists. Under FaultUnknownAfterCharge every answer
 //     of step 4, refusals included, is lost the same way.
+//
+// Refund goes through the same steps without hooks, with its own fault queue
+// (FailNextRefunds; "after charge" there means after the refund is recorded).
+// A refund is refused as a RefundDeclined result, and not recorded, when the
+// charge reference is unknown (charge_not_found), the charge was declined
+// (charge_not_refundable) or less is left to refund than asked
+// (amount_exceeds_refundable).
 package mock
 
 import (
@@ -45,9 +52,9 @@ const (
 
 // Decline codes the mock produces.
 const (
-	DeclineCardDeclined         = "card_declined"
-	DeclineInsufficientFunds    = "insufficient_funds"
-	DeclineInvalidPaymentMethod = "invalid_payment_method"
+	DeclineCardDeclined         = psp.DeclineCardDeclined
+	DeclineInsufficientFunds    = psp.DeclineInsufficientFunds
+	DeclineInvalidPaymentMethod = psp.DeclineInvalidPaymentMethod
 )
 
 const (
@@ -64,9 +71,9 @@ var (
 	// request the PSP rejects before acting (bad order id, amount or currency).
 	ErrInvalidRequest = errors.New("mock psp: invalid request")
 	// ErrOrderIDReused is wrapped by the NotProcessed error returned when an
-	// order id already charged is sent again with a different amount or
-	// currency.
-	ErrOrderIDReused = errors.New("mock psp: order id reused with a different amount or currency")
+	// order id already charged (or refund order id already refunded) is sent
+	// again with a different amount or currency. It wraps psp.ErrOrderConflict.
+	ErrOrderIDReused = fmt.Errorf("mock psp: order id reused: %w", psp.ErrOrderConflict)
 	// ErrInjected is wrapped by every error produced by FailNextCharges or
 	// FailNextLookups, so tests can tell injected faults from real ones.
 	ErrInjected = errors.New("mock psp: injected fault")
@@ -129,10 +136,14 @@ type PSP struct {
 	seq         int             // last reference number; never reset, so references stay unique
 	records     []psp.Charge    // every charge, in creation order
 	byOrder     map[string]int  // merchant order id → index into records
+	refunds     []psp.Refund    // every refund made, in creation order
+	byRefund    map[string]int  // refund order id → index into refunds
 	chargeCalls int             // Charge calls received
-	lookupCalls int             // Lookup calls received
+	lookupCalls int             // Lookup and LookupRefund calls received
+	refundCalls int             // Refund calls received
 	chargeFault []Fault         // FIFO of faults for upcoming Charge calls
-	lookupFault int             // number of upcoming Lookup calls to fail
+	refundFault []Fault         // FIFO of faults for upcoming Refund calls
+	lookupFault int             // number of upcoming Lookup or LookupRefund calls to fail
 	latency     time.Duration   // applied to every Charge and Lookup
 	hook        ChargeHook      // may be nil
 	hookAfter   ChargeHookAfter // may be nil
@@ -145,6 +156,7 @@ func New(opts ...Option) *PSP {
 	p := &PSP{
 		creationWindow: defaultCreationWindow,
 		byOrder:        make(map[string]int),
+		byRefund:       make(map[string]int),
 	}
 	for _, o := range opts {
 		o(p)
@@ -168,6 +180,14 @@ func (p *PSP) Capabilities() psp.Capabilities {
 // Charge implements psp.Adapter; see the package documentation for the order
 // in which hooks, latency, faults and recording happen.
 func (p *PSP) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
+	c, _, err := p.ChargeCreated(ctx, req)
+	return c, err
+}
+
+// ChargeCreated is Charge that also reports whether this call recorded the
+// charge (false when it returned an earlier charge for the same order id);
+// the standalone mock PSP server answers 201 or 200 from it.
+func (p *PSP) ChargeCreated(ctx context.Context, req psp.ChargeRequest) (psp.Charge, bool, error) {
 	p.mu.Lock()
 	p.chargeCalls++
 	hook, hookAfter, latency := p.hook, p.hookAfter, p.latency
@@ -177,65 +197,61 @@ func (p *PSP) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, er
 		hook(ctx, req)
 	}
 	if err := wait(ctx, latency); err != nil {
-		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "charge", Err: err}
+		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: "charge", Err: err}
 	}
 
-	c, lost, err := p.process(req)
+	c, created, lost, err := p.process(req)
 	if err != nil && !lost {
-		return psp.Charge{}, err
+		return psp.Charge{}, false, err
 	}
 	if err == nil && hookAfter != nil {
 		hookAfter(ctx, req, c)
 	}
 	if lost {
 		// The PSP did its work, whatever it was; the caller never learns it.
-		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "charge", Err: injected(FaultUnknownAfterCharge)}
+		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: "charge", Err: injected(FaultUnknownAfterCharge)}
 	}
 	// The charge exists now. A caller whose deadline passed meanwhile has
 	// stopped listening, so it must treat the call as Unknown.
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "charge", Err: ctxErr}
+		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: "charge", Err: ctxErr}
 	}
-	return c, nil
+	return c, created, nil
 }
 
 // process is the PSP's side of a Charge: it consumes the next fault and, unless
 // the fault stops it, validates, deduplicates and records the charge, all in
 // one critical section so that concurrent calls for one order id make one
-// record. lost reports FaultUnknownAfterCharge: the work was done but the
-// response must not reach the caller.
-func (p *PSP) process(req psp.ChargeRequest) (psp.Charge, bool, error) {
+// record. created reports a new record; lost reports FaultUnknownAfterCharge:
+// the work was done but the response must not reach the caller.
+func (p *PSP) process(req psp.ChargeRequest) (c psp.Charge, created, lost bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 
-	var fault Fault
-	if len(p.chargeFault) > 0 {
-		fault = p.chargeFault[0]
-		p.chargeFault = p.chargeFault[1:]
-	}
+	fault := next(&p.chargeFault)
 	switch fault {
 	case FaultNotProcessed:
-		return psp.Charge{}, false, &psp.Error{Class: psp.NotProcessed, Op: "charge", Err: injected(fault)}
+		return psp.Charge{}, false, false, &psp.Error{Class: psp.NotProcessed, Op: "charge", Err: injected(fault)}
 	case FaultUnknownBeforeCharge:
-		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: "charge", Err: injected(fault)}
+		return psp.Charge{}, false, false, &psp.Error{Class: psp.Unknown, Op: "charge", Err: injected(fault)}
 	}
-	lost := fault == FaultUnknownAfterCharge
+	lost = fault == FaultUnknownAfterCharge
 
 	if err := validate(req); err != nil {
-		return psp.Charge{}, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge", Err: err}
+		return psp.Charge{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge", Err: err}
 	}
 	if i, ok := p.byOrder[req.MerchantOrderID]; ok {
 		c := p.records[i]
 		if c.Amount != req.Amount || c.Currency != req.Currency {
-			return psp.Charge{}, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge",
+			return psp.Charge{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge",
 				Err: fmt.Errorf("%w: order %q was charged %d %s, now asked for %d %s",
 					ErrOrderIDReused, req.MerchantOrderID, c.Amount, c.Currency, req.Amount, req.Currency)}
 		}
-		return c, lost, nil
+		return c, false, lost, nil
 	}
 
 	p.seq++
-	c := psp.Charge{
+	c = psp.Charge{
 		MerchantOrderID: req.MerchantOrderID,
 		Reference:       fmt.Sprintf("mock_ch_%d", p.seq),
 		Amount:          req.Amount,
@@ -244,7 +260,17 @@ func (p *PSP) process(req psp.ChargeRequest) (psp.Charge, bool, error) {
 	c.Status, c.DeclineCode = outcome(req.PaymentMethod)
 	p.byOrder[c.MerchantOrderID] = len(p.records)
 	p.records = append(p.records, c)
-	return c, lost, nil
+	return c, true, lost, nil
+}
+
+// next pops the oldest queued fault, or returns 0 when none is queued.
+func next(q *[]Fault) Fault {
+	if len(*q) == 0 {
+		return 0
+	}
+	f := (*q)[0]
+	*q = (*q)[1:]
+	return f
 }
 
 // Lookup implements psp.Adapter. It returns psp.ErrNotFound itself (not
@@ -272,6 +298,144 @@ func (p *PSP) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, e
 	return p.records[i], nil
 }
 
+// Refund implements psp.Adapter; see the package documentation.
+func (p *PSP) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
+	r, _, err := p.RefundCreated(ctx, req)
+	return r, err
+}
+
+// RefundCreated is Refund that also reports whether this call recorded the
+// refund (false for a repeat of an earlier refund, and for a declined one).
+func (p *PSP) RefundCreated(ctx context.Context, req psp.RefundRequest) (psp.Refund, bool, error) {
+	p.mu.Lock()
+	p.refundCalls++
+	latency := p.latency
+	p.mu.Unlock()
+
+	if err := wait(ctx, latency); err != nil {
+		return psp.Refund{}, false, &psp.Error{Class: psp.Unknown, Op: "refund", Err: err}
+	}
+	r, created, lost, err := p.processRefund(req)
+	switch {
+	case lost:
+		return psp.Refund{}, false, &psp.Error{Class: psp.Unknown, Op: "refund", Err: injected(FaultUnknownAfterCharge)}
+	case err != nil:
+		return psp.Refund{}, false, err
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return psp.Refund{}, false, &psp.Error{Class: psp.Unknown, Op: "refund", Err: ctxErr}
+	}
+	return r, created, nil
+}
+
+// processRefund is the PSP's side of a Refund, in one critical section like
+// process.
+func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost bool, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+
+	fault := next(&p.refundFault)
+	switch fault {
+	case FaultNotProcessed:
+		return psp.Refund{}, false, false, &psp.Error{Class: psp.NotProcessed, Op: "refund", Err: injected(fault)}
+	case FaultUnknownBeforeCharge:
+		return psp.Refund{}, false, false, &psp.Error{Class: psp.Unknown, Op: "refund", Err: injected(fault)}
+	}
+	lost = fault == FaultUnknownAfterCharge
+
+	if err := validateRefund(req); err != nil {
+		return psp.Refund{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "refund", Err: err}
+	}
+	if i, ok := p.byRefund[req.RefundOrderID]; ok {
+		r := p.refunds[i]
+		if r.Amount != req.Amount || r.Currency != req.Currency || r.MerchantOrderID != req.MerchantOrderID {
+			return psp.Refund{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "refund",
+				Err: fmt.Errorf("%w: refund %q was %d %s of %q, now asked for %d %s of %q", ErrOrderIDReused,
+					req.RefundOrderID, r.Amount, r.Currency, r.MerchantOrderID, req.Amount, req.Currency, req.MerchantOrderID)}
+		}
+		return r, false, lost, nil
+	}
+
+	r = psp.Refund{
+		RefundOrderID:   req.RefundOrderID,
+		MerchantOrderID: req.MerchantOrderID,
+		Amount:          req.Amount,
+		Currency:        req.Currency,
+		Status:          psp.RefundDeclined,
+	}
+	i, ok := p.byOrder[req.MerchantOrderID]
+	if !ok || p.records[i].Reference != req.ChargeReference {
+		r.DeclineCode = psp.RefundDeclineChargeNotFound
+		return r, false, lost, nil
+	}
+	c := p.records[i]
+	if c.Currency != req.Currency {
+		return psp.Refund{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "refund",
+			Err: fmt.Errorf("%w: charge %q is in %s, refund asked in %s", ErrInvalidRequest, c.Reference, c.Currency, req.Currency)}
+	}
+	if c.Status != psp.Succeeded {
+		r.DeclineCode = psp.RefundDeclineNotRefundable
+		return r, false, lost, nil
+	}
+	left := c.Amount
+	for _, done := range p.refunds {
+		if done.MerchantOrderID == c.MerchantOrderID {
+			left -= done.Amount
+		}
+	}
+	if req.Amount > left {
+		r.DeclineCode = psp.RefundDeclineAmountExceeded
+		return r, false, lost, nil
+	}
+
+	p.seq++
+	r.Reference = fmt.Sprintf("mock_re_%d", p.seq)
+	r.Status = psp.RefundSucceeded
+	p.byRefund[r.RefundOrderID] = len(p.refunds)
+	p.refunds = append(p.refunds, r)
+	return r, true, lost, nil
+}
+
+// LookupRefund implements psp.Adapter. It returns psp.ErrNotFound itself
+// when no refund was made for refundOrderID against chargeReference; it
+// shares Lookup's latency and fault counter.
+func (p *PSP) LookupRefund(ctx context.Context, chargeReference, refundOrderID string) (psp.Refund, error) {
+	p.mu.Lock()
+	p.lookupCalls++
+	latency := p.latency
+	p.mu.Unlock()
+
+	if err := wait(ctx, latency); err != nil {
+		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: "lookup_refund", Err: err}
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lookupFault > 0 {
+		p.lookupFault--
+		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: "lookup_refund", Err: ErrInjected}
+	}
+	i, ok := p.byRefund[refundOrderID]
+	if !ok {
+		return psp.Refund{}, psp.ErrNotFound
+	}
+	r := p.refunds[i]
+	if c := p.records[p.byOrder[r.MerchantOrderID]]; c.Reference != chargeReference {
+		return psp.Refund{}, psp.ErrNotFound
+	}
+	return r, nil
+}
+
+// FailNextRefunds queues n faults of kind f for upcoming Refund calls, like
+// FailNextCharges does for charges.
+func (p *PSP) FailNextRefunds(f Fault, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range n {
+		p.refundFault = append(p.refundFault, f)
+	}
+}
+
 // FailNextCharges queues n faults of kind f behind any already queued. Each
 // Charge call that reaches the PSP (one whose ctx did not end during the
 // latency wait) consumes one fault, oldest first.
@@ -283,8 +447,8 @@ func (p *PSP) FailNextCharges(f Fault, n int) {
 	}
 }
 
-// FailNextLookups makes the next n Lookup calls that reach the PSP fail
-// Unknown, in addition to any already queued.
+// FailNextLookups makes the next n Lookup or LookupRefund calls that reach
+// the PSP fail Unknown, in addition to any already queued.
 func (p *PSP) FailNextLookups(n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -320,7 +484,7 @@ func (p *PSP) SetChargeHookAfter(h ChargeHookAfter) {
 	p.hookAfter = h
 }
 
-// Reset forgets every charge and call count and removes faults, hooks and
+// Reset forgets every charge, refund and call count and removes faults, hooks and
 // latency, leaving the PSP as New made it. Reference numbers keep counting so
 // that references stay unique over the PSP's life.
 func (p *PSP) Reset() {
@@ -328,8 +492,10 @@ func (p *PSP) Reset() {
 	defer p.mu.Unlock()
 	p.records = nil
 	p.byOrder = make(map[string]int)
-	p.chargeCalls, p.lookupCalls = 0, 0
-	p.chargeFault, p.lookupFault = nil, 0
+	p.refunds = nil
+	p.byRefund = make(map[string]int)
+	p.chargeCalls, p.lookupCalls, p.refundCalls = 0, 0, 0
+	p.chargeFault, p.refundFault, p.lookupFault = nil, nil, 0
 	p.latency = 0
 	p.hook, p.hookAfter = nil, nil
 }
@@ -392,6 +558,36 @@ func (p *PSP) ChargesFor(orderID string) int {
 	return n
 }
 
+// Refunds returns a copy of every refund made, in creation order. Declined
+// refunds leave no record.
+func (p *PSP) Refunds() []psp.Refund {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]psp.Refund(nil), p.refunds...)
+}
+
+// RefundsFor is the number of refund records for refundOrderID, counted by
+// scanning the ledger like ChargesFor.
+func (p *PSP) RefundsFor(refundOrderID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, r := range p.refunds {
+		if r.RefundOrderID == refundOrderID {
+			n++
+		}
+	}
+	return n
+}
+
+// RefundCalls is the number of Refund calls received, including refused,
+// deduplicated and faulted ones.
+func (p *PSP) RefundCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refundCalls
+}
+
 // wait models the request's trip to the PSP. A ctx that is already done, or
 // ends during the trip, means the PSP never got the request; the caller cannot
 // know that, hence Unknown.
@@ -419,6 +615,21 @@ func validate(req psp.ChargeRequest) error {
 	case len(req.MerchantOrderID) > maxOrderIDLen:
 		return fmt.Errorf("%w: merchant order id is %d bytes, longer than %d",
 			ErrInvalidRequest, len(req.MerchantOrderID), maxOrderIDLen)
+	case req.Amount <= 0:
+		return fmt.Errorf("%w: amount %d is not positive", ErrInvalidRequest, req.Amount)
+	case !isCurrency(req.Currency):
+		return fmt.Errorf("%w: currency %q is not 3 uppercase letters", ErrInvalidRequest, req.Currency)
+	}
+	return nil
+}
+
+func validateRefund(req psp.RefundRequest) error {
+	switch {
+	case req.RefundOrderID == "":
+		return fmt.Errorf("%w: empty refund order id", ErrInvalidRequest)
+	case len(req.RefundOrderID) > maxOrderIDLen:
+		return fmt.Errorf("%w: refund order id is %d bytes, longer than %d",
+			ErrInvalidRequest, len(req.RefundOrderID), maxOrderIDLen)
 	case req.Amount <= 0:
 		return fmt.Errorf("%w: amount %d is not positive", ErrInvalidRequest, req.Amount)
 	case !isCurrency(req.Currency):

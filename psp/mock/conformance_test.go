@@ -1,0 +1,69 @@
+package mock_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"gateway/psp"
+	"gateway/psp/mock"
+	"gateway/psp/psptest"
+)
+
+func TestConformance(t *testing.T) {
+	psptest.Run(t, func(t *testing.T) psptest.Harness {
+		p := mock.New()
+		return psptest.Harness{
+			Adapter: p,
+			Backend: backend{p},
+			Method: func(o psptest.Outcome, _ string) string {
+				return map[psptest.Outcome]string{
+					psptest.Success:       mock.MethodOK,
+					psptest.DeclinedCard:  mock.MethodDeclined,
+					psptest.DeclinedFunds: mock.MethodInsufficientFunds,
+				}[o]
+			},
+		}
+	})
+}
+
+// backend maps the suite's faults onto the mock's own: an in-process PSP has
+// no connection to reset or body to garble, so every way of losing an answer
+// is FaultUnknownAfterCharge, and timeouts park in the charge hooks.
+type backend struct{ p *mock.PSP }
+
+func (b backend) Charges(orderID string) int  { return b.p.ChargesFor(orderID) }
+func (b backend) Refunds(refundID string) int { return b.p.RefundsFor(refundID) }
+
+func (b backend) Inject(op psptest.Op, f psptest.Fault, gate *psptest.Gate) {
+	var fault mock.Fault
+	switch f {
+	case psptest.Refuse:
+		fault = mock.FaultNotProcessed
+	case psptest.ErrorBefore, psptest.ResetBefore:
+		fault = mock.FaultUnknownBeforeCharge
+	case psptest.ErrorAfter, psptest.ResetAfter, psptest.GarbageAfter:
+		fault = mock.FaultUnknownAfterCharge
+	}
+	switch {
+	case op == psptest.OpLookup:
+		b.p.FailNextLookups(1)
+	case op == psptest.OpCharge && f == psptest.TimeoutBefore:
+		var once sync.Once
+		b.p.SetChargeHook(func(ctx context.Context, _ psp.ChargeRequest) {
+			once.Do(func() { gate.Park(ctx) })
+		})
+	case op == psptest.OpCharge && f == psptest.TimeoutAfter:
+		var once sync.Once
+		b.p.SetChargeHookAfter(func(ctx context.Context, _ psp.ChargeRequest, _ psp.Charge) {
+			once.Do(func() { gate.Park(ctx) })
+		})
+	case op == psptest.OpCharge && fault != 0:
+		b.p.FailNextCharges(fault, 1)
+	case op == psptest.OpRefund && fault != 0:
+		b.p.FailNextRefunds(fault, 1)
+	default:
+		panic(fmt.Sprintf("mock backend: cannot inject %s into %s", f, op))
+	}
+}

@@ -1,0 +1,181 @@
+package mockhttp_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"gateway/psp"
+	"gateway/psp/mock"
+	"gateway/psp/mockhttp"
+	"gateway/psp/mockpsp"
+	"gateway/psp/psptest"
+)
+
+func TestConformance(t *testing.T) {
+	psptest.Run(t, func(t *testing.T) psptest.Harness {
+		srv, err := mockpsp.New(mockpsp.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		faults := &psptest.HTTPFaults{
+			Handler: srv,
+			OpOf:    opOf,
+			Refuse: func(w http.ResponseWriter, r *http.Request) {
+				writeError(w, http.StatusServiceUnavailable, mockpsp.CodeNotProcessed)
+			},
+			ServerError: func(w http.ResponseWriter, r *http.Request) {
+				writeError(w, http.StatusInternalServerError, mockpsp.CodeInternal)
+			},
+		}
+		ts := httptest.NewServer(faults)
+		t.Cleanup(ts.Close)
+		t.Cleanup(srv.Close)
+		return psptest.Harness{
+			Adapter:     mustNew(t, ts.URL),
+			Backend:     backend{faults, srv},
+			Method:      method,
+			Unreachable: mustNew(t, psptest.UnreachableURL(t)),
+		}
+	})
+}
+
+func mustNew(t *testing.T, url string) *mockhttp.Adapter {
+	t.Helper()
+	a, err := mockhttp.New(mockhttp.Config{BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func method(o psptest.Outcome, _ string) string {
+	switch o {
+	case psptest.DeclinedCard:
+		return mock.MethodDeclined
+	case psptest.DeclinedFunds:
+		return mock.MethodInsufficientFunds
+	}
+	return mock.MethodOK
+}
+
+func opOf(r *http.Request) psptest.Op {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/charges":
+		return psptest.OpCharge
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		return psptest.OpRefund
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/charges/"):
+		return psptest.OpLookup
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/refunds/"):
+		return psptest.OpLookupRefund
+	}
+	return 0
+}
+
+func writeError(w http.ResponseWriter, status int, code string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(`{"error":{"code":"` + code + `","message":"injected"}}`))
+}
+
+type backend struct {
+	*psptest.HTTPFaults
+	srv *mockpsp.Server
+}
+
+func (b backend) Charges(orderID string) int {
+	n := 0
+	for _, c := range b.srv.LedgerSnapshot().Charges {
+		if c.MerchantOrderID == orderID {
+			n++
+		}
+	}
+	return n
+}
+
+func (b backend) Refunds(refundID string) int {
+	n := 0
+	for _, r := range b.srv.LedgerSnapshot().Refunds {
+		if r.RefundOrderID == refundID {
+			n++
+		}
+	}
+	return n
+}
+
+// Each answer the server (or something in its place) can give lands in its
+// outcome class.
+func TestAnswers(t *testing.T) {
+	const charge = `{"merchant_order_id":"ord_1","reference":"mock_ch_1","status":"succeeded","amount":100,"currency":"KRW"}`
+	tests := []struct {
+		name   string
+		call   string // "charge" or "lookup"
+		status int
+		body   string
+		class  psp.Class // 0: a succeeded charge
+		is     error
+	}{
+		{"charge created", "charge", 201, charge, 0, nil},
+		{"charge deduplicated", "charge", 200, charge, 0, nil},
+		{"order id reused", "charge", 409, `{"error":{"code":"order_id_reused","message":"x"}}`, psp.NotProcessed, psp.ErrOrderConflict},
+		{"invalid", "charge", 400, `{"error":{"code":"invalid_request","message":"x"}}`, psp.NotProcessed, nil},
+		{"not processed", "charge", 503, `{"error":{"code":"not_processed","message":"x"}}`, psp.NotProcessed, nil},
+		{"503 from a proxy", "charge", 503, `<html>unavailable</html>`, psp.Unknown, nil},
+		{"internal error", "charge", 500, `{"error":{"code":"internal_error","message":"x"}}`, psp.Unknown, nil},
+		{"wrong route", "charge", 404, `{"error":{"code":"route_not_found","message":"x"}}`, psp.Unknown, nil},
+		{"unreadable", "charge", 201, `{"merchant_order_id":`, psp.Unknown, nil},
+		{"unknown status", "charge", 201, strings.Replace(charge, "succeeded", "pending", 1), psp.Unknown, nil},
+		{"another order", "charge", 201, strings.Replace(charge, "ord_1", "ord_2", 1), psp.Unknown, nil},
+		{"lookup found", "lookup", 200, charge, 0, nil},
+		{"lookup not found", "lookup", 404, `{"error":{"code":"not_found","message":"x"}}`, 0, psp.ErrNotFound},
+		{"lookup 404 from elsewhere", "lookup", 404, `404 page not found`, psp.Unknown, nil},
+		{"lookup another order", "lookup", 200, strings.Replace(charge, "ord_1", "ord_2", 1), psp.Unknown, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tt.status)
+				_, _ = w.Write([]byte(tt.body))
+			}))
+			defer ts.Close()
+			a := mustNew(t, ts.URL)
+			var (
+				c   psp.Charge
+				err error
+			)
+			if tt.call == "charge" {
+				c, err = a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: "ord_1", Amount: 100, Currency: "KRW", PaymentMethod: "pm_card_ok"})
+			} else {
+				c, err = a.Lookup(t.Context(), "ord_1")
+			}
+			switch {
+			case tt.is == psp.ErrNotFound:
+				if err != psp.ErrNotFound {
+					t.Fatalf("err = %v, want psp.ErrNotFound itself", err)
+				}
+			case tt.class != 0:
+				if class, ok := psp.ClassOf(err); !ok || class != tt.class {
+					t.Fatalf("got %+v, %v; want class %s", c, err, tt.class)
+				}
+				if tt.is != nil && !errors.Is(err, tt.is) {
+					t.Fatalf("err = %v, want %v", err, tt.is)
+				}
+			default:
+				if err != nil || c.Status != psp.Succeeded || c.Reference != "mock_ch_1" {
+					t.Fatalf("got %+v, %v; want the succeeded charge", c, err)
+				}
+			}
+		})
+	}
+}
+
+func TestNewRefusesBadURL(t *testing.T) {
+	for _, u := range []string{"", "127.0.0.1:9090", "ftp://x", "http://"} {
+		if _, err := mockhttp.New(mockhttp.Config{BaseURL: u}); err == nil {
+			t.Errorf("New accepted %q", u)
+		}
+	}
+}

@@ -1,0 +1,302 @@
+package mockpsp_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"gateway/psp/mockpsp"
+)
+
+type env struct {
+	t   *testing.T
+	srv *mockpsp.Server
+	url string
+}
+
+func newEnv(t *testing.T, opts mockpsp.Options) *env {
+	t.Helper()
+	srv, err := mockpsp.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	t.Cleanup(srv.Close) // runs first: releases held answers so ts.Close can finish
+	return &env{t: t, srv: srv, url: ts.URL}
+}
+
+// call sends one request; err is a transport error (a dropped connection).
+func (e *env) call(ctx context.Context, method, path, body string) (int, string, error) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), err
+}
+
+func (e *env) mustCall(method, path, body string) (int, string) {
+	e.t.Helper()
+	status, b, err := e.call(context.Background(), method, path, body)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return status, b
+}
+
+func charge(order, method string, amount int) string {
+	b, _ := json.Marshal(mockpsp.ChargeRequest{MerchantOrderID: order, Amount: int64(amount), Currency: "KRW", PaymentMethod: method})
+	return string(b)
+}
+
+func TestChargeAPI(t *testing.T) {
+	e := newEnv(t, mockpsp.Options{})
+	steps := []struct {
+		name, method, path, body string
+		status                   int
+		contains                 string
+	}{
+		{"create", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000), 201, `"status":"succeeded"`},
+		{"same order dedupes", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000), 200, `"reference":"mock_ch_1"`},
+		{"same order other amount", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1001), 409, `"code":"order_id_reused"`},
+		{"declined", "POST", "/v1/charges", charge("ord_2", "pm_card_insufficient_funds", 1000), 201, `"decline_code":"insufficient_funds"`},
+		{"unknown method", "POST", "/v1/charges", charge("ord_3", "pm_nope", 1000), 201, `"decline_code":"invalid_payment_method"`},
+		{"invalid amount", "POST", "/v1/charges", charge("ord_4", "pm_card_ok", 0), 400, `"code":"invalid_request"`},
+		{"unknown field", "POST", "/v1/charges", `{"merchant_order_id":"ord_5","amount":1,"currency":"KRW","capture":true}`, 400, `"code":"invalid_request"`},
+		{"not json", "POST", "/v1/charges", `amount=1`, 400, `"code":"invalid_request"`},
+		{"lookup", "GET", "/v1/charges/ord_1", "", 200, `"merchant_order_id":"ord_1"`},
+		{"lookup declined", "GET", "/v1/charges/ord_2", "", 200, `"status":"declined"`},
+		{"lookup missing", "GET", "/v1/charges/ord_9", "", 404, `"code":"not_found"`},
+		{"refund", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":400,"currency":"KRW"}`, 201, `"status":"succeeded"`},
+		{"refund repeat", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":400,"currency":"KRW"}`, 200, `"refund_order_id":"rfd_1"`},
+		{"refund reused", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":401,"currency":"KRW"}`, 409, `"code":"order_id_reused"`},
+		{"refund too much", "POST", "/v1/refunds", `{"refund_order_id":"rfd_2","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":601,"currency":"KRW"}`, 200, `"decline_code":"amount_exceeds_refundable"`},
+		{"refund lookup", "GET", "/v1/refunds/rfd_1", "", 200, `"amount":400`},
+		{"refund lookup by charge", "GET", "/v1/refunds/rfd_1?charge_reference=mock_ch_1", "", 200, `"amount":400`},
+		{"refund lookup other charge", "GET", "/v1/refunds/rfd_1?charge_reference=mock_ch_2", "", 404, `"code":"not_found"`},
+		{"declined refund left nothing", "GET", "/v1/refunds/rfd_2", "", 404, `"code":"not_found"`},
+		{"unknown route", "GET", "/v2/charges", "", 404, `"code":"route_not_found"`},
+		{"health", "GET", "/healthz", "", 200, `"ok"`},
+	}
+	// Sequential on purpose: each step sees the ledger the previous ones made.
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			status, body := e.mustCall(st.method, st.path, st.body)
+			if status != st.status || !strings.Contains(body, st.contains) {
+				t.Fatalf("%s %s = %d %s; want %d containing %s", st.method, st.path, status, body, st.status, st.contains)
+			}
+		})
+	}
+
+	status, body := e.mustCall("GET", "/admin/ledger", "")
+	var l mockpsp.Ledger
+	if err := json.Unmarshal([]byte(body), &l); err != nil || status != 200 {
+		t.Fatalf("ledger: %d %s %v", status, body, err)
+	}
+	if len(l.Charges) != 3 || len(l.Refunds) != 1 || l.Refunds[0].Amount != 400 {
+		t.Fatalf("ledger %+v, want 3 charges and one refund of 400", l)
+	}
+	st := e.srv.Stats()
+	if st.ChargeCalls != 8 || st.RefundCalls != 4 || st.LookupCalls != 7 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	if status, _ := e.mustCall("POST", "/admin/reset", ""); status != http.StatusNoContent {
+		t.Fatalf("reset: %d", status)
+	}
+	if l := e.srv.LedgerSnapshot(); len(l.Charges) != 0 || len(l.Refunds) != 0 {
+		t.Fatalf("ledger after reset: %+v", l)
+	}
+	if status, body := e.mustCall("POST", "/v1/charges", charge("ord_1", "pm_card_ok", 5)); status != 201 || strings.Contains(body, "mock_ch_1\"") {
+		t.Fatalf("charge after reset = %d %s; want a new charge with a new reference", status, body)
+	}
+}
+
+func TestFaultsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		f    mockpsp.Faults
+		ok   bool
+	}{
+		{"zero", mockpsp.Faults{}, true},
+		{"issue example", mockpsp.Faults{Latency: mockpsp.Latency{Max: 300}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05,
+			TimeoutAfterCharge: 0.1, DropConnectionAfterCharge: 0.05}, true},
+		{"all one kind", mockpsp.Faults{DropConnectionAfterCharge: 1}, true},
+		{"negative rate", mockpsp.Faults{ErrorAfterCharge: -0.1}, false},
+		{"rate above one", mockpsp.Faults{ErrorAfterCharge: 1.5}, false},
+		{"NaN rate", mockpsp.Faults{TimeoutAfterCharge: math.NaN()}, false},
+		{"sum above one", mockpsp.Faults{ErrorBeforeCharge: 0.6, ErrorAfterCharge: 0.6}, false},
+		{"min above max", mockpsp.Faults{Latency: mockpsp.Latency{Min: 10, Max: 5}}, false},
+		{"negative latency", mockpsp.Faults{Latency: mockpsp.Latency{Min: -1, Max: 5}}, false},
+		{"latency too long", mockpsp.Faults{Latency: mockpsp.Latency{Max: 60_001}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.f.Validate(); (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestAdminFaults(t *testing.T) {
+	e := newEnv(t, mockpsp.Options{})
+	body := `{"latency_ms": {"min": 0, "max": 3}, "error_before_charge": 0.05, "error_after_charge": 0.05, "timeout_after_charge": 0.1, "drop_connection_after_charge": 0.05}`
+	if status, b := e.mustCall("PUT", "/admin/faults", body); status != 200 {
+		t.Fatalf("PUT /admin/faults = %d %s", status, b)
+	}
+	want := mockpsp.Faults{Latency: mockpsp.Latency{Max: 3}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05,
+		TimeoutAfterCharge: 0.1, DropConnectionAfterCharge: 0.05}
+	if got := e.srv.Faults(); got != want {
+		t.Fatalf("faults %+v, want %+v", got, want)
+	}
+	for name, bad := range map[string]string{
+		"rate":          `{"error_after_charge": 2}`,
+		"unknown field": `{"error_rate": 0.1}`,
+		"not json":      `error_after_charge=1`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if status, b := e.mustCall("PUT", "/admin/faults", bad); status != 400 {
+				t.Fatalf("PUT %s = %d %s, want 400", bad, status, b)
+			}
+			if got := e.srv.Faults(); got != want {
+				t.Fatalf("a refused PUT changed the faults to %+v", got)
+			}
+		})
+	}
+	status, b := e.mustCall("GET", "/admin/faults", "")
+	var got mockpsp.Faults
+	if err := json.Unmarshal([]byte(b), &got); err != nil || status != 200 || got != want {
+		t.Fatalf("GET /admin/faults = %d %s", status, b)
+	}
+}
+
+// Each fault at rate 1: the "after" kinds really record the charge first.
+func TestFaultKinds(t *testing.T) {
+	tests := []struct {
+		name     string
+		faults   mockpsp.Faults
+		status   int // 0: the connection is dropped
+		code     string
+		recorded int
+	}{
+		{"error_before_charge", mockpsp.Faults{ErrorBeforeCharge: 1}, 503, mockpsp.CodeNotProcessed, 0},
+		{"error_after_charge", mockpsp.Faults{ErrorAfterCharge: 1}, 500, mockpsp.CodeInternal, 1},
+		{"drop_connection_after_charge", mockpsp.Faults{DropConnectionAfterCharge: 1}, 0, "", 1},
+		{"timeout_after_charge", mockpsp.Faults{TimeoutAfterCharge: 1}, 0, "", 1},
+		{"latency only", mockpsp.Faults{Latency: mockpsp.Latency{Min: 1, Max: 2}}, 201, "", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			// A held answer is given up on once the server holds it, the
+			// way a client's deadline passes.
+			e := newEnv(t, mockpsp.Options{Faults: tt.faults, OnHold: cancel})
+			status, body, err := e.call(ctx, "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000))
+			if tt.status == 0 {
+				if err == nil {
+					t.Fatalf("got %d %s, want a dropped connection", status, body)
+				}
+			} else if err != nil || status != tt.status || !strings.Contains(body, tt.code) {
+				t.Fatalf("got %d %s %v, want %d %s", status, body, err, tt.status, tt.code)
+			}
+			if n := len(e.srv.LedgerSnapshot().Charges); n != tt.recorded {
+				t.Fatalf("ledger has %d charges, want %d", n, tt.recorded)
+			}
+			injected := 0
+			for _, n := range e.srv.Stats().Injected {
+				injected += n
+			}
+			if want := e.srv.Stats().Injected[tt.name]; injected != want || (tt.status != 201) != (want == 1) {
+				t.Fatalf("stats %+v after %s", e.srv.Stats().Injected, tt.name)
+			}
+			// Faults are per request and lookups are never faulted: the ledger
+			// tells the truth.
+			wantLookup := 404
+			if tt.recorded == 1 {
+				wantLookup = 200
+			}
+			if status, body := e.mustCall("GET", "/v1/charges/ord_1", ""); status != wantLookup {
+				t.Fatalf("lookup = %d %s, want %d", status, body, wantLookup)
+			}
+		})
+	}
+}
+
+// Close releases an answer held for a client that never gives up, so that
+// the HTTP server can shut down.
+func TestCloseReleasesHeldAnswers(t *testing.T) {
+	var srv *mockpsp.Server
+	held := make(chan struct{})
+	srv, err := mockpsp.New(mockpsp.Options{Faults: mockpsp.Faults{TimeoutAfterCharge: 1}, OnHold: func() { close(held) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	done := make(chan error, 1)
+	go func() {
+		res, err := http.Post(ts.URL+"/v1/charges", "application/json", strings.NewReader(charge("ord_1", "pm_card_ok", 1)))
+		if err == nil {
+			res.Body.Close()
+		}
+		done <- err
+	}()
+	<-held
+	srv.Close()
+	if err := <-done; err == nil {
+		t.Fatal("a held answer was delivered; want the connection dropped")
+	}
+	if n := len(srv.LedgerSnapshot().Charges); n != 1 {
+		t.Fatalf("ledger has %d charges, want 1", n)
+	}
+}
+
+// A seed makes the fault sequence repeatable.
+func TestSeededDraws(t *testing.T) {
+	faults := mockpsp.Faults{ErrorBeforeCharge: 0.3, ErrorAfterCharge: 0.3}
+	run := func() []int {
+		e := newEnv(t, mockpsp.Options{Faults: faults, Seed: 42})
+		var statuses []int
+		for i := range 30 {
+			status, _ := e.mustCall("POST", "/v1/charges", charge("ord_"+string(rune('a'+i)), "pm_card_ok", 1))
+			statuses = append(statuses, status)
+		}
+		return statuses
+	}
+	a, b := run(), run()
+	seen := map[int]bool{}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("same seed, different draws: %v vs %v", a, b)
+		}
+		seen[a[i]] = true
+	}
+	if !seen[201] || !seen[500] || !seen[503] {
+		t.Fatalf("30 draws at 30%%/30%% produced only %v", a)
+	}
+}
+
+func TestNewRefusesBadFaults(t *testing.T) {
+	_, err := mockpsp.New(mockpsp.Options{Faults: mockpsp.Faults{ErrorAfterCharge: 2}})
+	if err == nil || !strings.Contains(err.Error(), "error_after_charge") {
+		t.Fatalf("New = %v, want an error naming error_after_charge", err)
+	}
+}

@@ -1,0 +1,309 @@
+package stripe_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// fakeStripe reproduces the part of Stripe's API the adapter uses, as
+// documented: form-encoded PaymentIntent creation with confirm=true, search
+// by metadata, refunds and their list, Bearer auth, idempotency keys (a
+// repeat replays the first answer, 5xx included; other parameters are an
+// idempotency_error) and the {"error":{type,code,decline_code,message}} bodies.
+//
+// Test PaymentMethods behave as Stripe's: pm_card_visa succeeds,
+// pm_card_chargeDeclined is declined (generic_decline),
+// pm_card_chargeDeclinedInsufficientFunds for insufficient_funds; any other
+// id does not exist.
+type fakeStripe struct {
+	key string
+
+	mu       sync.Mutex
+	pis      map[string]map[string]any // id → PaymentIntent
+	refunds  []map[string]any
+	idem     map[string]idemRecord
+	seq      int
+	requests []*http.Request
+	// searchLag hides new PaymentIntents from search until index is called.
+	searchLag bool
+	indexed   map[string]bool
+	// failNextCreate makes the next create act and then answer a (cached) 500.
+	failNextCreate bool
+}
+
+type idemRecord struct {
+	params string
+	status int
+	body   []byte
+}
+
+func newFakeStripe(key string) *fakeStripe {
+	return &fakeStripe{key: key, pis: map[string]map[string]any{}, idem: map[string]idemRecord{}, indexed: map[string]bool{}}
+}
+
+func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := r.ParseForm(); err != nil {
+		stripeError(w, 400, "invalid_request_error", "", "", "bad form")
+		return
+	}
+	f.requests = append(f.requests, r)
+	if r.Header.Get("Authorization") != "Bearer "+f.key {
+		stripeError(w, 401, "invalid_request_error", "", "", "Invalid API Key provided")
+		return
+	}
+	if key := r.Header.Get("Idempotency-Key"); r.Method == http.MethodPost && key != "" {
+		params := r.URL.Path + "?" + r.PostForm.Encode() // Encode sorts by key
+		if rec, ok := f.idem[key]; ok {
+			if rec.params != params {
+				stripeError(w, 400, "idempotency_error", "", "",
+					"Keys for idempotent requests can only be used with the same parameters they were first used with.")
+				return
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeRaw(w, rec.status, rec.body)
+			return
+		}
+		status, body, save := f.route(r)
+		if save {
+			f.idem[key] = idemRecord{params, status, body}
+		}
+		writeRaw(w, status, body)
+		return
+	}
+	status, body, _ := f.route(r)
+	writeRaw(w, status, body)
+}
+
+// route answers one request; save says whether Stripe keeps the answer for
+// the idempotency key (not for a request that failed validation).
+func (f *fakeStripe) route(r *http.Request) (int, []byte, bool) {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+		return f.createPI(r.PostForm)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
+		return f.search(r.Form.Get("query"))
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		return f.createRefund(r.PostForm)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		return f.listRefunds(r.Form.Get("payment_intent"))
+	}
+	s, b := errorBody(404, "invalid_request_error", "", "", "Unrecognized request URL")
+	return s, b, false
+}
+
+func metadata(form url.Values) map[string]any {
+	md := map[string]any{}
+	for k, v := range form {
+		if name, ok := strings.CutPrefix(k, "metadata["); ok {
+			md[strings.TrimSuffix(name, "]")] = v[0]
+		}
+	}
+	return md
+}
+
+func (f *fakeStripe) createPI(form url.Values) (int, []byte, bool) {
+	amount, err := strconv.ParseInt(form.Get("amount"), 10, 64)
+	if err != nil || amount <= 0 || form.Get("currency") == "" || form.Get("currency") != strings.ToLower(form.Get("currency")) {
+		s, b := errorBody(400, "invalid_request_error", "parameter_invalid_integer", "amount", "Invalid amount or currency")
+		return s, b, false
+	}
+	if form.Get("confirm") != "true" || form.Get("error_on_requires_action") != "true" ||
+		form.Get("automatic_payment_methods[allow_redirects]") != "never" {
+		s, b := errorBody(400, "invalid_request_error", "parameter_missing", "return_url",
+			"confirm=true needs error_on_requires_action and automatic_payment_methods[allow_redirects]=never here")
+		return s, b, false
+	}
+	pm := form.Get("payment_method")
+	var declineCode, message string
+	switch pm {
+	case "pm_card_visa":
+	case "pm_card_chargeDeclined":
+		declineCode, message = "generic_decline", "Your card was declined."
+	case "pm_card_chargeDeclinedInsufficientFunds":
+		declineCode, message = "insufficient_funds", "Your card has insufficient funds."
+	default:
+		s, b := errorBody(400, "invalid_request_error", "resource_missing", "payment_method", "No such PaymentMethod: '"+pm+"'")
+		return s, b, false
+	}
+	f.seq++
+	pi := map[string]any{
+		"id": fmt.Sprintf("pi_%d", f.seq), "object": "payment_intent", "amount": amount, "currency": form.Get("currency"),
+		"created": time.Now().Unix() + int64(f.seq), "metadata": metadata(form), "description": form.Get("description"),
+		"payment_method": pm, "latest_charge": fmt.Sprintf("ch_%d", f.seq), "last_payment_error": nil, "status": "succeeded",
+		"amount_refunded": int64(0),
+	}
+	f.pis[pi["id"].(string)] = pi
+	if !f.searchLag {
+		f.indexed[pi["id"].(string)] = true
+	}
+	if f.failNextCreate {
+		f.failNextCreate = false
+		s, b := errorBody(500, "api_error", "", "", "An unknown error occurred")
+		return s, b, true
+	}
+	if declineCode == "" {
+		b, _ := json.Marshal(pi)
+		return 200, b, true
+	}
+	lpe := map[string]any{"type": "card_error", "code": "card_declined", "decline_code": declineCode, "message": message, "charge": pi["latest_charge"]}
+	pi["status"], pi["last_payment_error"] = "requires_payment_method", lpe
+	e := map[string]any{}
+	for k, v := range lpe {
+		e[k] = v
+	}
+	e["payment_intent"] = pi
+	b, _ := json.Marshal(map[string]any{"error": e})
+	return 402, b, true
+}
+
+var searchQuery = regexp.MustCompile(`^metadata\['([a-z_]+)'\]:'([^']*)'$`)
+
+func (f *fakeStripe) search(query string) (int, []byte, bool) {
+	m := searchQuery.FindStringSubmatch(query)
+	if m == nil {
+		s, b := errorBody(400, "invalid_request_error", "", "query", "Invalid search query")
+		return s, b, false
+	}
+	data := []any{}
+	for _, id := range f.sortedIDs() {
+		pi := f.pis[id]
+		if f.indexed[id] && pi["metadata"].(map[string]any)[m[1]] == m[2] {
+			data = append(data, pi)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"object": "search_result", "data": data, "has_more": false, "next_page": nil,
+		"url": "/v1/payment_intents/search"})
+	return 200, b, false
+}
+
+func (f *fakeStripe) sortedIDs() []string {
+	ids := make([]string, 0, len(f.pis))
+	for id := range f.pis {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (f *fakeStripe) createRefund(form url.Values) (int, []byte, bool) {
+	pi, ok := f.pis[form.Get("payment_intent")]
+	if !ok {
+		s, b := errorBody(400, "invalid_request_error", "resource_missing", "payment_intent", "No such payment_intent: '"+form.Get("payment_intent")+"'")
+		return s, b, false
+	}
+	if pi["status"] != "succeeded" {
+		s, b := errorBody(400, "invalid_request_error", "", "", "This PaymentIntent does not have a successful charge to refund.")
+		return s, b, true
+	}
+	left := pi["amount"].(int64) - pi["amount_refunded"].(int64)
+	amount := left
+	if v := form.Get("amount"); v != "" {
+		amount, _ = strconv.ParseInt(v, 10, 64)
+	}
+	switch {
+	case left == 0:
+		s, b := errorBody(400, "invalid_request_error", "charge_already_refunded", "", "Charge "+pi["latest_charge"].(string)+" has already been refunded.")
+		return s, b, true
+	case amount > left:
+		s, b := errorBody(400, "invalid_request_error", "", "amount",
+			fmt.Sprintf("Refund amount (%d) is greater than unrefunded amount on charge (%d)", amount, left))
+		return s, b, true
+	}
+	pi["amount_refunded"] = pi["amount_refunded"].(int64) + amount
+	f.seq++
+	rf := map[string]any{"id": fmt.Sprintf("re_%d", f.seq), "object": "refund", "amount": amount, "currency": pi["currency"],
+		"status": "succeeded", "payment_intent": pi["id"], "charge": pi["latest_charge"], "metadata": metadata(form),
+		"created": time.Now().Unix()}
+	f.refunds = append(f.refunds, rf)
+	b, _ := json.Marshal(rf)
+	return 200, b, true
+}
+
+func (f *fakeStripe) listRefunds(piID string) (int, []byte, bool) {
+	if _, ok := f.pis[piID]; !ok {
+		s, b := errorBody(404, "invalid_request_error", "resource_missing", "payment_intent", "No such payment_intent: '"+piID+"'")
+		return s, b, false
+	}
+	data := []any{}
+	for i := len(f.refunds) - 1; i >= 0; i-- { // newest first, as Stripe lists
+		if f.refunds[i]["payment_intent"] == piID {
+			data = append(data, f.refunds[i])
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/refunds"})
+	return 200, b, false
+}
+
+// charges counts PaymentIntents for an order id (declined ones included).
+func (f *fakeStripe) charges(orderID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, pi := range f.pis {
+		if pi["metadata"].(map[string]any)["merchant_order_id"] == orderID {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fakeStripe) refundCount(refundOrderID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, rf := range f.refunds {
+		if rf["metadata"].(map[string]any)["refund_order_id"] == refundOrderID {
+			n++
+		}
+	}
+	return n
+}
+
+// index makes every PaymentIntent searchable, as time does.
+func (f *fakeStripe) index() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.pis {
+		f.indexed[id] = true
+	}
+}
+
+func (f *fakeStripe) set(fn func(f *fakeStripe)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func errorBody(status int, typ, code, param, msg string) (int, []byte) {
+	e := map[string]any{"type": typ, "message": msg}
+	if code != "" {
+		e["code"] = code
+	}
+	if param != "" {
+		e["param"] = param
+	}
+	b, _ := json.Marshal(map[string]any{"error": e})
+	return status, b
+}
+
+func stripeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	s, b := errorBody(status, typ, code, param, msg)
+	writeRaw(w, s, b)
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_fake")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

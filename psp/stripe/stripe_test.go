@@ -1,0 +1,303 @@
+package stripe_test
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"gateway/payments"
+	"gateway/psp"
+	"gateway/psp/psptest"
+	"gateway/psp/stripe"
+)
+
+const key = "sk_test_51FakeKeyForTheGatewayTests"
+
+func mustNew(t *testing.T, url string) *stripe.Adapter {
+	t.Helper()
+	a, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestConformance(t *testing.T) {
+	psptest.Run(t, func(t *testing.T) psptest.Harness {
+		fake := newFakeStripe(key)
+		faults := &psptest.HTTPFaults{
+			Handler: fake,
+			OpOf:    opOf,
+			Refuse: func(w http.ResponseWriter, r *http.Request) {
+				stripeError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "", "Too many requests hit the API too quickly.")
+			},
+			// A 5xx from Stripe's edge: the API's own 5xx would be kept for
+			// the idempotency key (see TestCachedServerError).
+			ServerError: func(w http.ResponseWriter, r *http.Request) {
+				stripeError(w, http.StatusServiceUnavailable, "api_error", "", "", "The service is temporarily unavailable.")
+			},
+		}
+		ts := httptest.NewServer(faults)
+		t.Cleanup(ts.Close)
+		return psptest.Harness{
+			Adapter:     mustNew(t, ts.URL),
+			Backend:     backend{faults, fake},
+			Method:      method,
+			Unreachable: mustNew(t, psptest.UnreachableURL(t)),
+		}
+	})
+}
+
+func method(o psptest.Outcome, _ string) string {
+	switch o {
+	case psptest.DeclinedCard:
+		return "pm_card_chargeDeclined"
+	case psptest.DeclinedFunds:
+		return "pm_card_chargeDeclinedInsufficientFunds"
+	}
+	return "pm_card_visa"
+}
+
+func opOf(r *http.Request) psptest.Op {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+		return psptest.OpCharge
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		return psptest.OpRefund
+	case r.URL.Path == "/v1/payment_intents/search":
+		return psptest.OpLookup
+	case r.URL.Path == "/v1/refunds":
+		return psptest.OpLookupRefund
+	}
+	return 0
+}
+
+type backend struct {
+	*psptest.HTTPFaults
+	fake *fakeStripe
+}
+
+func (b backend) Charges(orderID string) int  { return b.fake.charges(orderID) }
+func (b backend) Refunds(refundID string) int { return b.fake.refundCount(refundID) }
+
+// The SDK sends the documented request: form fields, Bearer key, a
+// deterministic Idempotency-Key, and no retries of its own.
+func TestChargeRequestShape(t *testing.T) {
+	fake := newFakeStripe(key)
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	order := payments.MerchantOrderID("mer_1", "key-1")
+	_, err := mustNew(t, ts.URL).Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW",
+		PaymentMethod: "pm_card_visa", Description: "Order A-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if len(fake.requests) != 1 {
+		t.Fatalf("%d requests, want 1", len(fake.requests))
+	}
+	r := fake.requests[0]
+	want := map[string]string{
+		"amount": "15000", "currency": "krw", "payment_method": "pm_card_visa", "confirm": "true",
+		"error_on_requires_action": "true", "automatic_payment_methods[enabled]": "true",
+		"automatic_payment_methods[allow_redirects]": "never", "metadata[merchant_order_id]": order, "description": "Order A-1",
+	}
+	for k, v := range want {
+		if got := r.PostForm.Get(k); got != v {
+			t.Errorf("form %s = %q, want %q", k, got, v)
+		}
+	}
+	if got := r.Header.Get("Idempotency-Key"); got != "gw-charge-"+order {
+		t.Errorf("Idempotency-Key %q", got)
+	}
+	if r.Header.Get("Authorization") != "Bearer "+key || r.Header.Get("Stripe-Version") == "" {
+		t.Errorf("headers %v", r.Header)
+	}
+}
+
+// Each documented answer to a create lands in its outcome class.
+func TestCreateAnswers(t *testing.T) {
+	const order = "ord_000000000000000000000001"
+	pi := `{"id":"pi_1","object":"payment_intent","amount":15000,"currency":"krw","status":"succeeded","metadata":{"merchant_order_id":"` + order + `"}}`
+	card := func(code, decline string) string {
+		return `{"error":{"type":"card_error","code":"` + code + `","decline_code":"` + decline + `","message":"declined","payment_intent":{"id":"pi_9","object":"payment_intent","status":"requires_payment_method"}}}`
+	}
+	tests := []struct {
+		name    string
+		status  int
+		body    string
+		decline string // for a declined result
+		class   psp.Class
+		is      error
+	}{
+		{"succeeded", 200, pi, "", 0, nil},
+		{"generic decline", 402, card("card_declined", "generic_decline"), psp.DeclineCardDeclined, 0, nil},
+		{"insufficient funds", 402, card("card_declined", "insufficient_funds"), psp.DeclineInsufficientFunds, 0, nil},
+		{"expired card", 402, card("expired_card", ""), "expired_card", 0, nil},
+		{"3-D Secure required", 402, card("authentication_required", "authentication_required"), "authentication_required", 0, nil},
+		{"no such payment method", 400, `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"payment_method","message":"No such PaymentMethod"}}`, psp.DeclineInvalidPaymentMethod, 0, nil},
+		{"key reused with other parameters", 400, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters"}}`, "", psp.NotProcessed, psp.ErrOrderConflict},
+		{"invalid request", 400, `{"error":{"type":"invalid_request_error","code":"amount_too_small","param":"amount","message":"too small"}}`, "", psp.NotProcessed, nil},
+		{"bad key", 401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided"}}`, "", psp.NotProcessed, nil},
+		{"rate limited", 429, `{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`, "", psp.NotProcessed, nil},
+		{"same key in flight", 409, `{"error":{"type":"idempotency_error","code":"idempotency_key_in_use","message":"another request is in progress"}}`, "", psp.Unknown, nil},
+		{"api error", 500, `{"error":{"type":"api_error","message":"An unknown error occurred"}}`, "", psp.Unknown, nil},
+		{"edge html", 502, `<html>Bad Gateway</html>`, "", psp.Unknown, nil},
+		{"4xx unreadable", 400, `<html>Bad Request</html>`, "", psp.Unknown, nil},
+		{"200 unreadable", 200, `{"id":`, "", psp.Unknown, nil},
+		{"processing", 200, strings.Replace(pi, `"succeeded"`, `"processing"`, 1), "", psp.Unknown, nil},
+		{"requires action", 200, strings.Replace(pi, `"succeeded"`, `"requires_action"`, 1), "", psp.Unknown, nil},
+		{"another order", 200, strings.Replace(pi, order, "ord_000000000000000000000002", 1), "", psp.NotProcessed, psp.ErrOrderConflict},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tt.status)
+				_, _ = io.WriteString(w, tt.body)
+			}))
+			defer ts.Close()
+			c, err := mustNew(t, ts.URL).Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW", PaymentMethod: "pm_x"})
+			if tt.class != 0 {
+				if class, ok := psp.ClassOf(err); !ok || class != tt.class {
+					t.Fatalf("Charge = %+v, %v; want class %s", c, err, tt.class)
+				}
+				if tt.is != nil && !errors.Is(err, tt.is) {
+					t.Fatalf("err = %v, want %v", err, tt.is)
+				}
+				return
+			}
+			want := psp.Succeeded
+			if tt.decline != "" {
+				want = psp.Declined
+			}
+			if err != nil || c.Status != want || c.DeclineCode != tt.decline {
+				t.Fatalf("Charge = %+v, %v; want %s %q", c, err, want, tt.decline)
+			}
+		})
+	}
+}
+
+// Search may lag: a charge the lookup cannot see yet is not proof of none.
+// The adapter says so in its capabilities, and a repeated Charge is safe
+// because the idempotency key replays the first answer.
+func TestSearchLagIsNotAuthoritative(t *testing.T) {
+	fake := newFakeStripe(key)
+	fake.set(func(f *fakeStripe) { f.searchLag = true })
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	a := mustNew(t, ts.URL)
+	if a.Capabilities().AuthoritativeLookup {
+		t.Fatal("a search-based lookup must not claim to be authoritative")
+	}
+	req := psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000001", Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_visa"}
+	first, err := a.Charge(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Lookup(t.Context(), req.MerchantOrderID); !errors.Is(err, psp.ErrNotFound) {
+		t.Fatalf("Lookup before indexing = %v, want ErrNotFound", err)
+	}
+	again, err := a.Charge(t.Context(), req)
+	if err != nil || again != first || fake.charges(req.MerchantOrderID) != 1 {
+		t.Fatalf("repeat = %+v, %v; want %+v and one PaymentIntent", again, err, first)
+	}
+	fake.index()
+	if got, err := a.Lookup(t.Context(), req.MerchantOrderID); err != nil || got != first {
+		t.Fatalf("Lookup after indexing = %+v, %v; want %+v", got, err, first)
+	}
+}
+
+// Stripe keeps a 5xx its API produced for the idempotency key: repeats get
+// the same Unknown, and only the lookup can tell that the charge exists.
+func TestCachedServerError(t *testing.T) {
+	fake := newFakeStripe(key)
+	fake.set(func(f *fakeStripe) { f.failNextCreate = true })
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	a := mustNew(t, ts.URL)
+	req := psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000001", Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_visa"}
+	for i := range 2 {
+		_, err := a.Charge(t.Context(), req)
+		if class, ok := psp.ClassOf(err); !ok || class != psp.Unknown {
+			t.Fatalf("call %d = %v, want Unknown", i, err)
+		}
+	}
+	c, err := a.Lookup(t.Context(), req.MerchantOrderID)
+	if err != nil || c.Status != psp.Succeeded || c.Reference == "" {
+		t.Fatalf("Lookup = %+v, %v; want the charge made under the 500", c, err)
+	}
+	if n := fake.charges(req.MerchantOrderID); n != 1 {
+		t.Fatalf("%d PaymentIntents, want 1", n)
+	}
+}
+
+// Should one order id have several PaymentIntents (a charge resent after its
+// key expired), the lookup answers with the one that took money.
+func TestLookupPrefersTheSucceededIntent(t *testing.T) {
+	const order = "ord_000000000000000000000001"
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"object":"search_result","has_more":false,"data":[
+			{"id":"pi_new","amount":15000,"currency":"krw","status":"requires_payment_method","created":300,"metadata":{"merchant_order_id":"`+order+`"},"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline"}},
+			{"id":"pi_old","amount":15000,"currency":"krw","status":"succeeded","created":100,"metadata":{"merchant_order_id":"`+order+`"}},
+			{"id":"pi_other","amount":15000,"currency":"krw","status":"succeeded","created":200,"metadata":{"merchant_order_id":"ord_else"}}]}`)
+	}))
+	defer ts.Close()
+	c, err := mustNew(t, ts.URL).Lookup(t.Context(), order)
+	if err != nil || c.Reference != "pi_old" || c.Status != psp.Succeeded {
+		t.Fatalf("Lookup = %+v, %v; want pi_old", c, err)
+	}
+}
+
+func TestRefundDeclineCodes(t *testing.T) {
+	tests := []struct {
+		name, body, code string
+	}{
+		{"no such payment intent", `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"payment_intent","message":"No such payment_intent"}}`, psp.RefundDeclineChargeNotFound},
+		{"already refunded", `{"error":{"type":"invalid_request_error","code":"charge_already_refunded","message":"has already been refunded"}}`, psp.RefundDeclineAmountExceeded},
+		{"amount above what is left", `{"error":{"type":"invalid_request_error","param":"amount","message":"Refund amount is greater than unrefunded amount"}}`, psp.RefundDeclineAmountExceeded},
+		{"no successful charge", `{"error":{"type":"invalid_request_error","message":"This PaymentIntent does not have a successful charge to refund."}}`, psp.RefundDeclineNotRefundable},
+		{"disputed", `{"error":{"type":"invalid_request_error","code":"charge_disputed","message":"disputed"}}`, "charge_disputed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, tt.body)
+			}))
+			defer ts.Close()
+			r, err := mustNew(t, ts.URL).Refund(t.Context(), psp.RefundRequest{RefundOrderID: "rfd_1", MerchantOrderID: "ord_1",
+				ChargeReference: "pi_1", Amount: 100, Currency: "KRW"})
+			if err != nil || r.Status != psp.RefundDeclined || r.DeclineCode != tt.code {
+				t.Fatalf("Refund = %+v, %v; want declined %s", r, err, tt.code)
+			}
+		})
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if _, err := stripe.New(stripe.Config{}); err == nil {
+		t.Fatal("New accepted an empty key")
+	}
+	if _, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: "api.stripe.com"}); err == nil {
+		t.Fatal("New accepted a URL without scheme")
+	}
+	var b strings.Builder
+	slog.New(slog.NewTextHandler(&b, nil)).Info("psp", "stripe", stripe.Config{SecretKey: key})
+	if strings.Contains(b.String(), key[8:]) || !strings.Contains(b.String(), "sk_test_****") {
+		t.Fatalf("log line leaks the key or hides its kind: %s", b.String())
+	}
+	caps := mustNew(t, "http://127.0.0.1:1").Capabilities()
+	if caps.Name != "stripe" || caps.AuthoritativeLookup || !caps.DedupesOrderID || caps.DedupeWindow == 0 {
+		t.Fatalf("Capabilities = %+v", caps)
+	}
+	// The gateway's order ids fit in the idempotency key and the search query.
+	if id := payments.MerchantOrderID("mer_1", "k"); len(id) > caps.MaxOrderIDLen {
+		t.Fatalf("order id %q longer than %d", id, caps.MaxOrderIDLen)
+	}
+}

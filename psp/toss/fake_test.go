@@ -1,0 +1,259 @@
+package toss_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// fakeToss reproduces the part of Toss Payments' core API the adapter uses,
+// as documented: confirm, lookup by orderId and by paymentKey, cancel, Basic
+// auth with the secret key, Idempotency-Key replay and the {code, message}
+// error bodies.
+//
+// Payments are created by the widget in real life; here a confirm for an
+// unknown paymentKey that starts with "tgen_" creates it, and the paymentKey
+// decides the card's answer: "_declined_" is refused by the card company,
+// "_nofunds_" for lack of funds, anything else is approved.
+type fakeToss struct {
+	secret string
+
+	mu       sync.Mutex
+	byKey    map[string]*fakePayment
+	byOrder  map[string]string // orderId → paymentKey
+	idem     map[string]recorded
+	seq      int
+	requests int
+}
+
+type fakePayment struct {
+	PaymentKey    string       `json:"paymentKey"`
+	OrderID       string       `json:"orderId"`
+	Status        string       `json:"status"`
+	Method        string       `json:"method"`
+	TotalAmount   int64        `json:"totalAmount"`
+	BalanceAmount int64        `json:"balanceAmount"`
+	Currency      string       `json:"currency"`
+	ApprovedAt    string       `json:"approvedAt,omitempty"`
+	Cancels       []fakeCancel `json:"cancels"`
+	Failure       *fakeError   `json:"failure"`
+}
+
+type fakeCancel struct {
+	TransactionKey string `json:"transactionKey"`
+	CancelReason   string `json:"cancelReason"`
+	CancelAmount   int64  `json:"cancelAmount"`
+	CanceledAt     string `json:"canceledAt"`
+	CancelStatus   string `json:"cancelStatus"`
+}
+
+type fakeError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+type recorded struct {
+	status int
+	body   []byte
+}
+
+func newFakeToss(secret string) *fakeToss {
+	return &fakeToss{secret: secret, byKey: map[string]*fakePayment{}, byOrder: map[string]string{}, idem: map[string]recorded{}}
+}
+
+var fakeOrderID = regexp.MustCompile(`^[A-Za-z0-9_-]{6,64}$`)
+
+func (f *fakeToss) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.requests++
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(f.secret+":"))
+	if r.Header.Get("Authorization") != want {
+		writeFake(w, http.StatusUnauthorized, fakeError{"UNAUTHORIZED_KEY", "인증되지 않은 시크릿 키 혹은 클라이언트 키 입니다."})
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if r.Method == http.MethodPost && key != "" {
+		if rec, ok := f.idem[key]; ok {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(rec.status)
+			_, _ = w.Write(rec.body)
+			return
+		}
+		rec := httptest.NewRecorder()
+		f.route(rec, r)
+		if rec.Code < 500 {
+			f.idem[key] = recorded{rec.Code, rec.Body.Bytes()}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+		return
+	}
+	f.route(w, r)
+}
+
+func (f *fakeToss) route(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	switch {
+	case r.Method == http.MethodPost && path == "/v1/payments/confirm":
+		f.confirm(w, r)
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/payments/orders/"):
+		f.get(w, f.byOrder[strings.TrimPrefix(path, "/v1/payments/orders/")])
+	case r.Method == http.MethodPost && strings.HasPrefix(path, "/v1/payments/") && strings.HasSuffix(path, "/cancel"):
+		f.cancel(w, r, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/payments/"), "/cancel"))
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/payments/"):
+		f.get(w, strings.TrimPrefix(path, "/v1/payments/"))
+	default:
+		writeFake(w, http.StatusNotFound, fakeError{"NOT_FOUND", "존재하지 않는 API 입니다."})
+	}
+}
+
+func (f *fakeToss) confirm(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		PaymentKey string `json:"paymentKey"`
+		OrderID    string `json:"orderId"`
+		Amount     int64  `json:"amount"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.PaymentKey == "" || !fakeOrderID.MatchString(req.OrderID) || req.Amount <= 0 {
+		writeFake(w, http.StatusBadRequest, fakeError{"INVALID_REQUEST", "잘못된 요청입니다."})
+		return
+	}
+	if !strings.HasPrefix(req.PaymentKey, "tgen_") {
+		writeFake(w, http.StatusNotFound, fakeError{"NOT_FOUND_PAYMENT", "존재하지 않는 결제 정보 입니다."})
+		return
+	}
+	if p, ok := f.byKey[req.PaymentKey]; ok && p.Status != "READY" && p.Status != "IN_PROGRESS" {
+		writeFake(w, http.StatusBadRequest, fakeError{"ALREADY_PROCESSED_PAYMENT", "이미 처리된 결제 입니다."})
+		return
+	}
+	if key, ok := f.byOrder[req.OrderID]; ok && key != req.PaymentKey {
+		writeFake(w, http.StatusBadRequest, fakeError{"DUPLICATED_ORDER_ID", "이미 승인 및 취소가 진행된 중복된 주문번호 입니다."})
+		return
+	}
+	p := &fakePayment{PaymentKey: req.PaymentKey, OrderID: req.OrderID, Method: "카드", TotalAmount: req.Amount,
+		BalanceAmount: req.Amount, Currency: "KRW", Cancels: []fakeCancel{}}
+	f.byKey[p.PaymentKey], f.byOrder[p.OrderID] = p, p.PaymentKey
+	switch {
+	case strings.Contains(req.PaymentKey, "_declined_"):
+		p.Status, p.Failure = "ABORTED", &fakeError{"REJECT_CARD_COMPANY", "결제 승인이 거절되었습니다."}
+		writeFake(w, http.StatusForbidden, *p.Failure)
+	case strings.Contains(req.PaymentKey, "_nofunds_"):
+		p.Status, p.Failure = "ABORTED", &fakeError{"REJECT_CARD_PAYMENT", "한도초과 혹은 잔액부족으로 결제에 실패했습니다."}
+		writeFake(w, http.StatusForbidden, *p.Failure)
+	default:
+		p.Status, p.ApprovedAt = "DONE", time.Now().Format(time.RFC3339)
+		writeFake(w, http.StatusOK, p)
+	}
+}
+
+func (f *fakeToss) get(w http.ResponseWriter, paymentKey string) {
+	p, ok := f.byKey[paymentKey]
+	if !ok {
+		writeFake(w, http.StatusNotFound, fakeError{"NOT_FOUND_PAYMENT", "존재하지 않는 결제 정보 입니다."})
+		return
+	}
+	writeFake(w, http.StatusOK, p)
+}
+
+func (f *fakeToss) cancel(w http.ResponseWriter, r *http.Request, paymentKey string) {
+	var req struct {
+		CancelReason string `json:"cancelReason"`
+		CancelAmount *int64 `json:"cancelAmount"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || req.CancelReason == "" || len([]rune(req.CancelReason)) > 200 {
+		writeFake(w, http.StatusBadRequest, fakeError{"INVALID_REQUEST", "잘못된 요청입니다."})
+		return
+	}
+	p, ok := f.byKey[paymentKey]
+	if !ok {
+		writeFake(w, http.StatusNotFound, fakeError{"NOT_FOUND_PAYMENT", "존재하지 않는 결제 정보 입니다."})
+		return
+	}
+	switch p.Status {
+	case "CANCELED":
+		writeFake(w, http.StatusBadRequest, fakeError{"ALREADY_CANCELED_PAYMENT", "이미 취소된 결제 입니다."})
+		return
+	case "DONE", "PARTIAL_CANCELED":
+	default:
+		writeFake(w, http.StatusForbidden, fakeError{"NOT_CANCELABLE_PAYMENT", "취소 할 수 없는 결제 입니다."})
+		return
+	}
+	amount := p.BalanceAmount
+	if req.CancelAmount != nil {
+		amount = *req.CancelAmount
+	}
+	if amount <= 0 || amount > p.BalanceAmount {
+		writeFake(w, http.StatusForbidden, fakeError{"NOT_CANCELABLE_AMOUNT", "취소 할 수 없는 금액 입니다."})
+		return
+	}
+	f.seq++
+	p.Cancels = append(p.Cancels, fakeCancel{TransactionKey: fmt.Sprintf("txk_%d", f.seq), CancelReason: req.CancelReason,
+		CancelAmount: amount, CanceledAt: time.Now().Format(time.RFC3339), CancelStatus: "DONE"})
+	p.BalanceAmount -= amount
+	p.Status = "PARTIAL_CANCELED"
+	if p.BalanceAmount == 0 {
+		p.Status = "CANCELED"
+	}
+	writeFake(w, http.StatusOK, p)
+}
+
+// charges counts confirmed payments (approved or refused) for an order id.
+func (f *fakeToss) charges(orderID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, p := range f.byKey {
+		if p.OrderID == orderID && p.Status != "READY" && p.Status != "IN_PROGRESS" {
+			n++
+		}
+	}
+	return n
+}
+
+// refunds counts cancels made for a refund order id.
+func (f *fakeToss) refunds(refundOrderID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, p := range f.byKey {
+		for _, c := range p.Cancels {
+			if strings.HasSuffix(c.CancelReason, "[ref:"+refundOrderID+"]") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// forgetIdempotencyKeys models Toss's 15-day key expiry.
+func (f *fakeToss) forgetIdempotencyKeys() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.idem = map[string]recorded{}
+}
+
+// seed puts a payment in a given state, as the widget and time would.
+func (f *fakeToss) seed(p fakePayment) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.byKey[p.PaymentKey], f.byOrder[p.OrderID] = &p, p.PaymentKey
+}
+
+func (f *fakeToss) requestCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests
+}
+
+func writeFake(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
