@@ -48,6 +48,10 @@ type Options struct {
 	Logger   *slog.Logger
 	// Now is the rate limiter's clock; time.Now when nil.
 	Now func() time.Time
+	// FlowTimeout bounds a create request once claimed, whatever its client
+	// does: database calls may not hang forever. One minute when zero; set it
+	// above the lease plus the in-flight wait.
+	FlowTimeout time.Duration
 }
 
 // Server holds what the handlers need.
@@ -73,6 +77,9 @@ func NewHandler(svc *payments.Service, db Pinger, opts Options) http.Handler {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.FlowTimeout <= 0 {
+		opts.FlowTimeout = time.Minute
 	}
 	s := &Server{svc: svc, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
 		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1))}

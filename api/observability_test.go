@@ -198,7 +198,7 @@ func TestRateLimitPerMerchant(t *testing.T) {
 
 // Logs carry request ids and hashes, never API keys, raw idempotency keys or card numbers.
 func TestLogsHoldNoSecrets(t *testing.T) {
-	o := newObservedEnv(t, func(s *envSetup) { s.cfg.Lease = time.Second })
+	o := newObservedEnv(t, func(s *envSetup) { s.cfg.Lease, s.cfg.PSPTimeout = time.Second, 500*time.Millisecond })
 	const (
 		secretKey = "idem-Secret-7f3a"
 		card      = "4242424242424242"

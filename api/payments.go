@@ -70,7 +70,9 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	}
 	// The client may go away; the payment is finished anyway while this
 	// worker holds the lease, so that its retry finds a stored answer.
-	out, err := s.svc.Create(context.WithoutCancel(c.Request().Context()), req)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.opts.FlowTimeout)
+	defer cancel()
+	out, err := s.svc.Create(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -19,10 +19,11 @@ import (
 // out. The returned records carry the new versions.
 func ClaimStale(ctx context.Context, tx *sqlx.Tx, now, until time.Time, limit int) ([]Record, error) {
 	const query = `SELECT ` + selectColumns + ` FROM idempotency_keys
-WHERE state = 'IN_PROGRESS' AND reconcile_after <= ? AND locked_until <= ?
+WHERE state = 'IN_PROGRESS' AND (reconcile_after <= ? OR reconcile_after IS NULL) AND locked_until <= ?
 ORDER BY reconcile_after
 LIMIT ?
 FOR UPDATE SKIP LOCKED`
+	// reconcile_after IS NULL: rows written by a binary older than migration 3.
 	var rows []row
 	if err := tx.SelectContext(ctx, &rows, query, now, now, limit); err != nil {
 		return nil, fmt.Errorf("idemkeys.ClaimStale: select: %w", db.Classify(err))

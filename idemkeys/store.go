@@ -92,22 +92,41 @@ WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
 	return r.toRecord(), nil
 }
 
-// TakeOver takes an expired lease for a worker that may charge: a
-// compare-and-set from the version the caller read to the next one. It
-// returns the new version, or ErrFenced when the lease is still held, the key
-// completed, or someone else took it first.
+// TakeOver takes an expired lease: a compare-and-set from the version the
+// caller read to the next one. It returns the new version, or ErrFenced when
+// the lease is still held, the key completed, or someone else took it first.
+// It leaves may_charge_until alone (a taker that decides to charge calls
+// ArmCharge first) and reconcile_after too, so that clients retrying faster
+// than the lease never keep the reconciler away from a key.
 func TakeOver(ctx context.Context, q sqlx.ExecerContext, ref Ref, seen int64, now, until time.Time) (int64, error) {
 	const stmt = `
 UPDATE idempotency_keys
-SET lease_version = lease_version + 1, locked_until = ?, may_charge_until = ?, reconcile_after = ?,
-    updated_at = ?
+SET lease_version = lease_version + 1, locked_until = ?, updated_at = ?
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?
   AND state = 'IN_PROGRESS' AND lease_version = ? AND locked_until <= ?`
-	res, err := q.ExecContext(ctx, stmt, until, until, until, now, ref.MerchantID, ref.Endpoint, ref.Key, seen, now)
+	res, err := q.ExecContext(ctx, stmt, until, now, ref.MerchantID, ref.Endpoint, ref.Key, seen, now)
 	if err := affectedOne(res, err); err != nil {
 		return 0, fmt.Errorf("idemkeys.TakeOver(%s, v%d): %w", Hash(ref), seen, err)
 	}
 	return seen + 1, nil
+}
+
+// ArmCharge records, before a resumed worker sends a charge, that a charge
+// may be sent until `until`, and stretches the lease to cover it; fenced on
+// held. The reconciler judges "never charged" only after may_charge_until
+// plus the PSP's creation window, so no charge may leave without this.
+func ArmCharge(ctx context.Context, q sqlx.ExecerContext, ref Ref, held int64, until, now time.Time) error {
+	const stmt = `
+UPDATE idempotency_keys
+SET may_charge_until = GREATEST(COALESCE(may_charge_until, ?), ?),
+    locked_until = GREATEST(locked_until, ?), updated_at = ?
+WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?
+  AND state = 'IN_PROGRESS' AND lease_version = ?`
+	res, err := q.ExecContext(ctx, stmt, until, until, until, now, ref.MerchantID, ref.Endpoint, ref.Key, held)
+	if err := affectedOne(res, err); err != nil {
+		return fmt.Errorf("idemkeys.ArmCharge(%s, v%d): %w", Hash(ref), held, err)
+	}
+	return nil
 }
 
 // Complete stores the response and ends the lease, if and only if the caller

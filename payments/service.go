@@ -172,7 +172,7 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 	switch {
 	case err == nil:
 		s.obs.KeyOutcome("fresh")
-		return s.charge(ctx, a, 1, p)
+		return s.charge(ctx, a, 1, p, rec.LockedUntil)
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(ctx, a)
 	case errors.Is(err, ErrWriteUnknown):
@@ -185,7 +185,7 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 			return Outcome{}, internal(errors.Join(err, gerr))
 		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.LeaseVersion == 1:
 			s.obs.KeyOutcome("fresh")
-			return s.charge(ctx, a, 1, gp)
+			return s.charge(ctx, a, 1, gp, got.LockedUntil)
 		}
 		return s.join(ctx, a)
 	}
@@ -294,7 +294,16 @@ func (s *Service) resume(ctx context.Context, a attempt, rec idemkeys.Record, v 
 		return s.settle(ctx, a, v, p, c)
 	case errors.Is(err, psp.ErrNotFound):
 		if s.mayChargeAgain(rec, p) {
-			return s.charge(ctx, a, v, p)
+			now := s.cfg.Now().UTC().Truncate(time.Microsecond)
+			sendBy := now.Add(s.cfg.PSPTimeout)
+			err := s.store.ArmCharge(ctx, a.ref, v, sendBy, now)
+			if errors.Is(err, idemkeys.ErrFenced) {
+				return s.join(ctx, a)
+			}
+			if err != nil {
+				return s.release(ctx, a, v, internal(err))
+			}
+			return s.charge(ctx, a, v, p, sendBy)
 		}
 		return s.release(ctx, a, v, pspError(&psp.Error{Class: psp.Unknown, Op: "lookup", Err: err}))
 	}
@@ -316,8 +325,21 @@ func (s *Service) mayChargeAgain(rec idemkeys.Record, p Payment) bool {
 }
 
 // charge sends the charge with the key's order id, outside any transaction.
-func (s *Service) charge(ctx context.Context, a attempt, v int64, p Payment) (Outcome, error) {
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.PSPTimeout)
+// The call's deadline never passes chargeBy (the key's may_charge_until): the
+// reconciler counts on no charge leaving after it when it decides a payment
+// was never charged. A worker delayed too close to it (a slow commit, a
+// pause) gives the key back instead of sending.
+func (s *Service) charge(ctx context.Context, a attempt, v int64, p Payment, chargeBy time.Time) (Outcome, error) {
+	left := chargeBy.Sub(s.cfg.Now())
+	if left < s.cfg.PSPTimeout/2 {
+		return s.release(ctx, a, v, &Error{
+			Code:       CodePSPUnavailable,
+			Message:    "the payment was not sent to the provider in time; retry with the same Idempotency-Key",
+			RetryAfter: time.Second,
+			Err:        fmt.Errorf("only %s of the lease left to send the charge", left),
+		})
+	}
+	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.PSPTimeout, left))
 	c, err := s.psp.Charge(cctx, psp.ChargeRequest{
 		MerchantOrderID: p.MerchantOrderID,
 		Amount:          p.Amount.Minor,

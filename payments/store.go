@@ -27,6 +27,12 @@ type Store interface {
 	// when the lease is alive, the key completed, or another worker won.
 	TakeOver(ctx context.Context, ref idemkeys.Ref, seen int64, now, until time.Time) (int64, error)
 
+	// ArmCharge records that a charge may be sent until `until` and stretches
+	// the lease over it, while the caller holds lease version held; call it
+	// before any charge but the claim's own (whose lease already says so).
+	// idemkeys.ErrFenced when the caller no longer holds the lease.
+	ArmCharge(ctx context.Context, ref idemkeys.Ref, held int64, until, now time.Time) error
+
 	// Settle records p's final state and stores resp for replay, only while the
 	// caller holds lease version held. idemkeys.ErrFenced: nothing was written.
 	// ErrWriteUnknown: the commit's fate is unknown; re-read.

@@ -174,8 +174,13 @@ const maxPerPass = 1_000_000
 func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Counts: map[Outcome]int{}}
-	work := make(chan payments.Pending, r.cfg.BatchSize)
-	results := make(chan Result, r.cfg.BatchSize)
+	// Claimed leases tick while they wait: claim no more than the workers can
+	// start at once, hand them over unbuffered, and let a worker skip a key
+	// whose lease ran too short, so a slow PSP cannot make this pass race
+	// its own expired leases.
+	batch := min(r.cfg.BatchSize, r.cfg.Concurrency)
+	work := make(chan payments.Pending)
+	results := make(chan Result, batch)
 	var workers sync.WaitGroup
 	for range r.cfg.Concurrency {
 		workers.Add(1)
@@ -192,16 +197,16 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 		claimed := 0
 		for claimed < maxPerPass && ctx.Err() == nil {
 			now := r.now()
-			batch, err := r.store.ClaimStale(ctx, now, now.Add(r.cfg.Lease), r.cfg.BatchSize)
+			claimedNow, err := r.store.ClaimStale(ctx, now, now.Add(r.cfg.Lease), batch)
 			if err != nil {
 				claimErr <- err
 				return
 			}
-			if len(batch) == 0 {
+			if len(claimedNow) == 0 {
 				break
 			}
-			claimed += len(batch)
-			for _, p := range batch {
+			claimed += len(claimedNow)
+			for _, p := range claimedNow {
 				work <- p
 			}
 		}
@@ -252,6 +257,11 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 		Key:        idemkeys.Hash(key.Ref),
 		Attempts:   key.ReconcileAttempts,
 		Age:        r.now().Sub(pay.CreatedAt),
+	}
+	if left := key.LockedUntil.Sub(r.now()); left < r.cfg.PSPTimeout {
+		// Not enough lease left to look up and write: leave it to expire and be claimed afresh.
+		res.Outcome, res.Detail = Fenced, "lease ran short before the lookup"
+		return r.logged(key, res)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
 	charge, err := r.psp.Lookup(lctx, pay.MerchantOrderID)

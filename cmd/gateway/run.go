@@ -237,6 +237,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		RatePerSecond: cfg.RatePerSecond,
 		RateBurst:     cfg.RateBurst,
+		FlowTimeout:   cfg.Lease + cfg.InFlightWait + cfg.PSPTimeout,
 		Observer:      m,
 		Logger:        log,
 	}
@@ -260,7 +261,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		// A request may wait for the PSP and for a duplicate in flight.
-		WriteTimeout:   cfg.PSPTimeout*2 + cfg.InFlightWait + 10*time.Second,
+		WriteTimeout:   cfg.Lease + cfg.InFlightWait + cfg.PSPTimeout + 5*time.Second,
 		IdleTimeout:    90 * time.Second,
 		MaxHeaderBytes: 32 << 10,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),

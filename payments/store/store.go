@@ -101,7 +101,9 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 		// retention. Never run the payment again; name the existing one.
 		existing, gerr := s.PaymentByKey(ctx, p.MerchantID, p.IdempotencyKey)
 		if gerr != nil {
-			return fmt.Errorf("store.Claim: payment insert refused and no payment for the key: %w", errors.Join(err, gerr))
+			// Not err itself: MySQL's duplicate-key message quotes the key, which must not reach the logs.
+			return fmt.Errorf("store.Claim: payment %s refused as a duplicate (order id %s taken?) and none found for its key: %w",
+				p.ID, p.MerchantOrderID, gerr)
 		}
 		return &payments.Error{
 			Code:      payments.CodeKeyReused,
@@ -130,6 +132,11 @@ func (s *Store) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record,
 // TakeOver implements payments.Store.
 func (s *Store) TakeOver(ctx context.Context, ref idemkeys.Ref, seen int64, now, until time.Time) (int64, error) {
 	return idemkeys.TakeOver(ctx, s.db, ref, seen, now, until)
+}
+
+// ArmCharge implements payments.Store.
+func (s *Store) ArmCharge(ctx context.Context, ref idemkeys.Ref, held int64, until, now time.Time) error {
+	return idemkeys.ArmCharge(ctx, s.db, ref, held, until, now)
 }
 
 // Release implements payments.Store.
