@@ -229,7 +229,8 @@ func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr 
 	}
 }
 
-func withService(ctx context.Context, cfg Config, fn func(*payments.Service) error) error {
+// withDB runs fn on a pool for the configured database, for one-shot commands.
+func withDB(ctx context.Context, cfg Config, fn func(*sqlx.DB) error) error {
 	if err := cfg.requireDSN(); err != nil {
 		return err
 	}
@@ -238,7 +239,14 @@ func withService(ctx context.Context, cfg Config, fn func(*payments.Service) err
 		return err
 	}
 	defer dbx.Close()
-	return fn(payments.NewService(store.New(dbx), nil, payments.Config{}))
+	return fn(dbx)
+}
+
+// withService runs fn with a payment service that never calls a PSP (ops commands).
+func withService(ctx context.Context, cfg Config, fn func(*payments.Service) error) error {
+	return withDB(ctx, cfg, func(dbx *sqlx.DB) error {
+		return fn(payments.NewService(store.New(dbx), nil, payments.Config{}))
+	})
 }
 
 func printPayments(w io.Writer, ps []payments.Payment, asJSON bool) error {

@@ -360,19 +360,13 @@ func runMerchants(ctx context.Context, cfg Config, args []string, stdout, stderr
 		fs.Usage()
 		return usageError{"merchants create needs --name NAME and nothing else"}
 	}
-	if err := cfg.requireDSN(); err != nil {
-		return err
-	}
-	dbx, err := openDB(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer dbx.Close()
-	m, key, err := createMerchant(ctx, dbx, *name)
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": m.ID, "api_key": key.Plaintext})
+	return withDB(ctx, cfg, func(dbx *sqlx.DB) error {
+		m, key, err := createMerchant(ctx, dbx, *name)
+		if err != nil {
+			return err
+		}
+		return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": m.ID, "api_key": key.Plaintext})
+	})
 }
 
 // runKeys manages API keys: several may be active at once, so a merchant
