@@ -85,8 +85,9 @@ var (
 	// caller must roll back the rest). Either way the transaction may be run again.
 	ErrRetryable = errors.New("db: transaction rolled back by the server, retry")
 	// ErrConnLost is a connection that broke mid-statement or mid-commit: the
-	// outcome is unknown and must be re-read, never blindly retried.
-	ErrConnLost = errors.New("db: connection lost, outcome unknown")
+	// outcome is unknown and must be re-read, never blindly retried. It also
+	// says the database is (for now) unavailable.
+	ErrConnLost error = connLost{}
 	// ErrUnavailable is a server that cannot be reached: nothing was done.
 	ErrUnavailable error = unavailable{}
 )
@@ -97,6 +98,11 @@ type unavailable struct{}
 
 func (unavailable) Error() string     { return "db: database unavailable" }
 func (unavailable) Unavailable() bool { return true }
+
+type connLost struct{}
+
+func (connLost) Error() string     { return "db: connection lost, outcome unknown" }
+func (connLost) Unavailable() bool { return true }
 
 // Classify wraps a driver error with the kind above it belongs to, keeping
 // the original for logs. Errors of no known kind are returned unchanged.

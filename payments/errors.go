@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -84,7 +85,7 @@ func ErrorCode(err error) Code {
 // it is reported as CodeUnavailable so the client retries later.
 func internal(err error) *Error {
 	var u interface{ Unavailable() bool }
-	if errors.As(err, &u) && u.Unavailable() {
+	if (errors.As(err, &u) && u.Unavailable()) || errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Code: CodeUnavailable, Message: "the service is temporarily unavailable; retry with the same Idempotency-Key", RetryAfter: time.Second, Err: err}
 	}
 	return &Error{Code: CodeInternal, Message: "internal error", Err: err}

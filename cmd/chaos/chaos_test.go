@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestChaosShort is the chaos run of `make test`: the whole thing, shortened,
+// with a fixed seed. It fails on any invariant violation. The database is
+// GATEWAY_TEST_DSN's server when set, a private MariaDB otherwise.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos run takes about a minute")
+	}
+	var out bytes.Buffer
+	rep, err := run(t.Context(), []string{"--duration", "20s", "--seed", "3", "--clients", "32"},
+		os.Getenv, &out, logWriter{t})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Violations > 0 {
+		t.Fatalf("%d invariant violation(s), see the report above", rep.Violations)
+	}
+	f := rep.Faults
+	if f["replicas"]["kills"]+f["replicas"]["graceful stops"] == 0 || f["psp"]["error_after_charge"] == 0 ||
+		f["db proxies"]["resets"]+f["db proxies"]["dropped_responses"]+f["db proxies"]["outage_resets"] == 0 {
+		t.Fatalf("the run injected too few faults to prove anything: %v", rep.Faults)
+	}
+}
+
+// logWriter sends progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestPlanIsSeeded(t *testing.T) {
+	o := options{duration: 3 * time.Minute, seed: 7, replicas: 2, lease: 3 * time.Second, creationWindow: 5 * time.Second, partitions: true, freezes: true}
+	a, b := makePlan(o), makePlan(o)
+	if len(a) == 0 || len(a) != len(b) {
+		t.Fatalf("plans of one seed differ in length: %d, %d", len(a), len(b))
+	}
+	kinds := map[string]int{}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("plans of one seed differ at %d: %v / %v", i, a[i], b[i])
+		}
+		kinds[a[i].Kind]++
+	}
+	for _, k := range []string{"kill", "restart", "db-down", "db-stall", "psp-down", "partition", "freeze", "db-profile", "psp-profile"} {
+		if kinds[k] == 0 {
+			t.Errorf("a 3-minute plan has no %s: %v", k, kinds)
+		}
+	}
+	o.seed = 8
+	if c := makePlan(o); len(c) == len(a) && c[0] == a[0] && c[len(c)-1] == a[len(a)-1] {
+		t.Errorf("seeds 7 and 8 drew the same plan")
+	}
+}
+
+// echoServer answers every line with the same line.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func newTestProxy(t *testing.T) *faultProxy {
+	t.Helper()
+	p, err := newFaultProxy("test", echoServer(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	return p
+}
+
+// roundTrip sends line and reads the echo within timeout.
+func roundTrip(c net.Conn, line string, timeout time.Duration) (string, error) {
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		return "", err
+	}
+	return bufio.NewReader(c).ReadString('\n')
+}
+
+func TestProxyPassesStallsAndRecovers(t *testing.T) {
+	p := newTestProxy(t)
+	c, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got, err := roundTrip(c, "one", time.Second); err != nil || got != "one\n" {
+		t.Fatalf("through a calm proxy: %q, %v", got, err)
+	}
+	end := p.stall()
+	if _, err := roundTrip(c, "two", 200*time.Millisecond); err == nil {
+		t.Fatal("an answer came through a stalled proxy")
+	}
+	end()
+	// The held bytes arrive once the stall ends.
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if got, err := bufio.NewReader(c).ReadString('\n'); err != nil || got != "two\n" {
+		t.Fatalf("after the stall: %q, %v", got, err)
+	}
+}
+
+func TestProxyDownRefusesThenListensAgain(t *testing.T) {
+	p := newTestProxy(t)
+	c, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := roundTrip(c, "one", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	up := p.down()
+	if _, err := roundTrip(c, "two", time.Second); err == nil {
+		t.Fatal("an open connection survived the outage")
+	}
+	if c2, err := net.Dial("tcp", p.addr); err == nil {
+		c2.Close()
+		t.Fatal("a new connection was accepted during the outage")
+	}
+	up()
+	c3, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("after the outage: %v", err)
+	}
+	defer c3.Close()
+	if got, err := roundTrip(c3, "three", time.Second); err != nil || got != "three\n" {
+		t.Fatalf("after the outage: %q, %v", got, err)
+	}
+}
+
+func TestProxyDropsResponsesAfterDelivering(t *testing.T) {
+	p := newTestProxy(t)
+	p.setFaults(proxyFaults{DropResponseRate: 1})
+	c, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = roundTrip(c, "lost", time.Second)
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("want the connection reset instead of the answer, got %v", err)
+	}
+	if n := p.stats.DroppedResponses.Load(); n != 1 {
+		t.Fatalf("%d dropped responses counted, want 1", n)
+	}
+}

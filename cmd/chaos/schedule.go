@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"gateway/psp/mockpsp"
+)
+
+// event is one entry of the fault plan. The plan is drawn from the seed
+// before the run starts, so a seed names one plan; what the faults hit
+// depends on timing, as with any real outage.
+type event struct {
+	At      time.Duration
+	Kind    string
+	Target  int           // replica, for kill, freeze and partition
+	For     time.Duration // how long the fault lasts (kill: until the restart)
+	Profile string        // for the *-profile kinds
+}
+
+func (ev event) String() string {
+	s := fmt.Sprintf("%6.1fs  %-11s", ev.At.Seconds(), ev.Kind)
+	switch ev.Kind {
+	case "db-profile", "psp-profile":
+		s += " " + ev.Profile
+	case "kill", "restart":
+		s += fmt.Sprintf(" replica %d, started again after %s", ev.Target, ev.For.Round(time.Millisecond))
+	case "freeze", "partition":
+		s += fmt.Sprintf(" replica %d for %s", ev.Target, ev.For.Round(time.Millisecond))
+	default:
+		s += fmt.Sprintf(" for %s", ev.For.Round(time.Millisecond))
+	}
+	return s
+}
+
+// Fault profiles. DB rates are per chunk (about one per statement and
+// direction); PSP rates are per charge call.
+var (
+	dbProfiles = map[string]proxyFaults{
+		"calm":   {},
+		"noisy":  {LatencyMax: 5 * time.Millisecond, ResetRate: 0.0005, DropResponseRate: 0.0005},
+		"stormy": {LatencyMin: time.Millisecond, LatencyMax: 25 * time.Millisecond, ResetRate: 0.002, DropResponseRate: 0.002},
+	}
+	pspProfiles = map[string]mockpsp.Faults{
+		"calm":   {Latency: mockpsp.Latency{Max: 10}, ErrorBeforeCharge: 0.01, ErrorAfterCharge: 0.01, TimeoutAfterCharge: 0.005, DropConnectionAfterCharge: 0.01},
+		"noisy":  {Latency: mockpsp.Latency{Max: 100}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05, TimeoutAfterCharge: 0.03, DropConnectionAfterCharge: 0.05},
+		"stormy": {Latency: mockpsp.Latency{Max: 300}, ErrorBeforeCharge: 0.10, ErrorAfterCharge: 0.10, TimeoutAfterCharge: 0.05, DropConnectionAfterCharge: 0.10},
+		// Slower than the gateway's PSP deadline: charges land after it gave up.
+		"slow": {Latency: mockpsp.Latency{Min: 300, Max: 1500}, ErrorBeforeCharge: 0.02, ErrorAfterCharge: 0.02, TimeoutAfterCharge: 0.01, DropConnectionAfterCharge: 0.02},
+	}
+	// Resets between the gateway and the PSP, on lookups as well as charges.
+	pspProxyProfiles = map[string]proxyFaults{
+		"calm":   {},
+		"noisy":  {ResetRate: 0.002},
+		"stormy": {ResetRate: 0.005},
+		"slow":   {ResetRate: 0.002},
+	}
+)
+
+// makePlan draws the fault plan of a run from its seed.
+func makePlan(o options) []event {
+	r := rand.New(rand.NewPCG(o.seed, o.seed^0x243f6a8885a308d3))
+	d := o.duration
+	var evs []event
+	between := func(lo, hi time.Duration) time.Duration {
+		return lo + time.Duration(r.Int64N(int64(hi-lo)+1))
+	}
+	pick := func(weights map[string]float64) string {
+		names := make([]string, 0, len(weights))
+		for n := range weights {
+			names = append(names, n)
+		}
+		sort.Strings(names) // map order must not leak into a seeded draw
+		x := r.Float64()
+		for _, n := range names {
+			if x < weights[n] {
+				return n
+			}
+			x -= weights[n]
+		}
+		return names[len(names)-1]
+	}
+
+	// Background weather, changing every few seconds.
+	for t := time.Duration(0); t < d; t += between(3*time.Second, 7*time.Second) {
+		evs = append(evs,
+			event{At: t, Kind: "db-profile", Profile: pick(map[string]float64{"calm": 0.25, "noisy": 0.45, "stormy": 0.30})},
+			event{At: t, Kind: "psp-profile", Profile: pick(map[string]float64{"calm": 0.2, "noisy": 0.4, "stormy": 0.25, "slow": 0.15})})
+	}
+	// Short database outages: refused and reset, or everything stalled.
+	for t := between(3*time.Second, 8*time.Second); t < d-2*time.Second; {
+		kind := "db-down"
+		if r.IntN(2) == 0 {
+			kind = "db-stall"
+		}
+		f := between(time.Second, 3*time.Second)
+		evs = append(evs, event{At: t, Kind: kind, For: f})
+		t += f + between(8*time.Second, 16*time.Second)
+	}
+	// The PSP unreachable for a moment (connections refused).
+	for t := between(5*time.Second, 12*time.Second); t < d-2*time.Second; {
+		f := between(500*time.Millisecond, 2*time.Second)
+		evs = append(evs, event{At: t, Kind: "psp-down", For: f})
+		t += f + between(12*time.Second, 25*time.Second)
+	}
+	// SIGKILL a replica, restart it a moment later; now and then a graceful
+	// restart (SIGTERM: in-flight requests drain) instead.
+	for t := between(2*time.Second, 6*time.Second); t < d-time.Second; t += between(3*time.Second, 9*time.Second) {
+		kind := "kill"
+		if r.IntN(4) == 0 {
+			kind = "restart"
+		}
+		evs = append(evs, event{At: t, Kind: kind, Target: r.IntN(o.replicas), For: between(100*time.Millisecond, 1500*time.Millisecond)})
+	}
+	// Long faults of one replica, longer than lease + creation window: a
+	// partition from the database, and a paused process (SIGSTOP). One of
+	// each per minute, apart so that some replica keeps serving; a run
+	// shorter than 40s gets one of the two.
+	long := func() time.Duration { return o.lease + o.creationWindow + between(time.Second, 3*time.Second) }
+	var kinds []string
+	if o.partitions {
+		kinds = append(kinds, "partition")
+	}
+	if o.freezes {
+		kinds = append(kinds, "freeze")
+	}
+	if len(kinds) == 2 && d < 40*time.Second {
+		kinds = kinds[r.IntN(2):][:1]
+	}
+	if d >= 15*time.Second && len(kinds) > 0 {
+		slots := max(1, int(d/time.Minute))
+		slot := d / time.Duration(slots)
+		for i := range slots {
+			for j, kind := range kinds {
+				// Each kind has its own part of the slot.
+				part := slot / time.Duration(len(kinds))
+				at := time.Duration(i)*slot + time.Duration(j)*part + between(part/10, part/4)
+				evs = append(evs, event{At: at, Kind: kind, Target: r.IntN(o.replicas), For: long()})
+			}
+		}
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At < evs[j].At })
+	return evs
+}
+
+// injector carries out a plan against an env.
+type injector struct {
+	e    *env
+	plan []event
+	wg   sync.WaitGroup
+
+	mu         sync.Mutex
+	restarting map[int]bool
+	held       map[int]string // replicas under a long fault (partition, freeze): not killed meanwhile
+
+	kills, terms, killsSkipped, restarts, freezes, partitions atomic.Int64
+	dbDowns, dbStalls, pspDowns                               atomic.Int64
+}
+
+func newInjector(e *env, plan []event) *injector {
+	return &injector{e: e, plan: plan, restarting: map[int]bool{}, held: map[int]string{}}
+}
+
+// run applies the plan from start until ctx ends, then waits until every
+// fault it started has ended.
+func (x *injector) run(ctx context.Context, start time.Time) {
+	for _, ev := range x.plan {
+		if !sleepCtx(ctx, time.Until(start.Add(ev.At))) {
+			break
+		}
+		x.wg.Go(func() { x.apply(ctx, ev) })
+	}
+	<-ctx.Done()
+	x.wg.Wait()
+}
+
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (x *injector) apply(ctx context.Context, ev event) {
+	e := x.e
+	switch ev.Kind {
+	case "db-profile":
+		for _, p := range e.dbProxies {
+			p.setFaults(dbProfiles[ev.Profile])
+		}
+	case "psp-profile":
+		f := pspProfiles[ev.Profile]
+		if maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond); f.Latency.Max > maxMS {
+			f.Latency.Max = maxMS // a charge must land within the creation window
+			f.Latency.Min = min(f.Latency.Min, maxMS)
+		}
+		if err := e.psp.SetFaults(f); err != nil {
+			e.say("psp faults: %v", err)
+		}
+		e.pspProxy.setFaults(pspProxyProfiles[ev.Profile])
+	case "db-down", "db-stall":
+		var ends []func()
+		for _, p := range e.dbProxies {
+			if ev.Kind == "db-down" {
+				ends = append(ends, p.down())
+			} else {
+				ends = append(ends, p.stall())
+			}
+		}
+		if ev.Kind == "db-down" {
+			x.dbDowns.Add(1)
+		} else {
+			x.dbStalls.Add(1)
+		}
+		sleepCtx(ctx, ev.For)
+		for _, end := range ends {
+			end()
+		}
+	case "partition":
+		t, ok := x.hold(ev.Target, ev.Kind)
+		if !ok {
+			return
+		}
+		defer x.release(t)
+		x.partitions.Add(1)
+		end := e.dbProxies[t].stall()
+		e.say("partition: replica %d cut off from the database for %s", t, ev.For.Round(time.Millisecond))
+		sleepCtx(ctx, ev.For)
+		end()
+	case "psp-down":
+		x.pspDowns.Add(1)
+		end := e.pspProxy.down()
+		sleepCtx(ctx, ev.For)
+		end()
+	case "freeze":
+		t, ok := x.hold(ev.Target, ev.Kind)
+		if !ok {
+			return
+		}
+		defer x.release(t)
+		thaw := e.replicas[t].freeze()
+		if thaw == nil {
+			return
+		}
+		x.freezes.Add(1)
+		e.say("freeze: replica %d stopped (SIGSTOP) for %s", t, ev.For.Round(time.Millisecond))
+		sleepCtx(ctx, ev.For)
+		thaw()
+	case "kill", "restart":
+		x.kill(ctx, ev)
+	}
+}
+
+// hold reserves a replica for a long fault: the target, or the next one
+// that is neither restarting nor under another long fault.
+func (x *injector) hold(target int, kind string) (int, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := len(x.e.replicas)
+	for i := range n {
+		t := (target + i) % n
+		if x.held[t] == "" && !x.restarting[t] {
+			x.held[t] = kind
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+func (x *injector) release(t int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	delete(x.held, t)
+}
+
+// kill SIGKILLs a replica (or, for "restart", stops it with SIGTERM) and
+// starts it again after ev.For, unless that would leave no replica running
+// or the replica is already down or under a long fault.
+func (x *injector) kill(ctx context.Context, ev event) {
+	r := x.e.replicas[ev.Target]
+	x.mu.Lock()
+	live := 0
+	for i, o := range x.e.replicas {
+		if !x.restarting[i] && o.running() != nil {
+			live++
+		}
+	}
+	if x.restarting[ev.Target] || x.held[ev.Target] != "" || (len(x.e.replicas) > 1 && live <= 1) {
+		x.mu.Unlock()
+		x.killsSkipped.Add(1)
+		return
+	}
+	x.restarting[ev.Target] = true
+	x.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		x.restarting[ev.Target] = false
+		x.mu.Unlock()
+	}()
+	if ev.Kind == "restart" {
+		if r.running() == nil {
+			x.killsSkipped.Add(1)
+			return
+		}
+		r.stop(15 * time.Second)
+		x.terms.Add(1)
+	} else {
+		if !r.kill() {
+			x.killsSkipped.Add(1)
+			return
+		}
+		x.kills.Add(1)
+	}
+	if !sleepCtx(ctx, ev.For) {
+		return // the end of the run brings every replica up
+	}
+	if err := r.ensureUp(ctx); err == nil {
+		x.restarts.Add(1)
+	}
+}
+
+// calm ends every fault: proxies pass everything, the PSP behaves, no
+// replica stays stopped. Call it after run returned.
+func (x *injector) calm() {
+	for _, p := range x.e.dbProxies {
+		p.calm()
+	}
+	x.e.pspProxy.calm()
+	_ = x.e.psp.SetFaults(mockpsp.Faults{})
+	for _, r := range x.e.replicas {
+		r.thaw()
+	}
+}
