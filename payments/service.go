@@ -213,7 +213,8 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 	for {
 		// Subscribe before reading, so a completion in between is not missed.
 		done, stop := s.waiter.Wait(a.ref)
-		rec, p, err := s.store.LoadKey(ctx, a.ref)
+		// The record alone answers a replay; the payment is read only to resume.
+		rec, err := s.store.Record(ctx, a.ref)
 		if err != nil {
 			stop()
 			if errors.Is(err, idemkeys.ErrNotFound) {
@@ -244,6 +245,10 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 		now := s.cfg.Now().UTC().Truncate(time.Microsecond)
 		if !rec.LeaseActive(now) {
 			stop()
+			p, err := s.store.Payment(ctx, a.ref.MerchantID, rec.PaymentID)
+			if err != nil {
+				return Outcome{}, internal(err)
+			}
 			v, err := s.store.TakeOver(ctx, a.ref, rec.LeaseVersion, now, now.Add(s.cfg.Lease))
 			if errors.Is(err, idemkeys.ErrFenced) {
 				continue // another worker moved first; look again

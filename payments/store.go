@@ -19,6 +19,8 @@ type Store interface {
 	// (re-read the key, never re-insert blindly).
 	Claim(ctx context.Context, rec idemkeys.Record, p Payment) error
 
+	// Record reads a key's record alone (one primary-key read); idemkeys.ErrNotFound when absent.
+	Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error)
 	// LoadKey reads a key's record and its payment; idemkeys.ErrNotFound when absent.
 	LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, Payment, error)
 

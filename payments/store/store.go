@@ -129,6 +129,11 @@ func (s *Store) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record,
 	return rec, p, nil
 }
 
+// Record implements payments.Store.
+func (s *Store) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
+	return idemkeys.Get(ctx, s.db, ref)
+}
+
 // TakeOver implements payments.Store.
 func (s *Store) TakeOver(ctx context.Context, ref idemkeys.Ref, seen int64, now, until time.Time) (int64, error) {
 	return idemkeys.TakeOver(ctx, s.db, ref, seen, now, until)
