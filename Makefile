@@ -8,7 +8,7 @@ RACE := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzParseCreate ./idemkeys:FuzzValidateKey ./idemkeys:FuzzFingerprint
 
-.PHONY: run test fuzz build vet
+.PHONY: run test fuzz build vet bench chaos
 
 ## run: start the gateway with a private MariaDB, the mock PSP and a demo merchant
 run:
@@ -29,6 +29,17 @@ fuzz:
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
 	done
+
+## bench: the gateway against a raw-SQL floor measured in the same run (private MariaDB unless
+## $$GATEWAY_BENCH_DSN or $$GATEWAY_TEST_DSN is set); pass flags with BENCH_ARGS='--duration 30s --json bench.json'
+bench:
+	$(GO) run ./cmd/bench $(BENCH_ARGS)
+
+## chaos: the gateway under faults (DB resets, outages and a partition, PSP errors, replica kills and
+## pauses), then every invariant of design §7 checked against the PSP ledger and the database; 3 minutes
+## by default. Pass flags with CHAOS_ARGS='--duration 10m --seed 42 --json chaos.json'
+chaos:
+	$(GO) run ./cmd/chaos $(CHAOS_ARGS)
 
 ## build: a static binary in bin/gateway
 build:
