@@ -181,3 +181,27 @@ func transactOnce(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error)
 	}
 	return nil
 }
+
+// ExecRetry runs one autocommitted statement and reports the rows it
+// matched, rerunning it after a deadlock or lock wait timeout (the server
+// rolled the statement back, so nothing of it remains). A lost connection is
+// ErrConnLost: the statement may or may not have been applied.
+func ExecRetry(ctx context.Context, dbx *sqlx.DB, query string, args ...any) (int64, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := dbx.ExecContext(ctx, query, args...)
+		if err == nil {
+			return res.RowsAffected()
+		}
+		err = Classify(err)
+		if !errors.Is(err, ErrRetryable) || attempt == maxAttempts {
+			return 0, err
+		}
+		t := time.NewTimer(time.Duration(attempt*attempt) * 2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+	}
+}

@@ -32,6 +32,12 @@ type Config struct {
 	// AuthCacheTTL is how long a verified API key is trusted without a
 	// database read; 0 reads every time.
 	AuthCacheTTL time.Duration
+	// ReplayCacheSize is how many final answers this process keeps for
+	// replays without a database read; 0 keeps none.
+	ReplayCacheSize int
+	// Retention is how long a completed key replays (the reconciler purges
+	// it after); 7 days when zero.
+	Retention time.Duration
 }
 
 // Observer is told what the payment flow does. Implementations must be
@@ -57,13 +63,15 @@ func (noObserver) FencingRefused()              {}
 
 // Service runs the idempotent payment flow.
 type Service struct {
-	store  Store
-	psp    psp.Adapter
-	cfg    Config
-	waiter *idemkeys.Waiter
-	log    *slog.Logger
-	obs    Observer
-	auth   *authCache
+	store   Store
+	psp     psp.Adapter
+	cfg     Config
+	waiter  *idemkeys.Waiter
+	log     *slog.Logger
+	obs     Observer
+	auth    *authCache
+	replays *replayCache
+	pace    *pacer
 }
 
 // NewService returns a Service charging through adapter and storing in store.
@@ -77,7 +85,11 @@ func NewService(store Store, adapter psp.Adapter, cfg Config) *Service {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
-	return &Service{store: store, psp: adapter, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer,
+	if cfg.Retention <= 0 {
+		cfg.Retention = 7 * 24 * time.Hour
+	}
+	return &Service{replays: newReplayCache(cfg.ReplayCacheSize, cfg.Retention), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
+		store: store, psp: adapter, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer,
 		auth: &authCache{ttl: cfg.AuthCacheTTL, entries: map[[32]byte]authEntry{}}}
 }
 
@@ -131,6 +143,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 		fp:      req.Fingerprint(),
 		waitCtx: waitCtx,
 	}
+	if e, ok := s.replays.get(a.ref, s.cfg.Now()); ok && e.fp == a.fp {
+		return s.replay(ctx, a, e.paymentID, e.resp), nil
+	}
 	for range maxClaims {
 		out, err := s.claim(ctx, a, req)
 		if !errors.Is(err, errVanished) {
@@ -138,6 +153,15 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 		}
 	}
 	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", idemkeys.Hash(a.ref), maxClaims))
+}
+
+// replay answers with a completed key's stored response, at the key's pace.
+func (s *Service) replay(ctx context.Context, a attempt, paymentID string, resp idemkeys.Response) Outcome {
+	s.pace.wait(ctx, a.ref)
+	s.obs.KeyOutcome("replayed")
+	s.log.InfoContext(ctx, "idempotent replay", "key", idemkeys.Hash(a.ref),
+		"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", paymentID, "status", resp.Status)
+	return Outcome{Response: resp, Replayed: true, PaymentID: paymentID}
 }
 
 // errVanished: the key's record disappeared between the INSERT that found it and
@@ -236,11 +260,8 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 		if rec.State == idemkeys.Completed {
 			stop()
 			waited()
-			s.obs.KeyOutcome("replayed")
-			s.log.InfoContext(ctx, "idempotent replay", "key", idemkeys.Hash(a.ref),
-				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", rec.PaymentID,
-				"status", rec.Response.Status)
-			return Outcome{Response: rec.Response, Replayed: true, PaymentID: rec.PaymentID}, nil
+			s.replays.put(a.ref, cachedReplay{fp: rec.Fingerprint, paymentID: rec.PaymentID, resp: rec.Response, completedAt: rec.CompletedAt})
+			return s.replay(ctx, a, rec.PaymentID, rec.Response), nil
 		}
 		now := s.cfg.Now().UTC().Truncate(time.Microsecond)
 		if !rec.LeaseActive(now) {
@@ -390,6 +411,7 @@ func (s *Service) settle(ctx context.Context, a attempt, v int64, p Payment, c p
 	}
 	switch {
 	case err == nil:
+		s.replays.put(a.ref, cachedReplay{fp: a.fp, paymentID: p.ID, resp: resp, completedAt: now})
 		s.waiter.Notify(a.ref)
 		s.log.InfoContext(ctx, "payment settled", "key", idemkeys.Hash(a.ref),
 			"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", p.ID,

@@ -46,10 +46,12 @@ func poolOptions() db.PoolOptions {
 // and GATEWAY_AUTH_CACHE_TTL at their defaults.
 func serviceConfig() payments.Config {
 	return payments.Config{
-		Lease:        30 * time.Second,
-		PSPTimeout:   10 * time.Second,
-		InFlightWait: 2 * time.Second,
-		AuthCacheTTL: 10 * time.Second,
+		Lease:           30 * time.Second,
+		PSPTimeout:      10 * time.Second,
+		InFlightWait:    2 * time.Second,
+		AuthCacheTTL:    10 * time.Second,
+		ReplayCacheSize: 10_000,
+		Retention:       7 * 24 * time.Hour,
 	}
 }
 

@@ -189,14 +189,20 @@ func newPSP(cfg Config) (psp.Adapter, error) {
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }
 
+// replayCacheSize bounds the final answers a replica keeps for replays
+// without a database read (a few MiB at most).
+const replayCacheSize = 10_000
+
 func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs payments.Observer) *payments.Service {
 	return payments.NewService(store.New(dbx), adapter, payments.Config{
-		Lease:        cfg.Lease,
-		PSPTimeout:   cfg.PSPTimeout,
-		InFlightWait: cfg.InFlightWait,
-		Logger:       log,
-		Observer:     obs,
-		AuthCacheTTL: cfg.AuthCacheTTL,
+		Lease:           cfg.Lease,
+		PSPTimeout:      cfg.PSPTimeout,
+		InFlightWait:    cfg.InFlightWait,
+		Logger:          log,
+		Observer:        obs,
+		AuthCacheTTL:    cfg.AuthCacheTTL,
+		ReplayCacheSize: replayCacheSize,
+		Retention:       cfg.Retention,
 	})
 }
 

@@ -149,38 +149,32 @@ func (s *Store) Release(ctx context.Context, ref idemkeys.Ref, held int64, now t
 	return idemkeys.Release(ctx, s.db, ref, held, now)
 }
 
-// Settle implements payments.Store.
+// Settle implements payments.Store with one autocommitted statement that
+// completes the key and settles its payment together, fenced on the lease
+// version: atomic like a transaction of two UPDATEs, at a quarter of the
+// round trips. It matches two rows (the key, the payment) or none; none means
+// the writer lost its lease, or the payment was settled by other means, and
+// either way the caller re-reads.
 func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
-	const updatePayment = `
-UPDATE payments
-SET status = ?, psp_reference = ?, decline_code = ?, updated_at = ?
-WHERE merchant_id = ? AND id = ? AND status = 'processing'`
-	err := db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		// The fenced write comes first and in the same order as Claim's inserts,
-		// so a stale worker is stopped before it touches the payment.
-		if err := idemkeys.Complete(ctx, tx, ref, held, resp, now); err != nil {
-			return err
-		}
-		res, err := tx.ExecContext(ctx, updatePayment, string(p.Status), nullString(p.PSPReference),
-			nullString(p.DeclineCode), now, p.MerchantID, p.ID)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n != 1 {
-			// The key was still ours but the payment was settled by other means:
-			// refuse rather than overwrite it; the caller re-reads.
-			return fmt.Errorf("payment %s is no longer processing", p.ID)
-		}
-		return nil
-	})
-	if errors.Is(err, db.ErrConnLost) {
+	const stmt = `
+UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id
+SET k.state = 'COMPLETED', k.response_status = ?, k.response_body = ?, k.locked_until = NULL,
+    k.completed_at = ?, k.updated_at = ?,
+    p.status = ?, p.psp_reference = ?, p.decline_code = ?, p.updated_at = ?
+WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
+  AND k.state = 'IN_PROGRESS' AND k.lease_version = ? AND p.status = 'processing'`
+	n, err := db.ExecRetry(ctx, s.db, stmt, resp.Status, resp.Body, now, now,
+		string(p.Status), nullString(p.PSPReference), nullString(p.DeclineCode), now,
+		ref.MerchantID, ref.Endpoint, ref.Key, held)
+	switch {
+	case errors.Is(err, db.ErrConnLost):
 		return fmt.Errorf("store.Settle: %w: %v", payments.ErrWriteUnknown, err)
+	case err != nil:
+		return fmt.Errorf("store.Settle: %w", err)
+	case n != 2:
+		return fmt.Errorf("store.Settle(%s, v%d): %w", idemkeys.Hash(ref), held, idemkeys.ErrFenced)
 	}
-	return err
+	return nil
 }
 
 // Payment implements payments.Store.

@@ -1,0 +1,100 @@
+package payments
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"gateway/idemkeys"
+)
+
+// replayCache keeps, per process, the final answers (201, 402) of keys seen
+// completed here, so that a replay costs no database round trip. A final
+// answer never changes while the key is retained (only a 202 under review is
+// ever rewritten, and it is not kept), so a cached one is always the stored
+// one; entries past retention are ignored, so a purged key still gets its 409.
+type replayCache struct {
+	max       int
+	retention time.Duration
+	mu        sync.Mutex
+	entries   map[idemkeys.Ref]cachedReplay
+}
+
+type cachedReplay struct {
+	fp          [32]byte
+	paymentID   string
+	resp        idemkeys.Response
+	completedAt time.Time
+}
+
+func newReplayCache(max int, retention time.Duration) *replayCache {
+	return &replayCache{max: max, retention: retention, entries: map[idemkeys.Ref]cachedReplay{}}
+}
+
+func (c *replayCache) get(ref idemkeys.Ref, now time.Time) (cachedReplay, bool) {
+	if c.max <= 0 {
+		return cachedReplay{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[ref]
+	if !ok || now.Sub(e.completedAt) >= c.retention {
+		return cachedReplay{}, false
+	}
+	return e, true
+}
+
+func (c *replayCache) put(ref idemkeys.Ref, e cachedReplay) {
+	if c.max <= 0 || (e.resp.Status != http.StatusCreated && e.resp.Status != http.StatusPaymentRequired) {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= c.max {
+		clear(c.entries) // crude but bounded; a miss only costs one read
+	}
+	c.entries[ref] = e
+}
+
+// Replays of one key are paced: a burst of replayBurst, then one per
+// replaySpacing. A client hammering one key waits for its answers instead of
+// taking the CPU and connections that other merchants' payments need; a
+// correct client never notices.
+const (
+	replaySpacing = 20 * time.Millisecond
+	replayBurst   = 50
+	pacerMax      = 10_000
+)
+
+// pacer is a per-key generic cell rate algorithm: tat is when the key's
+// next replay is due, were replays evenly spaced.
+type pacer struct {
+	mu  sync.Mutex
+	tat map[idemkeys.Ref]time.Time
+}
+
+// wait delays a replay of ref as the pace demands, or until ctx ends.
+func (p *pacer) wait(ctx context.Context, ref idemkeys.Ref) {
+	now := time.Now()
+	p.mu.Lock()
+	if len(p.tat) >= pacerMax {
+		clear(p.tat)
+	}
+	tat := p.tat[ref]
+	if tat.Before(now) {
+		tat = now
+	}
+	p.tat[ref] = tat.Add(replaySpacing)
+	p.mu.Unlock()
+	delay := tat.Sub(now) - replayBurst*replaySpacing
+	if delay <= 0 {
+		return
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
