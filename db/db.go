@@ -161,9 +161,14 @@ func Transact(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) err
 func transactOnce(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 	tx, err := dbx.BeginTxx(ctx, nil)
 	if err != nil {
-		// Nothing was written yet: whatever broke, the outcome is known.
-		if cerr := Classify(err); errors.Is(cerr, ErrUnavailable) {
+		// Nothing was written yet: whatever broke, the outcome is known, and a
+		// broken or unreachable connection means the database is unavailable.
+		cerr := Classify(err)
+		if errors.Is(cerr, ErrUnavailable) {
 			return cerr
+		}
+		if errors.Is(cerr, ErrConnLost) {
+			return fmt.Errorf("%w: begin: %v", ErrUnavailable, err)
 		}
 		return fmt.Errorf("db: begin: %w", err)
 	}
