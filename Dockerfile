@@ -4,9 +4,9 @@
 #   docker run --rm -p 127.0.0.1:8080:8080 \
 #     -e GATEWAY_DATABASE_DSN='gateway:gateway@tcp(db:3306)/gateway' gateway
 #
-# The runtime image is distroless (no shell, no curl), so it carries no
-# HEALTHCHECK; probe GET /healthz and GET /readyz from outside (compose,
-# Kubernetes, a load balancer). `gateway dev` does not work in this image: it
+# The runtime image is a slim Debian with only the binary and CA certificates
+# (for the PSPs' HTTPS APIs); probe GET /healthz and GET /readyz from outside
+# (compose, Kubernetes, a load balancer). `gateway dev` does not work in this image: it
 # needs a local MariaDB server binary; use docker-compose.yml instead.
 
 # ---- build ------------------------------------------------------------------
@@ -14,7 +14,7 @@ FROM golang:1.26-bookworm AS build
 
 WORKDIR /src
 
-# CGO off: a pure-Go static binary that runs on distroless/static (no libc).
+# CGO off: a pure-Go static binary.
 # The golang image sets GOTOOLCHAIN=local; auto lets a stale cached 1.26.x
 # image fetch the toolchain go.mod asks for (go 1.26.8) instead of failing,
 # and does nothing when the image is new enough.
@@ -29,7 +29,12 @@ COPY . .
 RUN go build -trimpath -ldflags="-s -w" -o /out/gateway ./cmd/gateway
 
 # ---- runtime ----------------------------------------------------------------
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM debian:bookworm-slim
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 65532 --user-group --no-create-home gateway
 
 COPY --from=build /out/gateway /gateway
 
@@ -39,7 +44,6 @@ ENV GATEWAY_ADDR=0.0.0.0:8080 \
 
 EXPOSE 8080
 
-# distroless "nonroot" (uid/gid 65532); stated so it survives a base change.
 USER 65532:65532
 
 ENTRYPOINT ["/gateway"]
