@@ -57,7 +57,7 @@ func (c *replayCache) put(ref idemkeys.Ref, e cachedReplay) {
 	c.entries[ref] = e
 }
 
-// Replays of one key are paced: a burst of replayBurst, then one per
+// Replays of one key are paced: a burst of about replayBurst, then one per
 // replaySpacing. A client hammering one key waits for its answers instead of
 // taking the CPU and connections that other merchants' payments need; a
 // correct client never notices.
@@ -76,18 +76,7 @@ type pacer struct {
 
 // wait delays a replay of ref as the pace demands, or until ctx ends.
 func (p *pacer) wait(ctx context.Context, ref idemkeys.Ref) {
-	now := time.Now()
-	p.mu.Lock()
-	if len(p.tat) >= pacerMax {
-		clear(p.tat)
-	}
-	tat := p.tat[ref]
-	if tat.Before(now) {
-		tat = now
-	}
-	p.tat[ref] = tat.Add(replaySpacing)
-	p.mu.Unlock()
-	delay := tat.Sub(now) - replayBurst*replaySpacing
+	delay := p.reserve(ref, time.Now())
 	if delay <= 0 {
 		return
 	}
@@ -97,4 +86,19 @@ func (p *pacer) wait(ctx context.Context, ref idemkeys.Ref) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// reserve books ref's next replay at now and says how long it must wait.
+func (p *pacer) reserve(ref idemkeys.Ref, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.tat) >= pacerMax {
+		clear(p.tat)
+	}
+	tat := p.tat[ref]
+	if tat.Before(now) {
+		tat = now
+	}
+	p.tat[ref] = tat.Add(replaySpacing)
+	return tat.Sub(now) - replayBurst*replaySpacing
 }

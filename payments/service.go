@@ -397,7 +397,7 @@ func (s *Service) settle(ctx context.Context, a attempt, v int64, p Payment, c p
 	resp := Render(p)
 	err := s.store.Settle(ctx, a.ref, v, p, resp, now)
 	if errors.Is(err, ErrWriteUnknown) {
-		rec, _, gerr := s.store.LoadKey(ctx, a.ref)
+		rec, gerr := s.store.Record(ctx, a.ref)
 		switch {
 		case gerr != nil:
 			return Outcome{}, internal(errors.Join(err, gerr))
