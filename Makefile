@@ -10,7 +10,7 @@ FUZZ_TARGETS := ./api:FuzzParseCreate ./idemkeys:FuzzValidateKey ./idemkeys:Fuzz
 
 .PHONY: run test fuzz build vet bench chaos
 
-## run: start the gateway with a private MariaDB, the mock PSP and a demo merchant
+## run: start the gateway with a private MariaDB, the fake PSP and a demo merchant
 run:
 	$(GO) run ./cmd/gateway dev
 

@@ -18,7 +18,7 @@ import (
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
@@ -41,12 +41,12 @@ func (c *clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// env is one gateway over a real database and a fresh mock PSP.
+// env is one gateway over a real database and a fresh fake PSP.
 type env struct {
 	t      *testing.T
 	db     *sqlx.DB
 	store  *store.Store
-	psp    *mock.PSP
+	psp    *fake.PSP
 	clock  *clock
 	svc    *payments.Service
 	srv    *httptest.Server
@@ -62,7 +62,7 @@ type envSetup struct {
 	cfg payments.Config
 	// wrap, when set, decorates the real store (to lose a commit's acknowledgement, say).
 	wrap func(payments.Store) payments.Store
-	// adapter, when set, replaces the in-process mock PSP (env.psp stays unused).
+	// adapter, when set, replaces the in-process fake PSP (env.psp stays unused).
 	adapter psp.Adapter
 	// api, when set, adjusts the handler's options (rate limits, say).
 	api func(*api.Options)
@@ -88,7 +88,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	if setup.wrap != nil {
 		svcStore = setup.wrap(st)
 	}
-	p := mock.New()
+	p := fake.New()
 	var adapter psp.Adapter = p
 	if setup.adapter != nil {
 		adapter = setup.adapter

@@ -18,7 +18,7 @@ import (
 	"gateway/api"
 	"gateway/metrics"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 )
 
 // metricValue reads one sample from reg: a counter's or gauge's value, or a histogram's count.
@@ -64,7 +64,7 @@ func matches(m *dto.Metric, labels map[string]string) bool {
 type observed struct {
 	*env
 	reg *prometheus.Registry
-	psp *mock.PSP
+	psp *fake.PSP
 	log *bytes.Buffer
 }
 
@@ -72,7 +72,7 @@ type observed struct {
 func newObservedEnv(t *testing.T, mod func(*envSetup)) *observed {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	p := mock.New()
+	p := fake.New()
 	logs := &syncBuffer{}
 	log := slog.New(api.LogHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	e := newEnv(t, func(s *envSetup) {
@@ -110,7 +110,7 @@ func TestMetricsFollowTheScenario(t *testing.T) {
 		return metricValue(t, o.reg, "gateway_http_requests_total", map[string]string{"route": "/payments", "method": "POST", "status": status})
 	}
 	pspCalls := func(op, outcome string) float64 {
-		return metricValue(t, o.reg, "gateway_psp_calls_total", map[string]string{"adapter": "mock", "op": op, "outcome": outcome})
+		return metricValue(t, o.reg, "gateway_psp_calls_total", map[string]string{"adapter": "fake", "op": op, "outcome": outcome})
 	}
 
 	wantStatus(t, o.post("a", okBody), 201)
@@ -139,7 +139,7 @@ func TestMetricsFollowTheScenario(t *testing.T) {
 	}
 
 	// PSP unknown after charging, then the retry resumes: a lookup, and a takeover-free settle.
-	o.psp.FailNextCharges(mock.FaultUnknownAfterCharge, 1)
+	o.psp.FailNextCharges(fake.FaultUnknownAfterCharge, 1)
 	wantStatus(t, o.post("c", okBody), 502)
 	if pspCalls("charge", "unknown") != 1 || http("502") != 1 {
 		t.Fatalf("unknown outcome not counted: %v", pspCalls("charge", "unknown"))
@@ -207,7 +207,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	wantStatus(t, o.post(secretKey, body), 201)
 	wantStatus(t, o.post(secretKey, body), 201)
 	wantStatus(t, o.post(secretKey, strings.Replace(body, "1000", "7", 1)), 422)
-	o.psp.FailNextCharges(mock.FaultUnknownAfterCharge, 1)
+	o.psp.FailNextCharges(fake.FaultUnknownAfterCharge, 1)
 	wantStatus(t, o.post(secretKey+"-2", body), 502)
 	o.clock.Advance(2 * time.Second)
 	wantStatus(t, o.post(secretKey+"-2", body), 201)

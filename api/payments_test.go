@@ -16,7 +16,7 @@ import (
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 )
 
 func decodeView(t *testing.T, body []byte) payments.View {
@@ -218,15 +218,15 @@ func TestFailureBeforeCommitLeavesKeyFree(t *testing.T) {
 func TestPSPFaultsThenRetry(t *testing.T) {
 	cases := []struct {
 		name        string
-		fault       mock.Fault
+		fault       fake.Fault
 		status      int
 		slug        string
 		chargesMid  int // ledger after the failed call
 		chargeCalls int // total Charge calls after the retry
 	}{
-		{"unknown after charge", mock.FaultUnknownAfterCharge, http.StatusBadGateway, "psp-outcome-unknown", 1, 1},
-		{"unknown before charge", mock.FaultUnknownBeforeCharge, http.StatusBadGateway, "psp-outcome-unknown", 0, 2},
-		{"not processed", mock.FaultNotProcessed, http.StatusServiceUnavailable, "psp-unavailable", 0, 2},
+		{"unknown after charge", fake.FaultUnknownAfterCharge, http.StatusBadGateway, "psp-outcome-unknown", 1, 1},
+		{"unknown before charge", fake.FaultUnknownBeforeCharge, http.StatusBadGateway, "psp-outcome-unknown", 0, 2},
+		{"not processed", fake.FaultNotProcessed, http.StatusServiceUnavailable, "psp-unavailable", 0, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -266,7 +266,7 @@ func TestPSPFaultsThenRetry(t *testing.T) {
 // A lookup that cannot answer leaves the payment unsettled and uncharged.
 func TestResumeWithUnknownLookupDoesNotCharge(t *testing.T) {
 	e := newEnv(t)
-	e.psp.FailNextCharges(mock.FaultUnknownBeforeCharge, 1)
+	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	wantStatus(t, e.post("k", okBody), http.StatusBadGateway)
 	e.psp.FailNextLookups(1)
 	wantProblem(t, e.post("k", okBody), http.StatusBadGateway, "psp-outcome-unknown")
@@ -321,7 +321,7 @@ func TestLeaseTakeoverFencesTheStaleWorker(t *testing.T) {
 // The fencing token at the store: a write with an old lease version changes nothing.
 func TestSettleWithStaleVersionIsRefused(t *testing.T) {
 	e := newEnv(t)
-	e.psp.FailNextCharges(mock.FaultUnknownBeforeCharge, 1)
+	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	wantStatus(t, e.post("k", okBody), http.StatusBadGateway)
 	ref := idemkeys.Ref{MerchantID: e.merch.ID, Endpoint: payments.EndpointCreatePayment, Key: "k"}
 	ctx := context.Background()
@@ -429,8 +429,8 @@ func TestEquivalentBodiesReplay(t *testing.T) {
 func TestDeclinesReplayAndValidationErrorsDoNot(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct{ method, code string }{
-		{mock.MethodDeclined, mock.DeclineCardDeclined},
-		{mock.MethodInsufficientFunds, mock.DeclineInsufficientFunds},
+		{fake.MethodDeclined, fake.DeclineCardDeclined},
+		{fake.MethodInsufficientFunds, fake.DeclineInsufficientFunds},
 	} {
 		t.Run(tc.method, func(t *testing.T) {
 			body := strings.Replace(okBody, "pm_card_ok", tc.method, 1)

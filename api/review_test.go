@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"gateway/payments"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 	"gateway/reconcile"
 )
 
@@ -16,7 +16,7 @@ import (
 // resolve it; then its key replays the resolution.
 func TestReviewAnswersThenResolution(t *testing.T) {
 	e := newEnv(t)
-	e.psp.FailNextCharges(mock.FaultUnknownBeforeCharge, 1)
+	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	wantStatus(t, e.post("k", okBody), http.StatusBadGateway)
 	e.psp.FailNextLookups(1)
 	e.clock.Advance(time.Minute)

@@ -14,7 +14,7 @@ import (
 	"gateway/db"
 	"gateway/payments"
 	"gateway/payments/store"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 )
 
 // An unreachable database is a 503 the client may retry, not a 500.
@@ -35,7 +35,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 	}
 	defer dbx.Close()
 	st := store.New(dbx)
-	svc := payments.NewService(st, mock.New(), payments.Config{Lease: time.Minute, PSPTimeout: time.Second, InFlightWait: time.Second})
+	svc := payments.NewService(st, fake.New(), payments.Config{Lease: time.Minute, PSPTimeout: time.Second, InFlightWait: time.Second})
 	srv := httptest.NewServer(api.NewHandler(svc, st, api.Options{}))
 	defer srv.Close()
 	e := &env{t: t, srv: srv}

@@ -9,7 +9,7 @@ import (
 
 	"gateway/db/dbtest"
 	"gateway/payments/store"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 	"gateway/reconcile"
 	"gateway/reconcile/reconciletest"
 )
@@ -27,7 +27,7 @@ func BenchmarkReconcile(b *testing.B) {
 				const rows = 10_000
 				dbx := dbtest.MustOpen(b)
 				st := store.New(dbx)
-				m := mock.New(mock.WithCreationWindow(time.Minute))
+				m := fake.New(fake.WithCreationWindow(time.Minute))
 				now := time.Now().UTC().Truncate(time.Microsecond)
 				if _, err := reconciletest.SeedStale(context.Background(), dbx, m, rows, now.Add(-time.Hour)); err != nil {
 					b.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 	"gateway/reconcile"
 )
 
@@ -47,13 +47,13 @@ const (
 	creationWindow = 2 * time.Minute
 )
 
-// env is a store, a mock PSP, a clock, the live payment service and a
+// env is a store, a fake PSP, a clock, the live payment service and a
 // reconciler, all over one fresh database.
 type env struct {
 	t     *testing.T
 	db    *sqlx.DB
 	store *store.Store
-	psp   *mock.PSP
+	psp   *fake.PSP
 	clock *clock
 	svc   *payments.Service
 	merch payments.Merchant
@@ -66,7 +66,7 @@ func newEnv(t *testing.T) *env {
 		t:     t,
 		db:    dbx,
 		store: store.New(dbx),
-		psp:   mock.New(mock.WithCreationWindow(creationWindow)),
+		psp:   fake.New(fake.WithCreationWindow(creationWindow)),
 		clock: &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)},
 	}
 	e.svc = payments.NewService(e.store, e.psp, payments.Config{
@@ -103,7 +103,7 @@ func (e *env) reconciler(adapter psp.Adapter, st payments.Store, mod ...func(*re
 func (e *env) request(key string) payments.CreateRequest {
 	return payments.CreateRequest{
 		MerchantID: e.merch.ID, IdempotencyKey: key,
-		Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: mock.MethodOK,
+		Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: fake.MethodOK,
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 	"gateway/reconcile"
 )
 
@@ -56,8 +56,8 @@ func TestNoChargeAfterTheLeaseEnded(t *testing.T) {
 	wantOutcomes(t, runOnce(t, e.reconciler(nil, nil)), map[reconcile.Outcome]int{reconcile.Failed: 1})
 }
 
-// noDedupe is the mock PSP declaring that it does not deduplicate order ids.
-type noDedupe struct{ *mock.PSP }
+// noDedupe is the fake PSP declaring that it does not deduplicate order ids.
+type noDedupe struct{ *fake.PSP }
 
 func (n noDedupe) Capabilities() psp.Capabilities {
 	c := n.PSP.Capabilities()
@@ -74,7 +74,7 @@ func TestRetriesDoNotKeepTheCreationWindowOpen(t *testing.T) {
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Millisecond, Now: e.clock.Now,
 	})
 	r := e.reconciler(adapter, nil)
-	e.psp.FailNextCharges(mock.FaultUnknownBeforeCharge, 1)
+	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	ctx := context.Background()
 	if _, err := svc.Create(ctx, e.request("k")); payments.ErrorCode(err) != payments.CodePSPUnknown {
 		t.Fatalf("first: %v", err)
@@ -102,7 +102,7 @@ func TestRetriesDoNotStarveTheReconciler(t *testing.T) {
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Millisecond, Now: e.clock.Now,
 	})
 	r := e.reconciler(nil, nil) // MaxAttempts 3, back-off 1 m then 2 m
-	e.psp.FailNextCharges(mock.FaultUnknownBeforeCharge, 1)
+	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	ctx := context.Background()
 	if _, err := svc.Create(ctx, e.request("u")); payments.ErrorCode(err) != payments.CodePSPUnknown {
 		t.Fatalf("first: %v", err)
@@ -126,7 +126,7 @@ func TestRetriesDoNotStarveTheReconciler(t *testing.T) {
 
 // slowLookup makes each lookup take 10 s of the injected clock and answer Unknown.
 type slowLookup struct {
-	*mock.PSP
+	*fake.PSP
 	clock *clock
 }
 

@@ -29,7 +29,7 @@ import (
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 )
 
 // The gateway's settings are those `gateway serve` has by default
@@ -235,8 +235,8 @@ type gateway struct {
 	url   string
 	dbx   *sqlx.DB
 	store *store.Store
-	mock  *mock.PSP
-	// pspLatency is what every gateway phase sets on the mock after emptying
+	fake  *fake.PSP
+	// pspLatency is what every gateway phase sets on the fake after emptying
 	// its ledger (which would otherwise grow into the phases' memory).
 	pspLatency time.Duration
 	charges    *chargeCounter
@@ -273,8 +273,8 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
-	g.mock = mock.New()
-	g.charges = &chargeCounter{Adapter: g.mock}
+	g.fake = fake.New()
+	g.charges = &chargeCounter{Adapter: g.fake}
 	adapter := metrics.InstrumentPSP(g.charges, m)
 	cfg := serviceConfig()
 	cfg.Logger, cfg.Observer = log, m
@@ -353,7 +353,7 @@ func (g *gateway) close() error {
 }
 
 // chargeCounter counts the gateway's Charge calls for one watched order id.
-// The mock deduplicates on order ids, so its ledger alone would hide a
+// The fake deduplicates on order ids, so its ledger alone would hide a
 // second Charge call for the same key; this counts what the gateway sent.
 type chargeCounter struct {
 	psp.Adapter

@@ -74,7 +74,7 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 			merchantID, payments.EndpointCreatePayment, key, 1)); err != nil {
 			return err
 		}
-		return affected(tx.ExecContext(ctx, floorSettlePayment, "succeeded", "mock_ch_floor", nil, done, merchantID, id))
+		return affected(tx.ExecContext(ctx, floorSettlePayment, "succeeded", "fake_ch_floor", nil, done, merchantID, id))
 	})
 	if err != nil {
 		return fmt.Errorf("floor settle: %w", err)
@@ -92,7 +92,7 @@ func floorResponse(merchantID string) idemkeys.Response {
 		MerchantOrderID: payments.MerchantOrderID(merchantID, key),
 		Status:          payments.Succeeded, Amount: payments.Money{Minor: 12500, Currency: "USD"},
 		PaymentMethod: "pm_card_ok", Description: "Order " + key,
-		Metadata: map[string]string{"order": key, "channel": "web"}, PSPReference: "mock_ch_100000",
+		Metadata: map[string]string{"order": key, "channel": "web"}, PSPReference: "fake_ch_100000",
 		CreatedAt: now, UpdatedAt: now,
 	})
 }

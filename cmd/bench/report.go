@@ -58,7 +58,7 @@ type row struct {
 	MetText    string  `json:"-"`
 	// PeakRSSBytes is the process's peak RSS during the gateway's phase.
 	PeakRSSBytes int64 `json:"peak_rss_bytes,omitempty"`
-	// PSPLatencyMS is the mock PSP's latency during the gateway's phase.
+	// PSPLatencyMS is the fake PSP's latency during the gateway's phase.
 	PSPLatencyMS float64 `json:"psp_latency_ms"`
 	NoLatency    bool    `json:"-"`
 	Note         string  `json:"note,omitempty"`
@@ -151,7 +151,7 @@ func (r *report) print(w io.Writer) {
 	_ = tw.Flush()
 
 	if len(r.Hammer) > 0 {
-		fmt.Fprintln(w, "\nHammered keys (charges counted at the gateway's PSP calls, in the mock ledger and in the database):")
+		fmt.Fprintln(w, "\nHammered keys (charges counted at the gateway's PSP calls, in the fake ledger and in the database):")
 		for _, h := range r.Hammer {
 			fmt.Fprintf(w, "  %s: %d Charge call(s), %d ledger charge(s), %d payment row(s) %s, key %s; answers: %d first, %d replays (%d differing), %d in-flight 409 — %s\n",
 				h.Key, h.GatewayCharges, h.LedgerCharges, h.DBPayments, h.DBPaymentStatus, h.DBKeyState,

@@ -20,7 +20,7 @@ import (
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 	"gateway/reconcile"
 	"gateway/reconcile/reconciletest"
 )
@@ -96,8 +96,8 @@ func (b *bench) gatewayPhase(ctx context.Context, title, scenario string, groups
 	// Connections of earlier phases go: each phase dials its own (in its
 	// warm-up), so that profile labels name the phase that uses them.
 	b.hc.CloseIdleConnections()
-	b.gw.mock.Reset()
-	b.gw.mock.SetLatency(b.gw.pspLatency)
+	b.gw.fake.Reset()
+	b.gw.fake.SetLatency(b.gw.pspLatency)
 	b.rss.reset()
 	st, err := b.runPhase(ctx, title, labels("client", scenario), groups...)
 	return st, b.rss.peak(), err
@@ -248,7 +248,7 @@ type hammerCheck struct {
 	Key              string `json:"key"`
 	MerchantOrderID  string `json:"merchant_order_id"`
 	GatewayCharges   int64  `json:"gateway_charge_calls"`
-	LedgerCharges    int    `json:"mock_ledger_charges"`
+	LedgerCharges    int    `json:"fake_ledger_charges"`
 	DBPayments       int    `json:"db_payments"`
 	DBPaymentStatus  string `json:"db_payment_status"`
 	DBKeyState       string `json:"db_key_state"`
@@ -280,7 +280,7 @@ func (b *bench) scenarioHammer(ctx context.Context, hc *http.Client, rep *report
 		rep.Hammer = append(rep.Hammer, chk)
 		if !chk.OK {
 			allOK = false
-			rep.Violations = append(rep.Violations, fmt.Sprintf("hammered key %s: %d Charge call(s) from the gateway, %d charge(s) in the mock ledger, %d payment row(s) (%s), key %s, %d first answer(s), %d replay(s) differing from the first answer",
+			rep.Violations = append(rep.Violations, fmt.Sprintf("hammered key %s: %d Charge call(s) from the gateway, %d charge(s) in the fake ledger, %d payment row(s) (%s), key %s, %d first answer(s), %d replay(s) differing from the first answer",
 				chk.Key, chk.GatewayCharges, chk.LedgerCharges, chk.DBPayments, chk.DBPaymentStatus, chk.DBKeyState, chk.FirstAnswers, chk.DifferentReplays))
 		}
 	}
@@ -339,7 +339,7 @@ func (b *bench) hammerRound(ctx context.Context, hc *http.Client, r int) (fresh,
 		return fresh, hammering, 0, chk, err
 	}
 	chk.GatewayCharges = b.gw.charges.calls.Load()
-	chk.LedgerCharges = b.gw.mock.ChargesFor(order)
+	chk.LedgerCharges = b.gw.fake.ChargesFor(order)
 	chk.FirstAnswers, chk.Replays, chk.InFlight, chk.DifferentReplays = firsts.Load(), replays.Load(), inflight.Load(), differs.Load()
 	if err := b.gw.dbx.GetContext(ctx, &chk.DBPayments, `SELECT COUNT(*) FROM payments WHERE merchant_id = ? AND idem_key = ?`,
 		hammerer, key); err != nil {
@@ -398,7 +398,7 @@ func (s settledCounter) Settled(o reconcile.Outcome) {
 func (b *bench) reconcileRun(ctx context.Context, rep *report, replicas, round int) (stats, int64, error) {
 	rows := b.opts.reconcileRows
 	b.prog.line("seeding %d stale rows for %d reconciler(s)", rows, replicas)
-	m := mock.New(mock.WithCreationWindow(time.Minute))
+	m := fake.New(fake.WithCreationWindow(time.Minute))
 	merchant, err := reconciletest.SeedStale(ctx, b.gw.dbx, m, rows, time.Now().Add(-time.Hour))
 	if err != nil {
 		return stats{}, 0, err

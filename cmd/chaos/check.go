@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"gateway/payments"
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 // invariant is one rule of design §7 and what the run found against it.
@@ -70,13 +70,13 @@ type checker struct {
 
 	payments []dbPayment
 	keys     []dbKey
-	ledger   mockpsp.Ledger
+	ledger   fakeserver.Ledger
 
 	merchantIdx map[string]int
 	payByKey    map[recKey]dbPayment
 	keyByKey    map[recKey]dbKey
 	payByOrder  map[string][]dbPayment
-	charges     map[string][]mockpsp.Charge // by merchant order id
+	charges     map[string][]fakeserver.Charge // by merchant order id
 
 	invs [7]*invariant // 1..6
 }
@@ -109,7 +109,7 @@ func (c *checker) load(ctx context.Context) error {
 	for _, k := range c.keys {
 		c.keyByKey[recKey{c.idx(k.MerchantID), k.IdemKey}] = k
 	}
-	c.charges = map[string][]mockpsp.Charge{}
+	c.charges = map[string][]fakeserver.Charge{}
 	for _, ch := range c.ledger.Charges {
 		c.charges[ch.MerchantOrderID] = append(c.charges[ch.MerchantOrderID], ch)
 	}
@@ -123,8 +123,8 @@ func (c *checker) idx(merchantID string) int {
 	return -100 // a merchant this run never created
 }
 
-func (c *checker) fetchLedger(ctx context.Context) (mockpsp.Ledger, error) {
-	var l mockpsp.Ledger
+func (c *checker) fetchLedger(ctx context.Context) (fakeserver.Ledger, error) {
+	var l fakeserver.Ledger
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.e.pspURL+"/admin/ledger", nil)
 	res, err := c.http.Do(req)
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 
 	"gateway/db"
 	"gateway/db/localdb"
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 // env is everything a run starts, and how to take it down again.
@@ -40,7 +40,7 @@ type env struct {
 
 	bin string
 
-	psp      *mockpsp.Server
+	psp      *fakeserver.Server
 	pspSrv   *http.Server
 	pspURL   string // direct, for the admin API
 	pspProxy *faultProxy
@@ -226,7 +226,7 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 
 // startPSP serves the fake PSP in-process on a loopback port.
 func (e *env) startPSP() error {
-	p, err := mockpsp.New(mockpsp.Options{Seed: e.opts.seed, HoldMax: 30 * time.Second})
+	p, err := fakeserver.New(fakeserver.Options{Seed: e.opts.seed, HoldMax: 30 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -279,7 +279,7 @@ func (e *env) newReplica(i int) (*replica, error) {
 	vars := map[string]string{
 		"GATEWAY_ADDR":                   addr,
 		"GATEWAY_DATABASE_DSN":           e.dsnVia(e.dbProxies[i].addr),
-		"GATEWAY_PSP":                    "mockhttp",
+		"GATEWAY_PSP":                    "fakehttp",
 		"GATEWAY_PSP_URL":                "http://" + e.pspProxy.addr,
 		"GATEWAY_PSP_CREATION_WINDOW":    o.creationWindow.String(),
 		"GATEWAY_LEASE":                  o.lease.String(),

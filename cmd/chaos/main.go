@@ -40,7 +40,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 func main() {
@@ -153,7 +153,7 @@ type report struct {
 	Clientele    map[string]int64 `json:"client_jobs"`
 
 	Faults   map[string]map[string]int64 `json:"faults"`
-	PSPStats mockpsp.Stats               `json:"psp_stats"`
+	PSPStats fakeserver.Stats            `json:"psp_stats"`
 
 	Charges        map[string]int `json:"charges"`
 	Payments       map[string]int `json:"payments_by_status"`
@@ -319,8 +319,8 @@ func waitSettled(ctx context.Context, dbx *sqlx.DB, limit time.Duration) (ok boo
 	}
 }
 
-func fetchStats(ctx context.Context, pspURL string) (mockpsp.Stats, error) {
-	var st mockpsp.Stats
+func fetchStats(ctx context.Context, pspURL string) (fakeserver.Stats, error) {
+	var st fakeserver.Stats
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, pspURL+"/admin/stats", nil)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -333,7 +333,7 @@ func fetchStats(ctx context.Context, pspURL string) (mockpsp.Stats, error) {
 	return st, nil
 }
 
-func (rep *report) fill(w *workload, x *injector, e *env, c *checker, st mockpsp.Stats) {
+func (rep *report) fill(w *workload, x *injector, e *env, c *checker, st fakeserver.Stats) {
 	rep.Requests, rep.Retries, rep.NetErrors = w.requests.Load(), w.retries.Load(), w.netErrors.Load()
 	rep.Answers = map[string]int64{}
 	for code := range w.byStatus {

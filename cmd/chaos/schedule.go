@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 // event is one entry of the fault plan. The plan is drawn from the seed
@@ -46,12 +46,12 @@ var (
 		"noisy":  {LatencyMax: 5 * time.Millisecond, ResetRate: 0.0005, DropResponseRate: 0.0005},
 		"stormy": {LatencyMin: time.Millisecond, LatencyMax: 25 * time.Millisecond, ResetRate: 0.002, DropResponseRate: 0.002},
 	}
-	pspProfiles = map[string]mockpsp.Faults{
-		"calm":   {Latency: mockpsp.Latency{Max: 10}, ErrorBeforeCharge: 0.01, ErrorAfterCharge: 0.01, TimeoutAfterCharge: 0.005, DropConnectionAfterCharge: 0.01},
-		"noisy":  {Latency: mockpsp.Latency{Max: 100}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05, TimeoutAfterCharge: 0.03, DropConnectionAfterCharge: 0.05},
-		"stormy": {Latency: mockpsp.Latency{Max: 300}, ErrorBeforeCharge: 0.10, ErrorAfterCharge: 0.10, TimeoutAfterCharge: 0.05, DropConnectionAfterCharge: 0.10},
+	pspProfiles = map[string]fakeserver.Faults{
+		"calm":   {Latency: fakeserver.Latency{Max: 10}, ErrorBeforeCharge: 0.01, ErrorAfterCharge: 0.01, TimeoutAfterCharge: 0.005, DropConnectionAfterCharge: 0.01},
+		"noisy":  {Latency: fakeserver.Latency{Max: 100}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05, TimeoutAfterCharge: 0.03, DropConnectionAfterCharge: 0.05},
+		"stormy": {Latency: fakeserver.Latency{Max: 300}, ErrorBeforeCharge: 0.10, ErrorAfterCharge: 0.10, TimeoutAfterCharge: 0.05, DropConnectionAfterCharge: 0.10},
 		// Slower than the gateway's PSP deadline: charges land after it gave up.
-		"slow": {Latency: mockpsp.Latency{Min: 300, Max: 1500}, ErrorBeforeCharge: 0.02, ErrorAfterCharge: 0.02, TimeoutAfterCharge: 0.01, DropConnectionAfterCharge: 0.02},
+		"slow": {Latency: fakeserver.Latency{Min: 300, Max: 1500}, ErrorBeforeCharge: 0.02, ErrorAfterCharge: 0.02, TimeoutAfterCharge: 0.01, DropConnectionAfterCharge: 0.02},
 	}
 	// Resets between the gateway and the PSP, on lookups as well as charges.
 	pspProxyProfiles = map[string]proxyFaults{
@@ -339,7 +339,7 @@ func (x *injector) calm() {
 		p.calm()
 	}
 	x.e.pspProxy.calm()
-	_ = x.e.psp.SetFaults(mockpsp.Faults{})
+	_ = x.e.psp.SetFaults(fakeserver.Faults{})
 	for _, r := range x.e.replicas {
 		r.thaw()
 	}

@@ -24,7 +24,7 @@ type Config struct {
 	PSPCreation     time.Duration
 	TossSecretKey   string
 	StripeSecretKey string
-	MockPSPLatency  time.Duration
+	FakePSPLatency  time.Duration
 	DBMaxOpenConns  int
 	DBMaxIdleConns  int
 	Lease           time.Duration
@@ -103,15 +103,18 @@ func settings() []setting {
 			c.DatabaseDSN = v
 			return nil
 		}},
-		{"GATEWAY_PSP", "mock", "payment provider adapter: mock (in-process fake), mockhttp (the standalone fake, cmd/mockpsp), toss, stripe", func(c *Config, v string) error {
+		{"GATEWAY_PSP", "fake", "payment provider adapter: fake (in-process fake), fakehttp (the standalone fake, cmd/fakepsp), toss, stripe", func(c *Config, v string) error {
 			switch v {
-			case "mock", "mockhttp", "toss", "stripe":
+			case "fake", "fakehttp", "toss", "stripe":
 				c.PSP = v
 				return nil
+			case "mock", "mockhttp": // the names of earlier releases
+				c.PSP = strings.Replace(v, "mock", "fake", 1)
+				return nil
 			}
-			return fmt.Errorf("unknown PSP %q; available: mock, mockhttp, toss, stripe", v)
+			return fmt.Errorf("unknown PSP %q; available: fake, fakehttp, toss, stripe", v)
 		}},
-		{"GATEWAY_PSP_URL", "", "PSP base URL (mockhttp: http://127.0.0.1:9090, or unset under dev to start one; toss and stripe: their public API)", func(c *Config, v string) error {
+		{"GATEWAY_PSP_URL", "", "PSP base URL (fakehttp: http://127.0.0.1:9090, or unset under dev to start one; toss and stripe: their public API)", func(c *Config, v string) error {
 			if v != "" {
 				u, err := url.Parse(v)
 				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -140,12 +143,12 @@ func settings() []setting {
 			c.StripeSecretKey = v
 			return nil
 		}},
-		{"GATEWAY_MOCK_PSP_LATENCY", "0s", "mock PSP only: how long each simulated PSP call takes", func(c *Config, v string) error {
+		{"GATEWAY_FAKE_PSP_LATENCY", "0s", "fake PSP only: how long each simulated PSP call takes", func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 {
 				return errors.New("must be a duration ≥ 0 such as 0s or 100ms")
 			}
-			c.MockPSPLatency = d
+			c.FakePSPLatency = d
 			return nil
 		}},
 		{"GATEWAY_DB_MAX_OPEN_CONNS", "32", "most database connections the pool opens", intSetting(func(c *Config, n int) { c.DBMaxOpenConns = n })},

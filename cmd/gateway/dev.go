@@ -14,7 +14,7 @@ import (
 
 	"gateway/db"
 	"gateway/db/localdb"
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 // runDev is what `make run` calls: everything a newcomer needs in one process.
@@ -44,15 +44,15 @@ func runDev(ctx context.Context, cfg Config, args []string, stdout, stderr io.Wr
 		cfg.DatabaseDSN = srv.DSN("gateway")
 		fmt.Fprintf(stderr, "private MariaDB on %s, data in %s\n", srv.Addr(), dir)
 	}
-	if cfg.PSP == "mockhttp" && cfg.PSPURL == "" {
+	if cfg.PSP == "fakehttp" && cfg.PSPURL == "" {
 		// The standalone fake PSP, served over real HTTP from this process.
-		url, stop, err := startMockPSP()
+		url, stop, err := startFakePSP()
 		if err != nil {
 			return err
 		}
 		defer stop()
 		cfg.PSPURL = url
-		fmt.Fprintf(stderr, "mock PSP on %s (faults: PUT %s/admin/faults, ledger: GET %s/admin/ledger)\n", url, url, url)
+		fmt.Fprintf(stderr, "fake PSP on %s (faults: PUT %s/admin/faults, ledger: GET %s/admin/ledger)\n", url, url, url)
 	}
 	if err := db.MigrateUp(cfg.DatabaseDSN); err != nil {
 		return err
@@ -105,9 +105,9 @@ func execCreate(ctx context.Context, dbx *sqlx.DB, name string) error {
 	return err
 }
 
-// startMockPSP serves the standalone fake PSP on a free loopback port.
-func startMockPSP() (url string, stop func(), err error) {
-	srv, err := mockpsp.New(mockpsp.Options{})
+// startFakePSP serves the standalone fake PSP on a free loopback port.
+func startFakePSP() (url string, stop func(), err error) {
+	srv, err := fakeserver.New(fakeserver.Options{})
 	if err != nil {
 		return "", nil, err
 	}

@@ -75,8 +75,8 @@ func runReconcile(ctx context.Context, cfg Config, args []string, stdout, stderr
 	if err := cfg.requireDSN(); err != nil {
 		return err
 	}
-	if cfg.PSP == "mock" {
-		return errors.New("GATEWAY_PSP=mock is an in-process fake that knows only its own process's charges, so a separate reconciler would see every charge as missing; run the reconciler inside `gateway serve` (GATEWAY_RECONCILE_SCHEDULE) or use a PSP reachable from both")
+	if cfg.PSP == "fake" {
+		return errors.New("GATEWAY_PSP=fake is an in-process fake that knows only its own process's charges, so a separate reconciler would see every charge as missing; run the reconciler inside `gateway serve` (GATEWAY_RECONCILE_SCHEDULE) or use a PSP reachable from both")
 	}
 	dbx, err := openDB(ctx, cfg)
 	if err != nil {

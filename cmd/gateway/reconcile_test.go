@@ -14,7 +14,7 @@ import (
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 	"gateway/reconcile"
 )
 
@@ -49,7 +49,7 @@ func TestReconcileOnceReport(t *testing.T) {
 	st := store.New(dbx)
 	clk := &testClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	const lease, window = 30 * time.Second, 2 * time.Minute
-	m := mock.New(mock.WithCreationWindow(window))
+	m := fake.New(fake.WithCreationWindow(window))
 	svc := payments.NewService(st, m, payments.Config{Lease: lease, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
 	merchant, key, err := payments.NewMerchant("Acme", clk.Now())
 	if err != nil {
@@ -58,7 +58,7 @@ func TestReconcileOnceReport(t *testing.T) {
 	if err := st.CreateMerchant(context.Background(), merchant, key); err != nil {
 		t.Fatal(err)
 	}
-	lost := func(k, method string, f mock.Fault) {
+	lost := func(k, method string, f fake.Fault) {
 		t.Helper()
 		m.FailNextCharges(f, 1)
 		_, err := svc.Create(context.Background(), payments.CreateRequest{
@@ -68,12 +68,12 @@ func TestReconcileOnceReport(t *testing.T) {
 			t.Fatalf("%s: %v", k, err)
 		}
 	}
-	lost("charged", mock.MethodOK, mock.FaultUnknownAfterCharge)
-	lost("declined", mock.MethodDeclined, mock.FaultUnknownAfterCharge)
-	lost("never", mock.MethodOK, mock.FaultUnknownBeforeCharge)
-	lost("unanswerable", mock.MethodOK, mock.FaultUnknownBeforeCharge)
+	lost("charged", fake.MethodOK, fake.FaultUnknownAfterCharge)
+	lost("declined", fake.MethodDeclined, fake.FaultUnknownAfterCharge)
+	lost("never", fake.MethodOK, fake.FaultUnknownBeforeCharge)
+	lost("unanswerable", fake.MethodOK, fake.FaultUnknownBeforeCharge)
 	clk.Advance(window + time.Second)
-	lost("young", mock.MethodOK, mock.FaultUnknownBeforeCharge)
+	lost("young", fake.MethodOK, fake.FaultUnknownBeforeCharge)
 	clk.Advance(lease + time.Second)
 
 	adapter := lookupFails{Adapter: m, orders: map[string]bool{payments.MerchantOrderID(merchant.ID, "unanswerable"): true}}
@@ -135,7 +135,7 @@ func TestReconcileOnceReport(t *testing.T) {
 	}
 }
 
-func TestReconcileCommandRefusesInProcessMock(t *testing.T) {
+func TestReconcileCommandRefusesInProcessFake(t *testing.T) {
 	_, _, err := runCmd(t, env("GATEWAY_DATABASE_DSN", "root@tcp(127.0.0.1:1)/x"), "reconcile", "--once")
 	if err == nil || !strings.Contains(err.Error(), "in-process") {
 		t.Fatalf("err %v", err)

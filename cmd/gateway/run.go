@@ -23,8 +23,8 @@ import (
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
-	"gateway/psp/mock"
-	"gateway/psp/mockhttp"
+	"gateway/psp/fake"
+	"gateway/psp/fake/fakeclient"
 	"gateway/psp/stripe"
 	"gateway/psp/toss"
 )
@@ -171,16 +171,16 @@ func openDB(ctx context.Context, cfg Config) (*sqlx.DB, error) {
 // nowhere else; the adapters' configs mask them when logged.
 func newPSP(cfg Config) (psp.Adapter, error) {
 	switch cfg.PSP {
-	case "mock":
-		m := mock.New()
-		m.SetLatency(cfg.MockPSPLatency)
+	case "fake":
+		m := fake.New()
+		m.SetLatency(cfg.FakePSPLatency)
 		return m, nil
-	case "mockhttp":
+	case "fakehttp":
 		base := cfg.PSPURL
 		if base == "" {
 			base = "http://127.0.0.1:9090"
 		}
-		return mockhttp.New(mockhttp.Config{BaseURL: base, CreationWindow: cfg.PSPCreation})
+		return fakeclient.New(fakeclient.Config{BaseURL: base, CreationWindow: cfg.PSPCreation})
 	case "toss":
 		return toss.New(toss.Config{SecretKey: cfg.TossSecretKey, BaseURL: cfg.PSPURL, CreationWindow: cfg.PSPCreation})
 	case "stripe":

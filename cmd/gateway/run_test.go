@@ -84,7 +84,7 @@ func TestConfigValidation(t *testing.T) {
 		{"unknown psp", []string{"GATEWAY_PSP", "paypal"}, []string{"GATEWAY_PSP", "paypal"}},
 		{"toss without its key", []string{"GATEWAY_PSP", "toss"}, []string{"GATEWAY_TOSS_SECRET_KEY"}},
 		{"stripe without its key", []string{"GATEWAY_PSP", "stripe"}, []string{"GATEWAY_STRIPE_SECRET_KEY"}},
-		{"psp url not a url", []string{"GATEWAY_PSP", "mockhttp", "GATEWAY_PSP_URL", "localhost:9090"}, []string{"GATEWAY_PSP_URL"}},
+		{"psp url not a url", []string{"GATEWAY_PSP", "fakehttp", "GATEWAY_PSP_URL", "localhost:9090"}, []string{"GATEWAY_PSP_URL"}},
 		{"bad dsn", []string{"GATEWAY_DATABASE_DSN", "mysql://x"}, []string{"GATEWAY_DATABASE_DSN"}},
 		{"several at once", []string{"GATEWAY_DB_MAX_OPEN_CONNS", "0", "GATEWAY_LOG_FORMAT", "xml"}, []string{"GATEWAY_DB_MAX_OPEN_CONNS", "GATEWAY_LOG_FORMAT"}},
 	} {
@@ -107,8 +107,8 @@ func TestConfigValidation(t *testing.T) {
 
 func TestEveryPSPBuilds(t *testing.T) {
 	for _, getenv := range []func(string) string{
-		env("GATEWAY_PSP", "mock"),
-		env("GATEWAY_PSP", "mockhttp"),
+		env("GATEWAY_PSP", "fake"),
+		env("GATEWAY_PSP", "fakehttp"),
 		env("GATEWAY_PSP", "toss", "GATEWAY_TOSS_SECRET_KEY", "test_sk_x"),
 		env("GATEWAY_PSP", "stripe", "GATEWAY_STRIPE_SECRET_KEY", "sk_test_x"),
 	} {
@@ -194,7 +194,7 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	getenv := env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0",
-		"GATEWAY_MOCK_PSP_LATENCY", "300ms", "GATEWAY_SHUTDOWN_TIMEOUT", "20s")
+		"GATEWAY_FAKE_PSP_LATENCY", "300ms", "GATEWAY_SHUTDOWN_TIMEOUT", "20s")
 	logR, logW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

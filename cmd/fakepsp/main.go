@@ -1,11 +1,11 @@
-// Command mockpsp is the standalone fake payment service provider: the API of
-// package psp/mockpsp on a real listener, with fault injection set by flags at
+// Command fakepsp is the standalone fake payment service provider: the API of
+// package psp/fake/fakeserver on a real listener, with fault injection set by flags at
 // start and by PUT /admin/faults while it runs. The gateway reaches it with
-// GATEWAY_PSP=mockhttp and GATEWAY_PSP_URL.
+// GATEWAY_PSP=fakehttp and GATEWAY_PSP_URL.
 //
-//	go run ./cmd/mockpsp -latency-max-ms 300 -error-after-charge 0.05 -drop-connection-after-charge 0.05
+//	go run ./cmd/fakepsp -latency-max-ms 300 -error-after-charge 0.05 -drop-connection-after-charge 0.05
 //
-// It listens on 127.0.0.1:9090 unless -addr or MOCKPSP_ADDR says otherwise,
+// It listens on 127.0.0.1:9090 unless -addr or FAKEPSP_ADDR says otherwise,
 // and shuts down gracefully on SIGINT or SIGTERM.
 package main
 
@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 func main() {
@@ -33,7 +33,7 @@ func main() {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 	case err != nil:
-		fmt.Fprintln(os.Stderr, "mockpsp:", err)
+		fmt.Fprintln(os.Stderr, "fakepsp:", err)
 		os.Exit(1)
 	}
 }
@@ -42,14 +42,14 @@ func main() {
 const defaultAddr = "127.0.0.1:9090"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("mockpsp", flag.ContinueOnError)
+	fs := flag.NewFlagSet("fakepsp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := defaultAddr
-	if v := getenv("MOCKPSP_ADDR"); v != "" {
+	if v := getenv("FAKEPSP_ADDR"); v != "" {
 		addr = v
 	}
-	var f mockpsp.Faults
-	fs.StringVar(&addr, "addr", addr, "listen address host:port (env MOCKPSP_ADDR)")
+	var f fakeserver.Faults
+	fs.StringVar(&addr, "addr", addr, "listen address host:port (env FAKEPSP_ADDR)")
 	fs.IntVar(&f.Latency.Min, "latency-min-ms", 0, "shortest simulated processing time of a POST, in ms")
 	fs.IntVar(&f.Latency.Max, "latency-max-ms", 0, "longest simulated processing time of a POST, in ms")
 	fs.Float64Var(&f.ErrorBeforeCharge, "error-before-charge", 0, "rate of 503 not_processed answers, nothing recorded")
@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(handler)
 
-	psp, err := mockpsp.New(mockpsp.Options{Faults: f, Seed: *seed, HoldMax: *holdMax, Logger: log})
+	psp, err := fakeserver.New(fakeserver.Options{Faults: f, Seed: *seed, HoldMax: *holdMax, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -88,15 +88,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{Handler: psp, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("mockpsp listening", "url", "http://"+ln.Addr().String(), "faults", fmt.Sprintf("%+v", f))
-	fmt.Fprintf(stdout, "mockpsp listening on http://%s\n", ln.Addr())
+	log.Info("fakepsp listening", "url", "http://"+ln.Addr().String(), "faults", fmt.Sprintf("%+v", f))
+	fmt.Fprintf(stdout, "fakepsp listening on http://%s\n", ln.Addr())
 
 	select {
 	case err := <-served:
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("mockpsp shutting down")
+	log.Info("fakepsp shutting down")
 	psp.Close() // held answers are dropped instead of waiting out -hold-max
 	sctx, cancel := context.WithTimeout(context.Background(), *shutdownTimeout)
 	defer cancel()

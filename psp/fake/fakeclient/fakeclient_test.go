@@ -1,4 +1,4 @@
-package mockhttp_test
+package fakeclient_test
 
 import (
 	"errors"
@@ -8,15 +8,15 @@ import (
 	"testing"
 
 	"gateway/psp"
-	"gateway/psp/mock"
-	"gateway/psp/mockhttp"
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake"
+	"gateway/psp/fake/fakeclient"
+	"gateway/psp/fake/fakeserver"
 	"gateway/psp/psptest"
 )
 
 func TestConformance(t *testing.T) {
 	psptest.Run(t, func(t *testing.T) psptest.Harness {
-		srv, err := mockpsp.New(mockpsp.Options{})
+		srv, err := fakeserver.New(fakeserver.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,10 +24,10 @@ func TestConformance(t *testing.T) {
 			Handler: srv,
 			OpOf:    opOf,
 			Refuse: func(w http.ResponseWriter, r *http.Request) {
-				writeError(w, http.StatusServiceUnavailable, mockpsp.CodeNotProcessed)
+				writeError(w, http.StatusServiceUnavailable, fakeserver.CodeNotProcessed)
 			},
 			ServerError: func(w http.ResponseWriter, r *http.Request) {
-				writeError(w, http.StatusInternalServerError, mockpsp.CodeInternal)
+				writeError(w, http.StatusInternalServerError, fakeserver.CodeInternal)
 			},
 		}
 		ts := httptest.NewServer(faults)
@@ -42,9 +42,9 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func mustNew(t *testing.T, url string) *mockhttp.Adapter {
+func mustNew(t *testing.T, url string) *fakeclient.Adapter {
 	t.Helper()
-	a, err := mockhttp.New(mockhttp.Config{BaseURL: url})
+	a, err := fakeclient.New(fakeclient.Config{BaseURL: url})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,11 +54,11 @@ func mustNew(t *testing.T, url string) *mockhttp.Adapter {
 func method(o psptest.Outcome, _ string) string {
 	switch o {
 	case psptest.DeclinedCard:
-		return mock.MethodDeclined
+		return fake.MethodDeclined
 	case psptest.DeclinedFunds:
-		return mock.MethodInsufficientFunds
+		return fake.MethodInsufficientFunds
 	}
-	return mock.MethodOK
+	return fake.MethodOK
 }
 
 func opOf(r *http.Request) psptest.Op {
@@ -83,7 +83,7 @@ func writeError(w http.ResponseWriter, status int, code string) {
 
 type backend struct {
 	*psptest.HTTPFaults
-	srv *mockpsp.Server
+	srv *fakeserver.Server
 }
 
 func (b backend) Charges(orderID string) int {
@@ -109,7 +109,7 @@ func (b backend) Refunds(refundID string) int {
 // Each answer the server (or something in its place) can give lands in its
 // outcome class.
 func TestAnswers(t *testing.T) {
-	const charge = `{"merchant_order_id":"ord_1","reference":"mock_ch_1","status":"succeeded","amount":100,"currency":"KRW"}`
+	const charge = `{"merchant_order_id":"ord_1","reference":"fake_ch_1","status":"succeeded","amount":100,"currency":"KRW"}`
 	tests := []struct {
 		name   string
 		call   string // "charge" or "lookup"
@@ -164,7 +164,7 @@ func TestAnswers(t *testing.T) {
 					t.Fatalf("err = %v, want %v", err, tt.is)
 				}
 			default:
-				if err != nil || c.Status != psp.Succeeded || c.Reference != "mock_ch_1" {
+				if err != nil || c.Status != psp.Succeeded || c.Reference != "fake_ch_1" {
 					t.Fatalf("got %+v, %v; want the succeeded charge", c, err)
 				}
 			}
@@ -174,7 +174,7 @@ func TestAnswers(t *testing.T) {
 
 func TestNewRefusesBadURL(t *testing.T) {
 	for _, u := range []string{"", "127.0.0.1:9090", "ftp://x", "http://"} {
-		if _, err := mockhttp.New(mockhttp.Config{BaseURL: u}); err == nil {
+		if _, err := fakeclient.New(fakeclient.Config{BaseURL: u}); err == nil {
 			t.Errorf("New accepted %q", u)
 		}
 	}

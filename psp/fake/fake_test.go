@@ -1,4 +1,4 @@
-package mock
+package fake
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func TestCapabilities(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := New(tt.opts...).Capabilities()
-			want := psp.Capabilities{Name: "mock", AuthoritativeLookup: true, CreationWindow: tt.window,
+			want := psp.Capabilities{Name: "fake", AuthoritativeLookup: true, CreationWindow: tt.window,
 				DedupesOrderID: true, MaxOrderIDLen: 64}
 			if got != want {
 				t.Fatalf("Capabilities() = %+v, want %+v", got, want)
@@ -78,8 +78,8 @@ func TestChargeOutcomeByMethod(t *testing.T) {
 			if c.MerchantOrderID != r.MerchantOrderID || c.Amount != r.Amount || c.Currency != r.Currency {
 				t.Fatalf("charge %+v does not match request %+v", c, r)
 			}
-			if !strings.HasPrefix(c.Reference, "mock_ch_") {
-				t.Fatalf("Reference = %q, want mock_ch_ prefix", c.Reference)
+			if !strings.HasPrefix(c.Reference, "fake_ch_") {
+				t.Fatalf("Reference = %q, want fake_ch_ prefix", c.Reference)
 			}
 			// Declined or not, the PSP remembers the order.
 			if n := p.ChargeCount(); n != 1 {

@@ -1,5 +1,5 @@
-// Package mockhttp owns the adapter for the standalone mock PSP (cmd/mockpsp,
-// API in package psp/mockpsp): the gateway's GATEWAY_PSP=mockhttp mode, which
+// Package fakeclient owns the adapter for the standalone fake PSP (cmd/fakepsp,
+// API in package psp/fake/fakeserver): the gateway's GATEWAY_PSP=fakehttp mode, which
 // talks to the fake PSP over a real network so that its faults (latency,
 // errors, held and dropped connections) reach the gateway as a real PSP's
 // would.
@@ -13,7 +13,7 @@
 //   - on lookups, 404 with code "not_found" → psp.ErrNotFound (a 404 from
 //     anything else, a proxy say, is Unknown: "not found" makes the gateway
 //     charge again, so only the PSP itself may say it).
-package mockhttp
+package fakeclient
 
 import (
 	"bytes"
@@ -27,12 +27,12 @@ import (
 	"time"
 
 	"gateway/psp"
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 // Config configures the adapter.
 type Config struct {
-	// BaseURL is where the mock PSP listens, e.g. http://127.0.0.1:9090.
+	// BaseURL is where the fake PSP listens, e.g. http://127.0.0.1:9090.
 	BaseURL string
 	// HTTPClient sends the requests; a client with a 60s backstop timeout
 	// when nil. Deadlines come from the caller's context.
@@ -43,7 +43,7 @@ type Config struct {
 	CreationWindow time.Duration
 }
 
-// Adapter is a psp.Adapter for the standalone mock PSP.
+// Adapter is a psp.Adapter for the standalone fake PSP.
 type Adapter struct {
 	base   *url.URL
 	client *http.Client
@@ -52,7 +52,7 @@ type Adapter struct {
 
 var _ psp.Adapter = (*Adapter)(nil)
 
-// maxOrderIDLen is the server's limit (that of package mock).
+// maxOrderIDLen is the server's limit (that of package fake).
 const maxOrderIDLen = 64
 
 // maxAnswer bounds how much of an answer is read.
@@ -62,7 +62,7 @@ const maxAnswer = 1 << 20
 func New(cfg Config) (*Adapter, error) {
 	u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("mockhttp: base URL %q must be http(s)://host[:port]", cfg.BaseURL)
+		return nil, fmt.Errorf("fakeclient: base URL %q must be http(s)://host[:port]", cfg.BaseURL)
 	}
 	a := &Adapter{base: u, client: cfg.HTTPClient, window: cfg.CreationWindow}
 	if a.client == nil {
@@ -79,7 +79,7 @@ func New(cfg Config) (*Adapter, error) {
 // once the creation window has passed.
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
-		Name:                "mockhttp",
+		Name:                "fakehttp",
 		AuthoritativeLookup: true,
 		CreationWindow:      a.window,
 		DedupesOrderID:      true,
@@ -90,7 +90,7 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 // Charge implements psp.Adapter.
 func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
 	const op = "charge"
-	status, body, err := a.do(ctx, op, http.MethodPost, "/v1/charges", mockpsp.ChargeRequest{
+	status, body, err := a.do(ctx, op, http.MethodPost, "/v1/charges", fakeserver.ChargeRequest{
 		MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
 		PaymentMethod: req.PaymentMethod, Description: req.Description,
 	})
@@ -132,7 +132,7 @@ func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charg
 // Refund implements psp.Adapter.
 func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
 	const op = "refund"
-	status, body, err := a.do(ctx, op, http.MethodPost, "/v1/refunds", mockpsp.RefundRequest{
+	status, body, err := a.do(ctx, op, http.MethodPost, "/v1/refunds", fakeserver.RefundRequest{
 		RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID, ChargeReference: req.ChargeReference,
 		Amount: req.Amount, Currency: req.Currency, Reason: req.Reason,
 	})
@@ -197,15 +197,15 @@ func (a *Adapter) do(ctx context.Context, op, method, path string, in any) (int,
 
 // failure classifies an answer that is not a result.
 func failure(op string, status int, body []byte) error {
-	var e mockpsp.ErrorBody
+	var e fakeserver.ErrorBody
 	_ = json.Unmarshal(body, &e) // an unreadable body leaves the code empty
-	err := fmt.Errorf("mock psp answered %d %s: %s", status, e.Error.Code, e.Error.Message)
+	err := fmt.Errorf("fake psp answered %d %s: %s", status, e.Error.Code, e.Error.Message)
 	switch {
-	case status == http.StatusNotFound && e.Error.Code == mockpsp.CodeNotFound && (op == "lookup" || op == "lookup_refund"):
+	case status == http.StatusNotFound && e.Error.Code == fakeserver.CodeNotFound && (op == "lookup" || op == "lookup_refund"):
 		return psp.ErrNotFound
 	case status == http.StatusConflict:
 		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: %w", psp.ErrOrderConflict, err)}
-	case status == http.StatusServiceUnavailable && e.Error.Code == mockpsp.CodeNotProcessed:
+	case status == http.StatusServiceUnavailable && e.Error.Code == fakeserver.CodeNotProcessed:
 		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
 	case status >= 400 && status < 500 && status != http.StatusNotFound && status != http.StatusRequestTimeout:
 		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
@@ -214,7 +214,7 @@ func failure(op string, status int, body []byte) error {
 }
 
 func parseCharge(op string, body []byte) (psp.Charge, error) {
-	var c mockpsp.Charge
+	var c fakeserver.Charge
 	if err := json.Unmarshal(body, &c); err != nil {
 		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("unreadable answer: %w", err)}
 	}
@@ -227,7 +227,7 @@ func parseCharge(op string, body []byte) (psp.Charge, error) {
 }
 
 func parseRefund(op string, body []byte) (psp.Refund, error) {
-	var r mockpsp.Refund
+	var r fakeserver.Refund
 	if err := json.Unmarshal(body, &r); err != nil {
 		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("unreadable answer: %w", err)}
 	}

@@ -1,4 +1,4 @@
-package mock_test
+package fake_test
 
 import (
 	"context"
@@ -7,44 +7,44 @@ import (
 	"testing"
 
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 	"gateway/psp/psptest"
 )
 
 func TestConformance(t *testing.T) {
 	psptest.Run(t, func(t *testing.T) psptest.Harness {
-		p := mock.New()
+		p := fake.New()
 		return psptest.Harness{
 			Adapter: p,
 			Backend: backend{p},
 			Method: func(o psptest.Outcome, _ string) string {
 				return map[psptest.Outcome]string{
-					psptest.Success:       mock.MethodOK,
-					psptest.DeclinedCard:  mock.MethodDeclined,
-					psptest.DeclinedFunds: mock.MethodInsufficientFunds,
+					psptest.Success:       fake.MethodOK,
+					psptest.DeclinedCard:  fake.MethodDeclined,
+					psptest.DeclinedFunds: fake.MethodInsufficientFunds,
 				}[o]
 			},
 		}
 	})
 }
 
-// backend maps the suite's faults onto the mock's own: an in-process PSP has
+// backend maps the suite's faults onto the fake's own: an in-process PSP has
 // no connection to reset or body to garble, so every way of losing an answer
 // is FaultUnknownAfterCharge, and timeouts park in the charge hooks.
-type backend struct{ p *mock.PSP }
+type backend struct{ p *fake.PSP }
 
 func (b backend) Charges(orderID string) int  { return b.p.ChargesFor(orderID) }
 func (b backend) Refunds(refundID string) int { return b.p.RefundsFor(refundID) }
 
 func (b backend) Inject(op psptest.Op, f psptest.Fault, gate *psptest.Gate) {
-	var fault mock.Fault
+	var fault fake.Fault
 	switch f {
 	case psptest.Refuse:
-		fault = mock.FaultNotProcessed
+		fault = fake.FaultNotProcessed
 	case psptest.ErrorBefore, psptest.ResetBefore:
-		fault = mock.FaultUnknownBeforeCharge
+		fault = fake.FaultUnknownBeforeCharge
 	case psptest.ErrorAfter, psptest.ResetAfter, psptest.GarbageAfter:
-		fault = mock.FaultUnknownAfterCharge
+		fault = fake.FaultUnknownAfterCharge
 	}
 	switch {
 	case op == psptest.OpLookup:
@@ -64,6 +64,6 @@ func (b backend) Inject(op psptest.Op, f psptest.Fault, gate *psptest.Gate) {
 	case op == psptest.OpRefund && fault != 0:
 		b.p.FailNextRefunds(fault, 1)
 	default:
-		panic(fmt.Sprintf("mock backend: cannot inject %s into %s", f, op))
+		panic(fmt.Sprintf("fake backend: cannot inject %s into %s", f, op))
 	}
 }

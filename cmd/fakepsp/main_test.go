@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 // start runs the command and returns its URL and a function that stops it
@@ -29,7 +29,7 @@ func start(t *testing.T, args []string, env map[string]string) (string, func() e
 		t.Fatalf("no output; run returned %v", <-done)
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
-	url, ok := strings.CutPrefix(sc.Text(), "mockpsp listening on ")
+	url, ok := strings.CutPrefix(sc.Text(), "fakepsp listening on ")
 	if !ok {
 		t.Fatalf("unexpected first line %q", sc.Text())
 	}
@@ -61,7 +61,7 @@ func TestRunServesWithFaultFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var l mockpsp.Ledger
+	var l fakeserver.Ledger
 	err = json.NewDecoder(res.Body).Decode(&l)
 	res.Body.Close()
 	if err != nil || len(l.Charges) != 1 {
@@ -76,7 +76,7 @@ func TestRunServesWithFaultFlags(t *testing.T) {
 }
 
 func TestRunAddrFromEnv(t *testing.T) {
-	url, stop := start(t, nil, map[string]string{"MOCKPSP_ADDR": "127.0.0.1:0"})
+	url, stop := start(t, nil, map[string]string{"FAKEPSP_ADDR": "127.0.0.1:0"})
 	if !strings.HasPrefix(url, "http://127.0.0.1:") || strings.HasSuffix(url, ":9090") {
 		t.Fatalf("url %q, want an ephemeral port on 127.0.0.1", url)
 	}

@@ -1,8 +1,8 @@
-// Package mock owns an in-process fake payment service provider: a
+// Package fake owns an in-process fake payment service provider: a
 // psp.Adapter that keeps its own ledger of charges, deduplicates on merchant
 // order id like a real PSP, and can be told to fail, stall or block so that
 // tests can drive the gateway through every outcome class (result, not
-// processed, unknown). The gateway's GATEWAY_PSP=mock mode uses it too.
+// processed, unknown). The gateway's GATEWAY_PSP=fake mode uses it too.
 //
 // Outcomes are deterministic by payment method:
 //
@@ -31,7 +31,7 @@
 // charge reference is unknown (charge_not_found), the charge was declined
 // (charge_not_refundable) or less is left to refund than asked
 // (amount_exceeds_refundable).
-package mock
+package fake
 
 import (
 	"context"
@@ -50,7 +50,7 @@ const (
 	MethodInsufficientFunds = "pm_card_insufficient_funds"
 )
 
-// Decline codes the mock produces.
+// Decline codes the fake produces.
 const (
 	DeclineCardDeclined         = psp.DeclineCardDeclined
 	DeclineInsufficientFunds    = psp.DeclineInsufficientFunds
@@ -58,10 +58,10 @@ const (
 )
 
 const (
-	// maxOrderIDLen is the longest merchant order id the mock accepts.
+	// maxOrderIDLen is the longest merchant order id the fake accepts.
 	maxOrderIDLen = 64
-	// defaultCreationWindow is what the mock advertises unless told otherwise.
-	// The mock records charges synchronously, but callers size their waits on
+	// defaultCreationWindow is what the fake advertises unless told otherwise.
+	// The fake records charges synchronously, but callers size their waits on
 	// this value, so it should look like a real PSP's.
 	defaultCreationWindow = 2 * time.Minute
 )
@@ -69,14 +69,14 @@ const (
 var (
 	// ErrInvalidRequest is wrapped by the NotProcessed error returned for a
 	// request the PSP rejects before acting (bad order id, amount or currency).
-	ErrInvalidRequest = errors.New("mock psp: invalid request")
+	ErrInvalidRequest = errors.New("fake psp: invalid request")
 	// ErrOrderIDReused is wrapped by the NotProcessed error returned when an
 	// order id already charged (or refund order id already refunded) is sent
 	// again with a different amount or currency. It wraps psp.ErrOrderConflict.
-	ErrOrderIDReused = fmt.Errorf("mock psp: order id reused: %w", psp.ErrOrderConflict)
+	ErrOrderIDReused = fmt.Errorf("fake psp: order id reused: %w", psp.ErrOrderConflict)
 	// ErrInjected is wrapped by every error produced by FailNextCharges or
 	// FailNextLookups, so tests can tell injected faults from real ones.
-	ErrInjected = errors.New("mock psp: injected fault")
+	ErrInjected = errors.New("fake psp: injected fault")
 )
 
 // Fault is a failure injected into the next Charge call.
@@ -164,12 +164,12 @@ func New(opts ...Option) *PSP {
 	return p
 }
 
-// Capabilities implements psp.Adapter. The mock's lookup is authoritative
+// Capabilities implements psp.Adapter. The fake's lookup is authoritative
 // because charges are recorded before Charge returns: once a call has
 // returned, its charge exists or never will.
 func (p *PSP) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
-		Name:                "mock",
+		Name:                "fake",
 		AuthoritativeLookup: true,
 		CreationWindow:      p.creationWindow,
 		DedupesOrderID:      true,
@@ -186,7 +186,7 @@ func (p *PSP) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, er
 
 // ChargeCreated is Charge that also reports whether this call recorded the
 // charge (false when it returned an earlier charge for the same order id);
-// the standalone mock PSP server answers 201 or 200 from it.
+// the standalone fake PSP server answers 201 or 200 from it.
 func (p *PSP) ChargeCreated(ctx context.Context, req psp.ChargeRequest) (psp.Charge, bool, error) {
 	p.mu.Lock()
 	p.chargeCalls++
@@ -253,7 +253,7 @@ func (p *PSP) process(req psp.ChargeRequest) (c psp.Charge, created, lost bool, 
 	p.seq++
 	c = psp.Charge{
 		MerchantOrderID: req.MerchantOrderID,
-		Reference:       fmt.Sprintf("mock_ch_%d", p.seq),
+		Reference:       fmt.Sprintf("fake_ch_%d", p.seq),
 		Amount:          req.Amount,
 		Currency:        req.Currency,
 	}
@@ -389,7 +389,7 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 	}
 
 	p.seq++
-	r.Reference = fmt.Sprintf("mock_re_%d", p.seq)
+	r.Reference = fmt.Sprintf("fake_re_%d", p.seq)
 	r.Status = psp.RefundSucceeded
 	p.byRefund[r.RefundOrderID] = len(p.refunds)
 	p.refunds = append(p.refunds, r)

@@ -1,4 +1,4 @@
-package mockpsp_test
+package fakeserver_test
 
 import (
 	"context"
@@ -10,18 +10,18 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeserver"
 )
 
 type env struct {
 	t   *testing.T
-	srv *mockpsp.Server
+	srv *fakeserver.Server
 	url string
 }
 
-func newEnv(t *testing.T, opts mockpsp.Options) *env {
+func newEnv(t *testing.T, opts fakeserver.Options) *env {
 	t.Helper()
-	srv, err := mockpsp.New(opts)
+	srv, err := fakeserver.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,19 +61,19 @@ func (e *env) mustCall(method, path, body string) (int, string) {
 }
 
 func charge(order, method string, amount int) string {
-	b, _ := json.Marshal(mockpsp.ChargeRequest{MerchantOrderID: order, Amount: int64(amount), Currency: "KRW", PaymentMethod: method})
+	b, _ := json.Marshal(fakeserver.ChargeRequest{MerchantOrderID: order, Amount: int64(amount), Currency: "KRW", PaymentMethod: method})
 	return string(b)
 }
 
 func TestChargeAPI(t *testing.T) {
-	e := newEnv(t, mockpsp.Options{})
+	e := newEnv(t, fakeserver.Options{})
 	steps := []struct {
 		name, method, path, body string
 		status                   int
 		contains                 string
 	}{
 		{"create", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000), 201, `"status":"succeeded"`},
-		{"same order dedupes", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000), 200, `"reference":"mock_ch_1"`},
+		{"same order dedupes", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000), 200, `"reference":"fake_ch_1"`},
 		{"same order other amount", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1001), 409, `"code":"order_id_reused"`},
 		{"declined", "POST", "/v1/charges", charge("ord_2", "pm_card_insufficient_funds", 1000), 201, `"decline_code":"insufficient_funds"`},
 		{"unknown method", "POST", "/v1/charges", charge("ord_3", "pm_nope", 1000), 201, `"decline_code":"invalid_payment_method"`},
@@ -83,13 +83,13 @@ func TestChargeAPI(t *testing.T) {
 		{"lookup", "GET", "/v1/charges/ord_1", "", 200, `"merchant_order_id":"ord_1"`},
 		{"lookup declined", "GET", "/v1/charges/ord_2", "", 200, `"status":"declined"`},
 		{"lookup missing", "GET", "/v1/charges/ord_9", "", 404, `"code":"not_found"`},
-		{"refund", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":400,"currency":"KRW"}`, 201, `"status":"succeeded"`},
-		{"refund repeat", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":400,"currency":"KRW"}`, 200, `"refund_order_id":"rfd_1"`},
-		{"refund reused", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":401,"currency":"KRW"}`, 409, `"code":"order_id_reused"`},
-		{"refund too much", "POST", "/v1/refunds", `{"refund_order_id":"rfd_2","merchant_order_id":"ord_1","charge_reference":"mock_ch_1","amount":601,"currency":"KRW"}`, 200, `"decline_code":"amount_exceeds_refundable"`},
+		{"refund", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"fake_ch_1","amount":400,"currency":"KRW"}`, 201, `"status":"succeeded"`},
+		{"refund repeat", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"fake_ch_1","amount":400,"currency":"KRW"}`, 200, `"refund_order_id":"rfd_1"`},
+		{"refund reused", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"fake_ch_1","amount":401,"currency":"KRW"}`, 409, `"code":"order_id_reused"`},
+		{"refund too much", "POST", "/v1/refunds", `{"refund_order_id":"rfd_2","merchant_order_id":"ord_1","charge_reference":"fake_ch_1","amount":601,"currency":"KRW"}`, 200, `"decline_code":"amount_exceeds_refundable"`},
 		{"refund lookup", "GET", "/v1/refunds/rfd_1", "", 200, `"amount":400`},
-		{"refund lookup by charge", "GET", "/v1/refunds/rfd_1?charge_reference=mock_ch_1", "", 200, `"amount":400`},
-		{"refund lookup other charge", "GET", "/v1/refunds/rfd_1?charge_reference=mock_ch_2", "", 404, `"code":"not_found"`},
+		{"refund lookup by charge", "GET", "/v1/refunds/rfd_1?charge_reference=fake_ch_1", "", 200, `"amount":400`},
+		{"refund lookup other charge", "GET", "/v1/refunds/rfd_1?charge_reference=fake_ch_2", "", 404, `"code":"not_found"`},
 		{"declined refund left nothing", "GET", "/v1/refunds/rfd_2", "", 404, `"code":"not_found"`},
 		{"unknown route", "GET", "/v2/charges", "", 404, `"code":"route_not_found"`},
 		{"health", "GET", "/healthz", "", 200, `"ok"`},
@@ -105,7 +105,7 @@ func TestChargeAPI(t *testing.T) {
 	}
 
 	status, body := e.mustCall("GET", "/admin/ledger", "")
-	var l mockpsp.Ledger
+	var l fakeserver.Ledger
 	if err := json.Unmarshal([]byte(body), &l); err != nil || status != 200 {
 		t.Fatalf("ledger: %d %s %v", status, body, err)
 	}
@@ -123,7 +123,7 @@ func TestChargeAPI(t *testing.T) {
 	if l := e.srv.LedgerSnapshot(); len(l.Charges) != 0 || len(l.Refunds) != 0 {
 		t.Fatalf("ledger after reset: %+v", l)
 	}
-	if status, body := e.mustCall("POST", "/v1/charges", charge("ord_1", "pm_card_ok", 5)); status != 201 || strings.Contains(body, "mock_ch_1\"") {
+	if status, body := e.mustCall("POST", "/v1/charges", charge("ord_1", "pm_card_ok", 5)); status != 201 || strings.Contains(body, "fake_ch_1\"") {
 		t.Fatalf("charge after reset = %d %s; want a new charge with a new reference", status, body)
 	}
 }
@@ -131,20 +131,20 @@ func TestChargeAPI(t *testing.T) {
 func TestFaultsValidate(t *testing.T) {
 	tests := []struct {
 		name string
-		f    mockpsp.Faults
+		f    fakeserver.Faults
 		ok   bool
 	}{
-		{"zero", mockpsp.Faults{}, true},
-		{"issue example", mockpsp.Faults{Latency: mockpsp.Latency{Max: 300}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05,
+		{"zero", fakeserver.Faults{}, true},
+		{"issue example", fakeserver.Faults{Latency: fakeserver.Latency{Max: 300}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05,
 			TimeoutAfterCharge: 0.1, DropConnectionAfterCharge: 0.05}, true},
-		{"all one kind", mockpsp.Faults{DropConnectionAfterCharge: 1}, true},
-		{"negative rate", mockpsp.Faults{ErrorAfterCharge: -0.1}, false},
-		{"rate above one", mockpsp.Faults{ErrorAfterCharge: 1.5}, false},
-		{"NaN rate", mockpsp.Faults{TimeoutAfterCharge: math.NaN()}, false},
-		{"sum above one", mockpsp.Faults{ErrorBeforeCharge: 0.6, ErrorAfterCharge: 0.6}, false},
-		{"min above max", mockpsp.Faults{Latency: mockpsp.Latency{Min: 10, Max: 5}}, false},
-		{"negative latency", mockpsp.Faults{Latency: mockpsp.Latency{Min: -1, Max: 5}}, false},
-		{"latency too long", mockpsp.Faults{Latency: mockpsp.Latency{Max: 60_001}}, false},
+		{"all one kind", fakeserver.Faults{DropConnectionAfterCharge: 1}, true},
+		{"negative rate", fakeserver.Faults{ErrorAfterCharge: -0.1}, false},
+		{"rate above one", fakeserver.Faults{ErrorAfterCharge: 1.5}, false},
+		{"NaN rate", fakeserver.Faults{TimeoutAfterCharge: math.NaN()}, false},
+		{"sum above one", fakeserver.Faults{ErrorBeforeCharge: 0.6, ErrorAfterCharge: 0.6}, false},
+		{"min above max", fakeserver.Faults{Latency: fakeserver.Latency{Min: 10, Max: 5}}, false},
+		{"negative latency", fakeserver.Faults{Latency: fakeserver.Latency{Min: -1, Max: 5}}, false},
+		{"latency too long", fakeserver.Faults{Latency: fakeserver.Latency{Max: 60_001}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,12 +156,12 @@ func TestFaultsValidate(t *testing.T) {
 }
 
 func TestAdminFaults(t *testing.T) {
-	e := newEnv(t, mockpsp.Options{})
+	e := newEnv(t, fakeserver.Options{})
 	body := `{"latency_ms": {"min": 0, "max": 3}, "error_before_charge": 0.05, "error_after_charge": 0.05, "timeout_after_charge": 0.1, "drop_connection_after_charge": 0.05}`
 	if status, b := e.mustCall("PUT", "/admin/faults", body); status != 200 {
 		t.Fatalf("PUT /admin/faults = %d %s", status, b)
 	}
-	want := mockpsp.Faults{Latency: mockpsp.Latency{Max: 3}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05,
+	want := fakeserver.Faults{Latency: fakeserver.Latency{Max: 3}, ErrorBeforeCharge: 0.05, ErrorAfterCharge: 0.05,
 		TimeoutAfterCharge: 0.1, DropConnectionAfterCharge: 0.05}
 	if got := e.srv.Faults(); got != want {
 		t.Fatalf("faults %+v, want %+v", got, want)
@@ -181,7 +181,7 @@ func TestAdminFaults(t *testing.T) {
 		})
 	}
 	status, b := e.mustCall("GET", "/admin/faults", "")
-	var got mockpsp.Faults
+	var got fakeserver.Faults
 	if err := json.Unmarshal([]byte(b), &got); err != nil || status != 200 || got != want {
 		t.Fatalf("GET /admin/faults = %d %s", status, b)
 	}
@@ -191,16 +191,16 @@ func TestAdminFaults(t *testing.T) {
 func TestFaultKinds(t *testing.T) {
 	tests := []struct {
 		name     string
-		faults   mockpsp.Faults
+		faults   fakeserver.Faults
 		status   int // 0: the connection is dropped
 		code     string
 		recorded int
 	}{
-		{"error_before_charge", mockpsp.Faults{ErrorBeforeCharge: 1}, 503, mockpsp.CodeNotProcessed, 0},
-		{"error_after_charge", mockpsp.Faults{ErrorAfterCharge: 1}, 500, mockpsp.CodeInternal, 1},
-		{"drop_connection_after_charge", mockpsp.Faults{DropConnectionAfterCharge: 1}, 0, "", 1},
-		{"timeout_after_charge", mockpsp.Faults{TimeoutAfterCharge: 1}, 0, "", 1},
-		{"latency only", mockpsp.Faults{Latency: mockpsp.Latency{Min: 1, Max: 2}}, 201, "", 1},
+		{"error_before_charge", fakeserver.Faults{ErrorBeforeCharge: 1}, 503, fakeserver.CodeNotProcessed, 0},
+		{"error_after_charge", fakeserver.Faults{ErrorAfterCharge: 1}, 500, fakeserver.CodeInternal, 1},
+		{"drop_connection_after_charge", fakeserver.Faults{DropConnectionAfterCharge: 1}, 0, "", 1},
+		{"timeout_after_charge", fakeserver.Faults{TimeoutAfterCharge: 1}, 0, "", 1},
+		{"latency only", fakeserver.Faults{Latency: fakeserver.Latency{Min: 1, Max: 2}}, 201, "", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -208,7 +208,7 @@ func TestFaultKinds(t *testing.T) {
 			defer cancel()
 			// A held answer is given up on once the server holds it, the
 			// way a client's deadline passes.
-			e := newEnv(t, mockpsp.Options{Faults: tt.faults, OnHold: cancel})
+			e := newEnv(t, fakeserver.Options{Faults: tt.faults, OnHold: cancel})
 			status, body, err := e.call(ctx, "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000))
 			if tt.status == 0 {
 				if err == nil {
@@ -243,9 +243,9 @@ func TestFaultKinds(t *testing.T) {
 // Close releases an answer held for a client that never gives up, so that
 // the HTTP server can shut down.
 func TestCloseReleasesHeldAnswers(t *testing.T) {
-	var srv *mockpsp.Server
+	var srv *fakeserver.Server
 	held := make(chan struct{})
-	srv, err := mockpsp.New(mockpsp.Options{Faults: mockpsp.Faults{TimeoutAfterCharge: 1}, OnHold: func() { close(held) }})
+	srv, err := fakeserver.New(fakeserver.Options{Faults: fakeserver.Faults{TimeoutAfterCharge: 1}, OnHold: func() { close(held) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,9 +271,9 @@ func TestCloseReleasesHeldAnswers(t *testing.T) {
 
 // A seed makes the fault sequence repeatable.
 func TestSeededDraws(t *testing.T) {
-	faults := mockpsp.Faults{ErrorBeforeCharge: 0.3, ErrorAfterCharge: 0.3}
+	faults := fakeserver.Faults{ErrorBeforeCharge: 0.3, ErrorAfterCharge: 0.3}
 	run := func() []int {
-		e := newEnv(t, mockpsp.Options{Faults: faults, Seed: 42})
+		e := newEnv(t, fakeserver.Options{Faults: faults, Seed: 42})
 		var statuses []int
 		for i := range 30 {
 			status, _ := e.mustCall("POST", "/v1/charges", charge("ord_"+string(rune('a'+i)), "pm_card_ok", 1))
@@ -295,7 +295,7 @@ func TestSeededDraws(t *testing.T) {
 }
 
 func TestNewRefusesBadFaults(t *testing.T) {
-	_, err := mockpsp.New(mockpsp.Options{Faults: mockpsp.Faults{ErrorAfterCharge: 2}})
+	_, err := fakeserver.New(fakeserver.Options{Faults: fakeserver.Faults{ErrorAfterCharge: 2}})
 	if err == nil || !strings.Contains(err.Error(), "error_after_charge") {
 		t.Fatalf("New = %v, want an error naming error_after_charge", err)
 	}

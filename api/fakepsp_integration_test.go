@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"gateway/payments"
-	"gateway/psp/mockhttp"
-	"gateway/psp/mockpsp"
+	"gateway/psp/fake/fakeclient"
+	"gateway/psp/fake/fakeserver"
 )
 
-// A real gateway over the standalone mock PSP, reached over HTTP, with one
+// A real gateway over the standalone fake PSP, reached over HTTP, with one
 // charge answer in five lost after the charge was made (a 500, an answer held
 // past the gateway's PSP deadline, or a reset connection) and one in twenty
 // refused before charging. Many clients pay at once, two per key, each
@@ -24,10 +24,10 @@ import (
 // ledger and the database must agree: every charge belongs to exactly one
 // payment, every payment has exactly one charge, and no (merchant, key) was
 // charged twice.
-func TestGatewayOverStandaloneMockPSP(t *testing.T) {
-	psp, err := mockpsp.New(mockpsp.Options{
-		Faults: mockpsp.Faults{
-			Latency:                   mockpsp.Latency{Min: 0, Max: 5},
+func TestGatewayOverStandaloneFakePSP(t *testing.T) {
+	psp, err := fakeserver.New(fakeserver.Options{
+		Faults: fakeserver.Faults{
+			Latency:                   fakeserver.Latency{Min: 0, Max: 5},
 			ErrorBeforeCharge:         0.05,
 			ErrorAfterCharge:          0.05,
 			TimeoutAfterCharge:        0.05,
@@ -43,7 +43,7 @@ func TestGatewayOverStandaloneMockPSP(t *testing.T) {
 	pspSrv := httptest.NewServer(psp)
 	t.Cleanup(pspSrv.Close)
 	t.Cleanup(psp.Close) // runs first: releases held answers
-	adapter, err := mockhttp.New(mockhttp.Config{BaseURL: pspSrv.URL})
+	adapter, err := fakeclient.New(fakeclient.Config{BaseURL: pspSrv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestGatewayOverStandaloneMockPSP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ledger mockpsp.Ledger
+	var ledger fakeserver.Ledger
 	err = json.NewDecoder(res.Body).Decode(&ledger)
 	res.Body.Close()
 	if err != nil {
@@ -178,7 +178,7 @@ func TestGatewayOverStandaloneMockPSP(t *testing.T) {
 	// Every ledger charge belongs to exactly one payment, and no (merchant,
 	// key) has two charges.
 	chargesPerKey := map[[2]string]int{}
-	charged := map[string]mockpsp.Charge{}
+	charged := map[string]fakeserver.Charge{}
 	for _, c := range ledger.Charges {
 		p, ok := byOrder[c.MerchantOrderID]
 		if !ok {

@@ -1,8 +1,8 @@
-// Package mockpsp owns the standalone fake payment service provider's HTTP
-// API: the in-process mock PSP (package psp/mock) behind a JSON interface,
+// Package fakeserver owns the standalone fake payment service provider's HTTP
+// API: the in-process fake PSP (package psp/fake) behind a JSON interface,
 // with a ledger for invariant checks and random fault injection, so that a
 // person or a chaos test can watch the gateway survive a misbehaving PSP over
-// a real network. cmd/mockpsp serves it; psp/mockhttp is the gateway's
+// a real network. cmd/fakepsp serves it; psp/fake/fakeclient is the gateway's
 // adapter for it.
 //
 // The API:
@@ -21,7 +21,7 @@
 //	GET  /healthz
 //
 // Errors are {"error":{"code","message"}}. Payment methods behave as in
-// package mock: pm_card_ok succeeds, pm_card_declined and
+// package fake: pm_card_ok succeeds, pm_card_declined and
 // pm_card_insufficient_funds are declined, anything else is declined as
 // invalid_payment_method.
 //
@@ -32,7 +32,7 @@
 // the answer: error_after_charge answers 500, timeout_after_charge holds the
 // answer until the client gives up (or HoldMax passes) and then drops the
 // connection, drop_connection_after_charge resets the connection at once.
-package mockpsp
+package fakeserver
 
 import (
 	"context"
@@ -48,7 +48,7 @@ import (
 	"time"
 
 	"gateway/psp"
-	"gateway/psp/mock"
+	"gateway/psp/fake"
 )
 
 // Faults is how often the server misbehaves. Rates are probabilities per
@@ -143,7 +143,7 @@ type Stats struct {
 
 // Server is the fake PSP's HTTP handler. Close it to release held answers.
 type Server struct {
-	psp     *mock.PSP
+	psp     *fake.PSP
 	mux     *http.ServeMux
 	holdMax time.Duration
 	log     *slog.Logger
@@ -167,7 +167,7 @@ func New(opts Options) (*Server, error) {
 		seed = rand.Uint64()
 	}
 	s := &Server{
-		psp:     mock.New(),
+		psp:     fake.New(),
 		holdMax: opts.HoldMax,
 		log:     opts.Logger,
 		onHold:  opts.OnHold,
@@ -370,7 +370,7 @@ func (s *Server) moneyCall(w http.ResponseWriter, r *http.Request, act func() (i
 	}
 	if f != noFault {
 		s.count(func(st *Stats) { st.Injected[faultNames[f]]++ })
-		s.log.Info("mockpsp: injecting fault", "fault", faultNames[f], "path", r.URL.Path)
+		s.log.Info("fakepsp: injecting fault", "fault", faultNames[f], "path", r.URL.Path)
 	}
 	if f == errorBefore {
 		writeError(w, http.StatusServiceUnavailable, CodeNotProcessed, "injected fault: the request was not processed; retry")
@@ -497,15 +497,15 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Stats())
 }
 
-// refusal turns the mock's NotProcessed errors into API answers.
+// refusal turns the fake's NotProcessed errors into API answers.
 func refusal(err error) (int, any) {
 	var body ErrorBody
 	body.Error.Message = err.Error()
 	switch {
-	case errors.Is(err, mock.ErrOrderIDReused):
+	case errors.Is(err, fake.ErrOrderIDReused):
 		body.Error.Code = CodeOrderIDReused
 		return http.StatusConflict, body
-	case errors.Is(err, mock.ErrInvalidRequest):
+	case errors.Is(err, fake.ErrInvalidRequest):
 		body.Error.Code = CodeInvalidRequest
 		return http.StatusBadRequest, body
 	}
