@@ -8,7 +8,7 @@ RACE := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzParseCreate ./idemkeys:FuzzValidateKey ./idemkeys:FuzzFingerprint
 
-.PHONY: run test fuzz build vet bench chaos
+.PHONY: run test fuzz build vet bench chaos model
 
 ## run: start the gateway with a private MariaDB, the fake PSP and a demo merchant
 run:
@@ -40,6 +40,13 @@ bench:
 ## by default. Pass flags with CHAOS_ARGS='--duration 10m --seed 42 --json chaos.json'
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_ARGS)
+
+## model: check the SPIN model of the payment protocol (model/): every property over every
+## interleaving, then every mutant, which must be caught; installs spin when missing. Pass flags
+## with MODEL_ARGS='-run mutant/ -trail' (-quick: the smaller worlds go test checks)
+model:
+	@model/ensure-spin.sh
+	$(GO) run ./model/cmd/modelcheck $(MODEL_ARGS)
 
 ## build: a static binary in bin/gateway
 build:

@@ -1,0 +1,122 @@
+package model
+
+// The checks. Every configuration below is a world that the checker
+// explores completely; README.md explains the bounds. Charge worlds: client
+// 1 sends one request, client 2 two (a retry, late or not, and its retry),
+// plus the reconciler. Refund worlds: refund 0's client sends two requests,
+// refund 1's one, plus the reconciler.
+
+// protocol is the charge protocol of /work/brief as the model checks it:
+// with declines, with permanent request errors, and with the two changes
+// the model asks for (a rejection settles failed only when no other send
+// was authorised; ArmCharge re-checks the dedupe window).
+var protocol = []string{"-DDECLINES=1", "-DREJECTS=1", "-DREJECT_FIX=1", "-DDWGUARD=1"}
+
+func with(base []string, more ...string) []string {
+	return append(append([]string(nil), base...), more...)
+}
+
+var (
+	agree = []string{"p2_agree", "p4_answers"}
+	once  = []string{"p1_once"}
+	fence = []string{"p3_fence"}
+)
+
+// Suite returns the checks. quick keeps the charge worlds smaller (client 2
+// sends one request), for go test; the full suite is what `make model` runs.
+func Suite(quick bool) []Check {
+	c := []Check{
+		// Properties that must hold.
+		{Name: "charge/stall-past-margin", Model: "charge.pml", Flags: with(protocol, "-DPAUSE=2"),
+			What: "p1-p4 with a stall of T/2+1 between the deadline check and the write"},
+		{Name: "charge/auth+dedupe", Model: "charge.pml", Flags: protocol,
+			What: "p1-p4, authoritative lookup, PSP dedupes for ever (the fake PSP, Toss)"},
+		{Name: "charge/auth", Model: "charge.pml", Flags: with(protocol, "-DDEDUPE=0"),
+			What: "p1-p4, authoritative lookup, no dedupe: charges again only after the window"},
+		{Name: "charge/lookup-proves-nothing", Model: "charge.pml", Flags: with(protocol, "-DAUTH=0"),
+			What: "p1-p4, non-authoritative lookup with dedupe (Stripe): never failed, review instead"},
+		{Name: "charge/lookup-proves-nothing-no-dedupe", Model: "charge.pml", Flags: with(protocol, "-DAUTH=0", "-DDEDUPE=0"),
+			What: "p1-p4, non-authoritative lookup, no dedupe"},
+		{Name: "charge/dedupe-window", Model: "charge.pml", Flags: with(protocol, "-DDW=6"),
+			What: "p1-p4, dedupe memory of 6 ticks (Stripe's 24 h), ArmCharge re-checks the age"},
+		{Name: "charge/stall-past-margin-no-dedupe", Model: "charge.pml", Flags: with(protocol, "-DPAUSE=2", "-DDEDUPE=0"),
+			What: "the same on a PSP that does not dedupe"},
+		{Name: "charge/failover", Model: "charge.pml", Flags: with(protocol, "-DFAILOVER=1", "-DREQS2=1"),
+			Slow: true,
+			What: "p1-p4 when a failover loses a lease grant: fresh tokens keep p3"},
+		{Name: "charge/p5-auth+dedupe", Model: "charge.pml", LTL: "p5",
+			Flags: []string{"-DCRASH=1", "-DRCRASH=1", "-DREQS2=1"},
+			Slow:  true,
+			What:  "p5: every key leaves IN_PROGRESS, workers and reconciler crash at any step"},
+		{Name: "charge/p5-auth", Model: "charge.pml", LTL: "p5",
+			Flags: []string{"-DCRASH=1", "-DRCRASH=1", "-DREQS2=1", "-DDEDUPE=0"},
+			Slow:  true,
+			What:  "p5 without dedupe"},
+		{Name: "charge/p5-lookup-proves-nothing", Model: "charge.pml", LTL: "p5",
+			Flags: []string{"-DCRASH=1", "-DRCRASH=1", "-DREQS2=1", "-DAUTH=0"},
+			What:  "p5 when no lookup proves anything: requires_review ends it"},
+		{Name: "refund/1+2-of-2", Model: "refund.pml",
+			What: "p6: refunds of 1 and 2 against a charge of 2: never both, reservations exact"},
+		{Name: "refund/1+1-of-2", Model: "refund.pml", Flags: []string{"-DAMT1=1", "-DREQS0=1"},
+			Slow: true,
+			What: "p6: refunds of 1 and 1: both may succeed, concurrently"},
+		{Name: "refund/no-dedupe", Model: "refund.pml", Flags: []string{"-DDEDUPE=0"},
+			What: "p6 on a PSP that does not dedupe refund order ids"},
+		{Name: "refund/lookup-proves-nothing", Model: "refund.pml", Flags: []string{"-DAUTH=0"},
+			What: "p6 with a non-authoritative refund lookup"},
+		{Name: "refund/p6-live", Model: "refund.pml", LTL: "p6live", Flags: []string{"-DREQS0=1"},
+			What: "every claimed refund completes under weak fairness"},
+
+		// The protocol text as written: counter-examples (see README, "Findings").
+		{Name: "gap/rejected-settles-failed", Model: "charge.pml", Flags: []string{"-DREJECTS=1"}, Expect: agree,
+			What: "protocol §3 as written: a permanent request error settles failed while another send lands"},
+		{Name: "gap/dedupe-age-before-arm", Model: "charge.pml", Flags: []string{"-DDW=6"}, Expect: once,
+			What: "protocol R as written: the dedupe age is judged before ArmCharge, the new charge lands after the window"},
+		{Name: "gap/refund-decline-settles-failed", Model: "refund.pml", Flags: []string{"-DDECLINE_FIX=0"}, Expect: []string{"p6_truth", "p6_sum"},
+			What: "a declined refund settles failed while an earlier send of its refund order id lands"},
+
+		// Mutants: each must be caught.
+		{Name: "mutant/settle-without-token-fence", Model: "charge.pml", Flags: []string{"-DMUT_NOFENCE"}, Expect: fence,
+			What: "Store.Settle without lease_version in its WHERE"},
+		{Name: "mutant/resume-charges-without-lookup", Model: "charge.pml", Flags: []string{"-DMUT_NOLOOKUP", "-DDEDUPE=0"}, Expect: once,
+			What: "resume charges again without looking the order up first"},
+		{Name: "mutant/failed-without-window", Model: "charge.pml", Flags: []string{"-DMUT_NOWINDOW"}, Expect: agree,
+			What: "the reconciler settles failed on the first authoritative not-found"},
+		{Name: "mutant/failed-after-one-lookup", Model: "charge.pml", Flags: []string{"-DMUT_ONELOOKUP", "-DPAUSE=2"}, Expect: agree,
+			What: "failed after one not-found past may_charge_until+CW, while a stalled send can still land"},
+		{Name: "mutant/takeover-on-skewed-clock", Model: "charge.pml", Flags: []string{"-DMUT_SKEW_TAKEOVER", "-DDEDUPE=0", "-DREQS2=1"}, Expect: once,
+			What: "a worker whose clock runs ahead judges the lease expired and takes a live one"},
+		{Name: "mutant/reconciler-on-skewed-clock", Model: "charge.pml", Flags: []string{"-DMUT_SKEW_REC"}, Expect: agree,
+			What: "the reconciler judges expiry and windows on a clock that runs ahead"},
+		{Name: "mutant/lease-written-by-slow-clock", Model: "charge.pml", Flags: []string{"-DMUT_SKEW_CLAIM", "-DREQS2=1"}, Expect: agree,
+			What: "the claim writes locked_until/may_charge_until from a clock that runs behind"},
+		{Name: "mutant/reconciler-charges", Model: "charge.pml", Flags: []string{"-DMUT_REC_CHARGES", "-DDEDUPE=0"}, Expect: once,
+			What: "the reconciler charges again instead of settling failed"},
+		{Name: "mutant/token-counter-only", Model: "charge.pml", Flags: []string{"-DMUT_TOKEN_COUNTER", "-DFAILOVER=1"}, Expect: fence,
+			What: "lease_version + 1 as the token, and a failover that loses a grant"},
+		{Name: "mutant/no-review", Model: "charge.pml", LTL: "p5", Flags: []string{"-DMUT_NOREVIEW", "-DAUTH=0", "-DREQS2=1"}, Expect: []string{"p5"},
+			What: "the reconciler never hands a key it cannot decide to review"},
+		{Name: "mutant/refund-reserve-check-then-act", Model: "refund.pml", Flags: []string{"-DMUT_R_NOCAS"}, Expect: []string{"p6_sum"},
+			What: "the refund's reservation read by a plain SELECT, then written"},
+		{Name: "mutant/refund-id-without-key", Model: "refund.pml", Flags: []string{"-DMUT_R_SHAREDID"}, Expect: []string{"p6_truth", "p6_once"},
+			What: "refund order id derived from (merchant, payment) only"},
+		{Name: "mutant/refund-failed-keeps-reservation", Model: "refund.pml", Flags: []string{"-DMUT_R_NORETURN"}, Expect: []string{"p6_sum"},
+			What: "a failed refund does not give its reservation back"},
+		{Name: "mutant/refund-resume-without-lookup", Model: "refund.pml", Flags: []string{"-DMUT_R_NOLOOKUP", "-DDEDUPE=0"}, Expect: []string{"p6_once", "p6_sum"},
+			What: "a resumed refund is sent again without looking it up"},
+	}
+	if !quick {
+		return c
+	}
+	var q []Check
+	for _, x := range c {
+		if x.Slow {
+			continue
+		}
+		if x.Model == "charge.pml" {
+			x.Flags = with(x.Flags, "-DREQS2=1")
+		}
+		q = append(q, x)
+	}
+	return q
+}
