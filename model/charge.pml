@@ -35,6 +35,12 @@
 #ifndef DW
 #define DW 0            /* its dedupe window in ticks; 0 = for ever */
 #endif
+#ifndef ANYNF
+#define ANYNF 1         /* resume's dedupe rule takes any not-found, authoritative or not (MayChargeAgain) */
+#endif
+#ifndef LMARGIN
+#define LMARGIN T       /* resume's dedupe rule: DB now + LMARGIN must be inside the window (MayChargeAgain) */
+#endif
 #ifndef DWGUARD
 #define DWGUARD 0       /* ArmCharge re-checks the dedupe rule, leaving room for the charge to land */
 #endif
@@ -61,6 +67,12 @@
 #endif
 #ifndef REJECT_FIX
 #define REJECT_FIX 0    /* that refusal settles failed only when no other send was authorised */
+#endif
+#ifndef ARMFAIL
+#define ARMFAIL 0       /* ArmCharge may fail without landing; the worker then releases */
+#endif
+#ifndef ARMFAIL_FIX
+#define ARMFAIL_FIX 0   /* that release does not count the send as not sent */
 #endif
 #ifndef FAILOVER
 #define FAILOVER 0      /* the database may lose its last commit once, if that commit granted a lease */
@@ -308,7 +320,8 @@ end_clock:
 #define WSKEW 0
 #endif
 
-/* Service.settle → Store.Settle: UPDATE idempotency_keys k JOIN payments p
+/* paymentSubject.settle → write → Service.write → Store.Settle: UPDATE
+ * idempotency_keys k JOIN payments p
  * SET k.state = 'COMPLETED', k.response_… = …, p.status = … WHERE … AND
  * k.state = 'IN_PROGRESS' AND k.lease_version = mine AND p.status =
  * 'processing'. 0 rows → re-read and answer what the record says (join). A
@@ -326,7 +339,7 @@ inline w_settle(st) {
   fi
 }
 
-/* Store.Release: UPDATE idempotency_keys SET locked_until = NOW(6)
+/* Service.release → Store.Release(notSent): UPDATE idempotency_keys SET locked_until = NOW(6)
  * [, charges_not_sent = charges_not_sent + 1] WHERE … AND state =
  * 'IN_PROGRESS' AND lease_version = mine → 502/503; the retry resumes. */
 inline w_release(notsent) {
@@ -372,7 +385,7 @@ end_request:
   };
 
 check:
-  /* 2. Service.charge: only while the local monotonic clock is before the
+  /* 2. paymentSubject.charge → Service.sendTime: only while the local monotonic clock is before the
    *    deadline with at least PSPTimeout/2 left; else give the key back:
    *    Store.Release with not_sent (charges_not_sent + 1) → 503. */
   if
@@ -440,7 +453,7 @@ join:
   /* J. Service.join → Store.Record: SELECT …, NOW(6) FROM idempotency_keys:
    *    COMPLETED → replay the stored answer; lease alive → wait (blocking
    *    here until the row changes: a 409 and the client's retry come back to
-   *    this same read); lease expired → Store.TakeOver: UPDATE
+   *    this same read); lease expired → Service.takeOver → Store.TakeOver: UPDATE
    *    idempotency_keys SET lease_version = <new token>, locked_until =
    *    NOW(6) + lease WHERE … AND state = 'IN_PROGRESS' AND lease_version =
    *    seen AND locked_until <= NOW(6). One takeover per request: Go's join
@@ -462,29 +475,35 @@ join:
   fi;
 
 resume:
-  /* R. Service.resume: PSP Lookup(order) first (MUT_NOLOOKUP: not at all).
+  /* R. paymentSubject.resume: PSP Lookup(order) first (MUT_NOLOOKUP: not at all).
    *    found → settle with it (Store.Settle, fenced);
    *    authoritatively not found and may charge again → ArmCharge;
    *    otherwise (unknown, a not-found that proves nothing) → Store.Release → 502/503.
    *    may charge again = (PSP dedupes AND payment age < dedupe window)
-   *                    OR (lookup authoritative AND db now > may_charge_until + CW). */
-#define MAYCHARGE ((DEDUPE && (DW == 0 || pcreated > -DWC)) || late[me])
+   *                    OR (lookup authoritative AND db now > may_charge_until + CW),
+   *    as payments.MayChargeAgain judges it: the dedupe branch on any
+   *    not-found (ANYNF; the protocol text: an authoritative one), the age
+   *    with PSPTimeout to spare (LMARGIN; the protocol text: none). */
+#define MAYCHARGE (((ANYNF || AUTH) && DEDUPE && (DW == 0 || pcreated > -DWC + LMARGIN)) || (AUTH && late[me]))
 /* DWGUARD: ArmCharge itself re-checks the dedupe rule on the DB clock, with
  * room for the new charge to land inside the window:
  * … AND (created_at > NOW(6) - (DedupeWindow - PSPTimeout - CreationWindow) OR <late>) */
-#define ARMOK (!DWGUARD || late[me] || (DEDUPE && (DW == 0 || pcreated > -DWC + T + CW)))
+#ifndef DWMARGIN
+#define DWMARGIN (T + CW)
+#endif
+#define ARMOK (!DWGUARD || late[me] || (DEDUPE && (DW == 0 || pcreated > -DWC + DWMARGIN)))
 #ifdef MUT_NOLOOKUP
   goto arm;
 #endif
   if
   :: atomic { charges > 0 -> w_settle(pres) }
-  :: atomic { AUTH && charges == 0 && MAYCHARGE -> goto arm }
+  :: atomic { (charges == 0 || !AUTH) && MAYCHARGE -> goto arm }   /* not found, and may charge again */
   :: atomic { skip; w_release(0) }        /* unknown; not found that proves nothing or allows nothing */
   :: CRASH -> goto crashed
   fi;
 
 arm:
-  /* Store.ArmCharge: UPDATE idempotency_keys SET may_charge_until =
+  /* Service.arm → Store.ArmCharge: UPDATE idempotency_keys SET may_charge_until =
    *    GREATEST(may_charge_until, NOW(6) + PSPTimeout), locked_until =
    *    GREATEST(locked_until, NOW(6) + PSPTimeout), charge_attempts + 1,
    *    not_found_at = NULL WHERE … AND state = 'IN_PROGRESS' AND
@@ -495,6 +514,12 @@ arm:
   :: atomic {
        skip;   /* keeps the inner if from merging into the outer selection */
        if
+#if ARMFAIL
+       /* ArmCharge errs without landing (a lock wait, a deadline before the
+        * statement ran): Service.arm gives the key back as not sent
+        * (Release(notSent=true)); ARMFAIL_FIX: as not known to be sent (false) */
+       :: FENCED_BY(tok[me]) -> w_release(1 - ARMFAIL_FIX)
+#endif
        :: FENCED_BY(tok[me]) && !ARMOK -> w_release(0)
        :: FENCED_BY(tok[me]) && ARMOK ->
             APPLIED_BY(me);
@@ -529,7 +554,7 @@ end_done:
   atomic { tok[me] = 0; dl[me] = DLMIN; late[me] = 0; myslot[me] = 0; took[me] = 0 }
 }
 
-/* ---- the reconciler: reconcile.Reconciler.RunOnce → settle; never charges -- */
+/* ---- the reconciler: reconcile.Reconciler (RunOnce, settle, notFound, retry); never charges */
 #ifdef MUT_SKEW_REC
 #define RSKEW SKEW      /* its clock runs SKEW ahead, and it judges leases and windows by it */
 #else
@@ -566,12 +591,12 @@ proctype Reconciler() {
   byte r_att;
 
 end_claim:
-  /* C. Store.ClaimStale: BEGIN; SELECT … FROM idempotency_keys WHERE state =
+  /* C. Reconciler.claimUnfinished → Store.ClaimStale: BEGIN; SELECT … FROM idempotency_keys WHERE state =
    *    'IN_PROGRESS' AND reconcile_after <= NOW(6) AND locked_until <=
    *    NOW(6) FOR UPDATE SKIP LOCKED; UPDATE … SET lease_version = <new
    *    token>, locked_until = reconcile_after = NOW(6) + lease; COMMIT. The
    *    inputs of the decision are read here, with the claim's DB now.
-   * S. Every authorised send certainly did nothing (charge_attempts ==
+   * S. Reconciler.settle: key.NothingSent() (charge_attempts ==
    *    charges_not_sent) → settle failed without a lookup (fenced; the count
    *    cannot change under our token, so that settle is joined to the claim). */
   atomic {
@@ -587,7 +612,9 @@ end_claim:
     fi
   };
 
-  /* S. PSP Lookup(order), outside any transaction, and what follows. */
+  /* S. Reconciler.settle: PSP Lookup(order), outside any transaction; found →
+   *    settle with it; authoritative not-found → Reconciler.notFound; else
+   *    Reconciler.retry. */
   if
   :: atomic { charges > 0 -> r_settle(pres) }                   /* found: settle with it */
   :: atomic {
@@ -630,7 +657,8 @@ end_claim:
   fi;
 
 rrecord:
-  /* First proof: UPDATE idempotency_keys SET not_found_at = NOW(6),
+  /* First proof (Reconciler.notFound → Store.Reschedule{NotFound}):
+   * UPDATE idempotency_keys SET not_found_at = NOW(6),
    * reconcile_after = NOW(6) + CW, locked_until = NOW(6) WHERE … AND
    * lease_version = mine, written after the lookup answered. */
   if
@@ -646,7 +674,8 @@ rrecord:
   fi;
 
 rfail:
-  /* failed: Store.Settle (402 failed), after the lookup that allowed it */
+  /* failed (Reconciler.notFound → subject.fail → Store.Settle, 402 failed),
+   * after the lookup that allowed it */
 #ifdef MUT_REC_CHARGES
   /* Mutant: instead of settling failed, the reconciler charges again, as a
    * resume would but without ArmCharge, and looks again later. */

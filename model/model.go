@@ -39,9 +39,12 @@ type Check struct {
 	Expect []string
 	// What says in one line what the check shows.
 	What string
-	// Slow marks a world too large for go test even in its quick form;
-	// only `make model` checks it.
-	Slow bool
+	// Quick marks the checks go test runs (in their smaller worlds): every
+	// mutant and gap, and the properties in worlds that take seconds.
+	Quick bool
+	// Optimize compiles the verifier with -O2: worth it for a search of
+	// millions of states, not for one that stops at its first counter-example.
+	Optimize bool
 }
 
 // Result is what pan reported for a check.
@@ -115,11 +118,9 @@ func Run(ctx context.Context, tools Tools, dir string, c Check) (Result, error) 
 	}
 	// Safety checks leave out the never claim and the cycle detection;
 	// liveness checks need weak fairness over the model's six processes.
-	// A check that expects a counter-example usually finds it in a moment:
-	// compiling fast matters more there than searching fast.
-	opt := "-O2"
-	if len(c.Expect) > 0 {
-		opt = "-O0"
+	opt := "-O0"
+	if c.Optimize {
+		opt = "-O2"
 	}
 	cflags := []string{opt, "-w", "-DMEMLIM=6144", "-o", "pan", "pan.c"}
 	if c.LTL == "" {
@@ -131,7 +132,12 @@ func Run(ctx context.Context, tools Tools, dir string, c Check) (Result, error) 
 		return res, fmt.Errorf("model.Run(%s): compiling pan: %w\n%s", c.Name, err, out)
 	}
 	res.Compile = time.Since(start)
-	args := []string{"-m1000000", "-w26"}
+	// The hash table only speeds the search up: large for the big worlds,
+	// small where its allocation would cost more than the search.
+	args := []string{"-m1000000", "-w22"}
+	if c.Optimize {
+		args[1] = "-w26"
+	}
 	if c.LTL != "" {
 		args = append([]string{"-a", "-f", "-N", c.LTL}, args...)
 	}

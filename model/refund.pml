@@ -5,13 +5,13 @@
  * refunds, and the database's clock.
  *
  * The refund protocol is the charge protocol (charge.pml) with one more
- * compare-and-set: the claim reserves the refund's amount on the payment row
- * (payments.amount_refunded counts pending + succeeded + in-review refunds)
- * in the transaction that inserts the refund's key and row; a refund that
- * ends failed gives its reservation back in the transaction that settles it.
- * The refund order id is f(merchant, payment, key); the PSP deduplicates on it.
- * Design §11; the Go code does not have refunds yet, so the names below are
- * the ones the design implies (Service.Refund → Store.ClaimRefund, …).
+ * step: the claim reserves the refund's amount on the payment row under its
+ * row lock (payments.amount_reserved counts pending + succeeded + in-review
+ * refunds; amount_refunded the succeeded ones) in the transaction that
+ * inserts the refund's key and row; a refund that ends failed gives its
+ * reservation back in the statement that settles it. The refund order id is
+ * f(merchant, payment, key); the PSP deduplicates on it. Go:
+ * payments/refundflow.go (refundSubject), payments/store/refund.go.
  *
  * Same conventions as charge.pml: relative time on the database's clock,
  * one atomic step per SQL transaction or compare-and-set, an answer joined
@@ -73,11 +73,11 @@
 #define NSLOT    4
 
 /* ---- the rows: payments.amount_refunded, and per refund k its key and row */
-byte  reserved;         /* payments.amount_refunded */
+byte  reserved;         /* payments.amount_reserved */
 byte  amt[2];           /* refunds.amount */
 byte  rstatus[2];       /* refunds.status */
 byte  kstate[2], ktok[2], kca[2], kcns[2], katt[2];
-short klu[2], kmsu[2], kra[2];     /* locked_until, may_send_until, reconcile_after */
+short klu[2], kmsu[2], kra[2];     /* locked_until, may_charge_until, reconcile_after */
 short knf[2] = NULLT;   /* not_found_at */
 
 /* ---- the PSP's ledger: per refund order id */
@@ -146,10 +146,12 @@ inline fresh(k, t) {
   }
 }
 
-/* The refund completes: Store.SettleRefund: UPDATE idempotency_keys k JOIN
- * refunds r JOIN payments p SET k.state = 'COMPLETED', k.response_… = …,
- * r.status = … [, p.amount_refunded = p.amount_refunded - r.amount when it
- * failed] WHERE … AND k.lease_version = mine AND r.status = 'pending'. */
+/* The refund completes: refundSubject.write → Store.SettleRefund: UPDATE
+ * idempotency_keys k JOIN refunds r JOIN payments p SET k.state =
+ * 'COMPLETED', k.response_… = …, p.amount_refunded = p.amount_refunded +
+ * IF(succeeded, r.amount, 0), p.amount_reserved = p.amount_reserved -
+ * IF(failed, r.amount, 0), r.status = … WHERE … AND k.lease_version = mine
+ * AND r.status = 'pending'. */
 inline complete(k, st) {
   kstate[k] = K_DONE; rstatus[k] = st;
 #ifndef MUT_R_NORETURN
@@ -256,13 +258,14 @@ proctype Client(byte k) {
   byte s;
 
 end_request:
-  /* Service.Refund → Store.ClaimRefund: BEGIN; SELECT NOW(6);
-   * UPDATE payments SET amount_refunded = amount_refunded + ? WHERE … AND
-   *   status = 'succeeded' AND amount_refunded + ? <= amount (0 rows → 422,
-   *   nothing stored); INSERT idempotency_keys (IN_PROGRESS, token,
-   *   locked_until = may_send_until = reconcile_after = now + lease,
-   *   send_attempts 1); INSERT refunds (pending); COMMIT. Duplicate key →
-   *   the whole transaction rolls back (the reservation too) → join. */
+  /* Service.Refund → Store.ClaimRefund: BEGIN; SELECT NOW(6); INSERT
+   * idempotency_keys (IN_PROGRESS, token, locked_until = may_charge_until =
+   * reconcile_after = now + lease, charge_attempts 1); SELECT … FROM payments
+   * … FOR UPDATE; decide (amount_reserved + amount <= amount, else 422 and
+   * ROLLBACK: nothing stored); UPDATE payments SET amount_reserved =
+   * amount_reserved + ?; INSERT refunds (pending); COMMIT. Duplicate key →
+   * the whole transaction rolls back → join. Under the row lock the read and
+   * the write are one compare-and-set: one step. */
 #ifdef MUT_R_NOCAS
   /* Mutant: the amount left is read by a plain SELECT, then reserved by a
    * blind UPDATE in the claim transaction (check-then-act). */
@@ -293,7 +296,7 @@ end_request:
 #endif
 
 check:
-  /* Service.refund: only while the local deadline has PSPTimeout/2 left,
+  /* refundSubject.send (Service.sendTime): only while the local deadline has PSPTimeout/2 left,
    * else give the key back (Store.Release, not sent) → 503; then PSP
    * Refund(refund order id, amount) leaves the process. The stall between
    * the check and the write is charge.pml's business (PAUSE); here the
@@ -308,10 +311,10 @@ check:
 
 wait:
   /* The answer, and the write it leads to:
-   * succeeded → Store.SettleRefund succeeded (keeps the reservation) → 201;
+   * succeeded → refundSubject.settle → Store.SettleRefund succeeded (keeps the reservation) → 201;
    * declined → settled failed, the reservation given back → 402
    *   (DECLINE_FIX: only when every other authorised send certainly did
-   *   nothing, send_attempts = sends_not_sent + 1 in the WHERE; otherwise one
+   *   nothing, charge_attempts = charges_not_sent + 1 in the WHERE; otherwise one
    *   more send that did nothing: Store.Release, not sent → 503);
    * NotProcessed → Store.Release, not sent → 503;
    * Unknown → Store.Release → 502. */
@@ -353,24 +356,25 @@ join:
   fi;
 
 resume:
-  /* Service.resumeRefund: PSP LookupRefund(refund order id) first
-   * (MUT_R_NOLOOKUP: not at all). found → settle succeeded; authoritatively
-   * not found and may send again (PSP dedupes, or db now > may_send_until +
-   * CW) → ArmRefund; otherwise → Store.Release → 502. */
+  /* refundSubject.resume: PSP LookupRefund(refund order id) first
+   * (MUT_R_NOLOOKUP: not at all). found → settle with it; not found and
+   * MayChargeAgain (the PSP dedupes refund order ids; or the lookup is
+   * authoritative and db now > may_charge_until + CW) → Service.arm; otherwise
+   * → Store.Release → 502. */
 #ifdef MUT_R_NOLOOKUP
   goto arm;
 #endif
   if
   :: atomic { papplied[ID(k)] > 0 -> w_settle(R_SUCC) }
-  :: atomic { AUTH && papplied[ID(k)] == 0 && (DEDUPE || late[k]) -> goto arm }
+  :: atomic { (papplied[ID(k)] == 0 || !AUTH) && (DEDUPE || (AUTH && late[k])) -> goto arm }
   :: atomic { skip; w_release(0) }
   fi;
 
 arm:
-  /* Store.ArmRefund: UPDATE idempotency_keys SET may_send_until =
-   * GREATEST(may_send_until, NOW(6) + PSPTimeout), locked_until =
-   * GREATEST(locked_until, NOW(6) + PSPTimeout), send_attempts + 1,
-   * not_found_at = NULL WHERE … AND lease_version = mine. */
+  /* Service.arm → Store.ArmCharge (the same statement as a charge's):
+   * UPDATE idempotency_keys SET may_charge_until = GREATEST(…, NOW(6) +
+   * PSPTimeout), charge_attempts + 1, not_found_at = NULL WHERE … AND
+   * lease_version = mine. */
   atomic {
     skip;
     if
