@@ -14,7 +14,7 @@ import (
 // lostAck commits through the real store, then reports the commit's fate as
 // unknown, as a connection that breaks between COMMIT and its answer would.
 type lostAck struct {
-	payments.Store
+	payments.FlowStore
 	claims, settles atomic.Int32 // how many acknowledgements to lose
 	dropped         atomic.Int32 // how many claims to fail with an unknown fate without committing
 }
@@ -23,7 +23,7 @@ func (s *lostAck) Claim(ctx context.Context, rec idemkeys.Record, p payments.Pay
 	if s.dropped.Add(-1) >= 0 {
 		return payments.ErrWriteUnknown
 	}
-	err := s.Store.Claim(ctx, rec, p)
+	err := s.FlowStore.Claim(ctx, rec, p)
 	if err == nil && s.claims.Add(-1) >= 0 {
 		return payments.ErrWriteUnknown
 	}
@@ -31,7 +31,7 @@ func (s *lostAck) Claim(ctx context.Context, rec idemkeys.Record, p payments.Pay
 }
 
 func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
-	err := s.Store.Settle(ctx, ref, held, p, resp, now)
+	err := s.FlowStore.Settle(ctx, ref, held, p, resp, now)
 	if err == nil && s.settles.Add(-1) >= 0 {
 		return payments.ErrWriteUnknown
 	}
@@ -56,7 +56,7 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 			lossy.settles.Store(tc.settles)
 			lossy.dropped.Store(tc.dropped)
 			e := newEnv(t, func(s *envSetup) {
-				s.wrap = func(st payments.Store) payments.Store { lossy.Store = st; return lossy }
+				s.wrap = func(st payments.FlowStore) payments.FlowStore { lossy.FlowStore = st; return lossy }
 			})
 			res := e.post("k", okBody)
 			wantStatus(t, res, http.StatusCreated)

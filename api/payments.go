@@ -26,7 +26,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
 			return &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"}
 		}
-		m, err := s.svc.Authenticate(c.Request().Context(), strings.TrimSpace(key))
+		m, err := s.auth.Authenticate(c.Request().Context(), strings.TrimSpace(key))
 		if err != nil {
 			return err
 		}

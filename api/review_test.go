@@ -30,7 +30,7 @@ func TestReviewAnswersThenResolution(t *testing.T) {
 		t.Fatalf("review answer: %s", review.body)
 	}
 	v := decodeView(t, review.body)
-	if _, err := e.svc.Resolve(context.Background(), payments.Resolution{PaymentID: v.ID, To: payments.Failed, Reason: "not in the PSP dashboard", Actor: "ops"}); err != nil {
+	if _, err := e.admin().Resolve(context.Background(), payments.Resolution{PaymentID: v.ID, To: payments.Failed, Reason: "not in the PSP dashboard", Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	resolved := e.post("k", okBody)

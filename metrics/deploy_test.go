@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gateway/metrics"
+	"gateway/payments"
 	"gateway/psp"
 	"gateway/reconcile"
 )
@@ -35,8 +36,6 @@ var (
 	dashboardFile = filepath.Join(deployDir, "grafana", "gateway-dashboard.json")
 )
 
-// keyOutcomes are the outcomes payments.Service reports through KeyOutcome.
-var keyOutcomes = []string{"fresh", "replayed", "mismatch", "in_flight", "key_reused"}
 
 // routes are the route patterns api.Server reports (see api/routes.go), plus
 // "unmatched" for requests no route matched.
@@ -61,7 +60,7 @@ func exported(t *testing.T) map[string]series {
 	}
 	m.ObserveHTTP("/payments", "POST", 201, 80*time.Millisecond)
 	m.ObserveHTTP("/payments", "POST", 500, time.Millisecond)
-	for _, o := range keyOutcomes {
+	for _, o := range payments.KeyOutcomes {
 		m.KeyOutcome(o)
 	}
 	m.InFlightWaited(40 * time.Millisecond)

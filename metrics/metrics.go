@@ -90,7 +90,9 @@ func (m *Metrics) MissingKey() { m.missingKey.Inc() }
 func (m *Metrics) RateLimited() { m.rateLimited.Inc() }
 
 // KeyOutcome implements payments.Observer.
-func (m *Metrics) KeyOutcome(outcome string) { m.keyOutcomes.WithLabelValues(outcome).Inc() }
+func (m *Metrics) KeyOutcome(outcome payments.KeyOutcome) {
+	m.keyOutcomes.WithLabelValues(string(outcome)).Inc()
+}
 
 // InFlightWaited implements payments.Observer.
 func (m *Metrics) InFlightWaited(d time.Duration) { m.inFlightWait.Observe(d.Seconds()) }

@@ -29,9 +29,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer is told what the flow does, for metrics; nil observes nothing.
 	Observer Observer
-	// AuthCacheTTL is how long a verified API key is trusted without a
-	// database read; 0 reads every time.
-	AuthCacheTTL time.Duration
+	// Hasher names keys and merchants in logs; a random key when nil.
+	Hasher *idemkeys.Hasher
 	// ReplayCacheSize is how many final answers this process keeps for
 	// replays without a database read; 0 keeps none.
 	ReplayCacheSize int
@@ -43,9 +42,8 @@ type Config struct {
 // Observer is told what the payment flow does. Implementations must be
 // cheap and safe for concurrent use.
 type Observer interface {
-	// KeyOutcome counts how a create request's key was used: fresh, replayed,
-	// mismatch, in_flight or key_reused.
-	KeyOutcome(outcome string)
+	// KeyOutcome counts how a create request's key was used.
+	KeyOutcome(outcome KeyOutcome)
 	// InFlightWaited records how long a duplicate waited for the first request.
 	InFlightWaited(d time.Duration)
 	// LeaseTakenOver counts takeovers of expired leases.
@@ -54,28 +52,48 @@ type Observer interface {
 	FencingRefused()
 }
 
+// KeyOutcome is how a request used its idempotency key.
+type KeyOutcome string
+
+// Every KeyOutcome, for metrics that count each from zero.
+const (
+	// OutcomeFresh: the request claimed the key and ran the payment.
+	OutcomeFresh KeyOutcome = "fresh"
+	// OutcomeReplayed: the key's stored answer was replayed.
+	OutcomeReplayed KeyOutcome = "replayed"
+	// OutcomeMismatch: the key was used before with another request (422).
+	OutcomeMismatch KeyOutcome = "mismatch"
+	// OutcomeInFlight: the key's first request was still running (409).
+	OutcomeInFlight KeyOutcome = "in_flight"
+	// OutcomeKeyReused: the key was purged but its payment exists (409).
+	OutcomeKeyReused KeyOutcome = "key_reused"
+)
+
+// KeyOutcomes lists every KeyOutcome.
+var KeyOutcomes = []KeyOutcome{OutcomeFresh, OutcomeReplayed, OutcomeMismatch, OutcomeInFlight, OutcomeKeyReused}
+
 type noObserver struct{}
 
-func (noObserver) KeyOutcome(string)            {}
+func (noObserver) KeyOutcome(KeyOutcome)        {}
 func (noObserver) InFlightWaited(time.Duration) {}
 func (noObserver) LeaseTakenOver()              {}
 func (noObserver) FencingRefused()              {}
 
 // Service runs the idempotent payment flow.
 type Service struct {
-	store   Store
+	store   FlowStore
 	psp     psp.Adapter
+	hash    *idemkeys.Hasher
 	cfg     Config
 	waiter  *idemkeys.Waiter
 	log     *slog.Logger
 	obs     Observer
-	auth    *authCache
 	replays *replayCache
 	pace    *pacer
 }
 
 // NewService returns a Service charging through adapter and storing in store.
-func NewService(store Store, adapter psp.Adapter, cfg Config) *Service {
+func NewService(store FlowStore, adapter psp.Adapter, cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -86,11 +104,13 @@ func NewService(store Store, adapter psp.Adapter, cfg Config) *Service {
 		cfg.Observer = noObserver{}
 	}
 	if cfg.Retention <= 0 {
-		cfg.Retention = 7 * 24 * time.Hour
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Hasher == nil {
+		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
 	return &Service{replays: newReplayCache(cfg.ReplayCacheSize, cfg.Retention), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
-		store: store, psp: adapter, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer,
-		auth: &authCache{ttl: cfg.AuthCacheTTL, entries: map[[32]byte]authEntry{}}}
+		store: store, psp: adapter, hash: cfg.Hasher, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer}
 }
 
 // Outcome is the answer to a create request.
@@ -152,15 +172,14 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 			return out, err
 		}
 	}
-	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", idemkeys.Hash(a.ref), maxClaims))
+	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
 }
 
 // replay answers with a completed key's stored response, at the key's pace.
 func (s *Service) replay(ctx context.Context, a attempt, paymentID string, resp idemkeys.Response) Outcome {
 	s.pace.wait(ctx, a.ref)
-	s.obs.KeyOutcome("replayed")
-	s.log.InfoContext(ctx, "idempotent replay", "key", idemkeys.Hash(a.ref),
-		"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", paymentID, "status", resp.Status)
+	s.obs.KeyOutcome(OutcomeReplayed)
+	s.log.InfoContext(ctx, "idempotent replay", s.hash.Attr(a.ref), "payment_id", paymentID, "status", resp.Status)
 	return Outcome{Response: resp, Replayed: true, PaymentID: paymentID}
 }
 
@@ -195,7 +214,7 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 	err := s.store.Claim(ctx, rec, p)
 	switch {
 	case err == nil:
-		s.obs.KeyOutcome("fresh")
+		s.obs.KeyOutcome(OutcomeFresh)
 		return s.charge(ctx, a, 1, p, rec.LockedUntil)
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(ctx, a)
@@ -208,7 +227,7 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 		case gerr != nil:
 			return Outcome{}, internal(errors.Join(err, gerr))
 		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.LeaseVersion == 1:
-			s.obs.KeyOutcome("fresh")
+			s.obs.KeyOutcome(OutcomeFresh)
 			return s.charge(ctx, a, 1, gp, got.LockedUntil)
 		}
 		return s.join(ctx, a)
@@ -216,7 +235,7 @@ func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outc
 	var e *Error
 	if errors.As(err, &e) {
 		if e.Code == CodeKeyReused {
-			s.obs.KeyOutcome("key_reused")
+			s.obs.KeyOutcome(OutcomeKeyReused)
 		}
 		return Outcome{}, e
 	}
@@ -249,9 +268,8 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 		if rec.Fingerprint != a.fp {
 			stop()
 			waited()
-			s.obs.KeyOutcome("mismatch")
-			s.log.InfoContext(ctx, "idempotency key mismatch", "key", idemkeys.Hash(a.ref),
-				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", rec.PaymentID)
+			s.obs.KeyOutcome(OutcomeMismatch)
+			s.log.InfoContext(ctx, "idempotency key mismatch", s.hash.Attr(a.ref), "payment_id", rec.PaymentID)
 			return Outcome{}, &Error{
 				Code:    CodeKeyMismatch,
 				Message: "this Idempotency-Key was already used with a different request; use a new key for a new payment",
@@ -279,8 +297,7 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 			}
 			waited()
 			s.obs.LeaseTakenOver()
-			s.log.InfoContext(ctx, "idempotency lease taken over", "key", idemkeys.Hash(a.ref),
-				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", p.ID,
+			s.log.InfoContext(ctx, "idempotency lease taken over", s.hash.Attr(a.ref), "payment_id", p.ID,
 				"lease_version", v)
 			return s.resume(ctx, a, rec, v, p)
 		}
@@ -295,7 +312,7 @@ func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
 			t.Stop()
 			stop()
 			waited()
-			s.obs.KeyOutcome("in_flight")
+			s.obs.KeyOutcome(OutcomeInFlight)
 			return Outcome{}, &Error{
 				Code:       CodeInFlight,
 				Message:    "a request with this Idempotency-Key is still being processed; retry later with the same key",
@@ -413,15 +430,13 @@ func (s *Service) settle(ctx context.Context, a attempt, v int64, p Payment, c p
 	case err == nil:
 		s.replays.put(a.ref, cachedReplay{fp: a.fp, paymentID: p.ID, resp: resp, completedAt: now})
 		s.waiter.Notify(a.ref)
-		s.log.InfoContext(ctx, "payment settled", "key", idemkeys.Hash(a.ref),
-			"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", p.ID,
+		s.log.InfoContext(ctx, "payment settled", s.hash.Attr(a.ref), "payment_id", p.ID,
 			"status", string(p.Status), "lease_version", v)
 		return Outcome{Response: resp, PaymentID: p.ID}, nil
 	case errors.Is(err, idemkeys.ErrFenced):
 		// Another worker holds a newer lease: its answer, not ours, is the truth.
 		s.obs.FencingRefused()
-		s.log.WarnContext(ctx, "stale worker refused by fencing token", "key", idemkeys.Hash(a.ref),
-			"merchant", idemkeys.HashMerchant(a.ref.MerchantID),
+		s.log.WarnContext(ctx, "stale worker refused by fencing token", s.hash.Attr(a.ref),
 			"payment_id", p.ID, "lease_version", v)
 		return s.join(ctx, a)
 	}
@@ -434,7 +449,7 @@ func (s *Service) release(ctx context.Context, a attempt, v int64, cause *Error)
 	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
 	if err := s.store.Release(ctx, a.ref, v, now); err != nil && !errors.Is(err, idemkeys.ErrFenced) {
 		// The lease will expire by itself; the retry just waits longer.
-		s.log.ErrorContext(ctx, "release lease", "key", idemkeys.Hash(a.ref), "err", err)
+		s.log.ErrorContext(ctx, "release lease", s.hash.Attr(a.ref), "err", err)
 	}
 	s.waiter.Notify(a.ref)
 	return Outcome{}, cause

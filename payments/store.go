@@ -8,10 +8,10 @@ import (
 	"gateway/idemkeys"
 )
 
-// Store persists payments, merchants and idempotency records. Each method
-// runs its own short transaction and holds no connection once it returns, so
-// no transaction ever spans a call to the PSP.
-type Store interface {
+// FlowStore is what the payment flow reads and writes. Each method runs its
+// own short transaction and holds no connection once it returns, so no
+// transaction ever spans a call to the PSP.
+type FlowStore interface {
 	// Claim inserts the idempotency record and the payment together, or neither.
 	// Errors: idemkeys.ErrExists when the key is already claimed (read it to
 	// learn what to do); *Error CodeKeyReused when the key's record was purged
@@ -49,42 +49,7 @@ type Store interface {
 	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
 	PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error)
 
-	// ClaimStale takes over up to limit unfinished keys whose lease expired, for
-	// the reconciler (which never charges), with leases ending at until. Rows
-	// locked by a concurrent claimer are skipped, never waited for.
-	ClaimStale(ctx context.Context, now, until time.Time, limit int) ([]Pending, error)
-	// Reschedule gives back a lease without settling: the lease ends now (a
-	// client retry may resume), the reconciler looks again from `after`;
-	// attempts is the new count of failed passes. idemkeys.ErrFenced when the
-	// caller no longer holds it.
-	Reschedule(ctx context.Context, ref idemkeys.Ref, held int64, after time.Time, attempts int, now time.Time) error
-	// OldestUnfinished returns when the oldest unfinished key was created; zero when none is.
-	OldestUnfinished(ctx context.Context) (time.Time, error)
-	// PurgeKeys deletes up to limit completed keys finished before `before`.
-	PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error)
-
-	// ListPayments lists up to limit payments in a status, oldest first, across merchants.
-	ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error)
-	// CountPayments counts payments in a status across merchants.
-	CountPayments(ctx context.Context, status Status) (int, error)
-	// Resolve applies decide to the payment with id under a row lock, stores
-	// the result, rewrites its key's stored response and records res in the
-	// audit table, all in one transaction. ErrNotFound for an unknown id.
-	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution, now time.Time) (Payment, error)
-
-	// CreateMerchant stores m with its first API key (only the hash).
-	CreateMerchant(ctx context.Context, m Merchant, key APIKey) error
-	// ActiveKeysByPrefix lists the active keys sharing a visible prefix (almost
-	// always zero or one), with their merchants; the caller compares hashes.
-	ActiveKeysByPrefix(ctx context.Context, prefix string) ([]StoredKey, []Merchant, error)
-	// AddAPIKey stores another key for an existing merchant; ErrNotFound for an unknown merchant.
-	AddAPIKey(ctx context.Context, merchantID string, key APIKey, now time.Time) error
-	// RevokeAPIKey revokes the merchant's active keys with a prefix and reports how many.
-	RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error)
-	// APIKeys lists a merchant's keys, revoked ones included.
-	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
 }
-
 var (
 	// ErrNotFound: no such row (for this merchant).
 	ErrNotFound = errors.New("payments: not found")

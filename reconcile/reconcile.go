@@ -42,8 +42,32 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives one event per settlement; keys are hashed.
 	Logger *slog.Logger
+	// Hasher names keys and merchants in logs and reports.
+	Hasher *idemkeys.Hasher
 	// Observer is told what each pass did, for metrics; nil observes nothing.
 	Observer Observer
+}
+
+// Store is what the reconciler reads and writes. Every write after a claim
+// is fenced on the lease version the claim returned.
+type Store interface {
+	// ClaimStale takes over up to limit unfinished keys whose lease expired,
+	// with leases ending at until. Rows locked by a concurrent claimer are
+	// skipped, never waited for.
+	ClaimStale(ctx context.Context, now, until time.Time, limit int) ([]payments.Pending, error)
+	// Settle records a payment's final state and its key's stored answer while
+	// the caller holds lease version held; idemkeys.ErrFenced otherwise.
+	Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error
+	// Reschedule gives back a lease without settling: the lease ends now, the
+	// reconciler looks again from after; idemkeys.ErrFenced when the caller
+	// no longer holds it.
+	Reschedule(ctx context.Context, ref idemkeys.Ref, held int64, after time.Time, attempts int, now time.Time) error
+	// PurgeKeys deletes up to limit completed keys finished before `before`.
+	PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error)
+	// CountPayments counts payments in a status across merchants.
+	CountPayments(ctx context.Context, status payments.Status) (int, error)
+	// OldestUnfinished returns when the oldest unfinished key was created; zero when none is.
+	OldestUnfinished(ctx context.Context) (time.Time, error)
 }
 
 // Observer is told what the reconciler does. Implementations must be safe
@@ -64,34 +88,49 @@ func (noObserver) Settled(Outcome)             {}
 func (noObserver) Purged(int64)                {}
 func (noObserver) PassDone(int, time.Duration) {}
 
+// Defaults of the reconciler's own settings; the flow's (lease, PSP
+// timeout, retention) come from package payments.
+const (
+	DefaultBatchSize   = 100
+	DefaultConcurrency = 16
+	DefaultMaxAttempts = 10
+	DefaultBackoffBase = 30 * time.Second
+	DefaultBackoffMax  = 30 * time.Minute
+	DefaultPurgeBatch  = 500
+	DefaultSchedule    = "@every 30s"
+)
+
 // Defaults for fields left zero.
 func (c *Config) setDefaults() {
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = payments.DefaultLease
 	}
 	if c.PSPTimeout == 0 {
-		c.PSPTimeout = 10 * time.Second
+		c.PSPTimeout = payments.DefaultPSPTimeout
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 100
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 16
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.BackoffBase == 0 {
-		c.BackoffBase = 30 * time.Second
+		c.BackoffBase = DefaultBackoffBase
 	}
 	if c.BackoffMax == 0 {
-		c.BackoffMax = 30 * time.Minute
+		c.BackoffMax = DefaultBackoffMax
 	}
 	if c.Retention == 0 {
-		c.Retention = 7 * 24 * time.Hour
+		c.Retention = payments.DefaultRetention
 	}
 	if c.PurgeBatch == 0 {
-		c.PurgeBatch = 500
+		c.PurgeBatch = DefaultPurgeBatch
+	}
+	if c.Hasher == nil {
+		c.Hasher = idemkeys.NewHasher(nil)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -121,12 +160,12 @@ const (
 	Review Outcome = "requires_review"
 	// Fenced: another worker took the key over meanwhile; it owns the outcome.
 	Fenced Outcome = "fenced"
-	// Error: a database error; the lease will expire and a later pass retries.
-	Error Outcome = "error"
+	// DatabaseError: a database error; the lease will expire and a later pass retries.
+	DatabaseError Outcome = "error"
 )
 
 // Outcomes lists every outcome in report order.
-var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, Fenced, Error}
+var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, Fenced, DatabaseError}
 
 // Result is one key's outcome in a pass.
 type Result struct {
@@ -151,14 +190,14 @@ type Summary struct {
 
 // Reconciler settles unfinished payments.
 type Reconciler struct {
-	store payments.Store
+	store Store
 	psp   psp.Adapter
 	cfg   Config
 	log   *slog.Logger
 }
 
 // New returns a Reconciler asking adapter and writing to store.
-func New(store payments.Store, adapter psp.Adapter, cfg Config) *Reconciler {
+func New(store Store, adapter psp.Adapter, cfg Config) *Reconciler {
 	cfg.setDefaults()
 	return &Reconciler{store: store, psp: adapter, cfg: cfg, log: cfg.Logger}
 }
@@ -254,7 +293,7 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 	res := Result{
 		PaymentID:  pay.ID,
 		MerchantID: pay.MerchantID,
-		Key:        idemkeys.Hash(key.Ref),
+		Key:        r.cfg.Hasher.Key(key.Ref),
 		Attempts:   key.ReconcileAttempts,
 		Age:        r.now().Sub(pay.CreatedAt),
 	}
@@ -341,7 +380,7 @@ func (r *Reconciler) written(res Result, err error) Result {
 	case errors.Is(err, idemkeys.ErrFenced):
 		res.Outcome, res.Detail = Fenced, "another worker took the key over"
 	default:
-		res.Outcome, res.Detail = Error, err.Error()
+		res.Outcome, res.Detail = DatabaseError, err.Error()
 	}
 	return res
 }
@@ -349,14 +388,13 @@ func (r *Reconciler) written(res Result, err error) Result {
 func (r *Reconciler) logged(key idemkeys.Record, res Result) Result {
 	level := slog.LevelInfo
 	switch res.Outcome {
-	case Review, Error:
+	case Review, DatabaseError:
 		level = slog.LevelError
 	case Retrying, Fenced:
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "reconcile",
-		"outcome", string(res.Outcome), "payment_id", res.PaymentID, "merchant", idemkeys.HashMerchant(res.MerchantID),
-		"key", res.Key, "lease_version", key.LeaseVersion, "attempts", res.Attempts, "detail", res.Detail)
+		"outcome", string(res.Outcome), "payment_id", res.PaymentID, r.cfg.Hasher.Attr(key.Ref), "lease_version", key.LeaseVersion, "attempts", res.Attempts, "detail", res.Detail)
 	return res
 }
 

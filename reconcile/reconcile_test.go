@@ -83,7 +83,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) reconciler(adapter psp.Adapter, st payments.Store, mod ...func(*reconcile.Config)) *reconcile.Reconciler {
+func (e *env) reconciler(adapter psp.Adapter, st reconcile.Store, mod ...func(*reconcile.Config)) *reconcile.Reconciler {
 	if adapter == nil {
 		adapter = e.psp
 	}
@@ -135,6 +135,10 @@ func (e *env) crash(key string, charged bool) payments.Payment {
 		}
 	}
 	return p
+}
+
+func (e *env) admin() *payments.Admin {
+	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now})
 }
 
 func (e *env) count(q string, args ...any) int {
@@ -410,7 +414,7 @@ func TestLiveWriterFencedByReconciler(t *testing.T) {
 
 // countingStore counts purge batches.
 type countingStore struct {
-	payments.Store
+	reconcile.Store
 	purges atomic.Int32
 }
 
@@ -481,17 +485,17 @@ func TestResolveReviewedPayment(t *testing.T) {
 	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Review: 1})
 	ctx := context.Background()
 
-	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Declined, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Declined, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeInvalid {
 		t.Fatalf("resolve to declined: %v", err)
 	}
-	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: "pay_nope", To: payments.Failed, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeNotFound {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: "pay_nope", To: payments.Failed, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeNotFound {
 		t.Fatalf("resolve unknown: %v", err)
 	}
-	got, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Succeeded, PSPReference: "psp_123", Reason: "seen in the PSP dashboard", Actor: "alice"})
+	got, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Succeeded, PSPReference: "psp_123", Reason: "seen in the PSP dashboard", Actor: "alice"})
 	if err != nil || got.Status != payments.Succeeded {
 		t.Fatalf("resolve: %+v %v", got, err)
 	}
-	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Failed, Reason: "again", Actor: "bob"}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Failed, Reason: "again", Actor: "bob"}); payments.ErrorCode(err) != payments.CodeInvalid {
 		t.Fatalf("second resolve: %v", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'alice' AND from_status = 'requires_review' AND to_status = 'succeeded' AND reason = 'seen in the PSP dashboard'`, p.ID); n != 1 {

@@ -45,6 +45,7 @@ func newReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logg
 		PurgeBatch:  cfg.PurgeBatch,
 		Logger:      log,
 		Observer:    obs,
+		Hasher:      cfg.hasher(),
 	})
 }
 
@@ -158,7 +159,7 @@ var outcomeMeaning = map[reconcile.Outcome]string{
 	reconcile.Retrying:  "the PSP could not answer; retried with back-off",
 	reconcile.Review:    "attempts exhausted; needs a person (gateway payments resolve)",
 	reconcile.Fenced:    "another worker took the payment over meanwhile",
-	reconcile.Error:     "database error; retried on a later pass",
+	reconcile.DatabaseError: "database error; retried on a later pass",
 }
 
 func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
@@ -187,8 +188,8 @@ func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr 
 		if *limit < 1 || fs.NArg() > 0 {
 			return usageError{"--limit must be positive and no arguments are taken"}
 		}
-		return withService(ctx, cfg, func(svc *payments.Service) error {
-			ps, err := svc.ListPayments(ctx, payments.Status(*status), *limit)
+		return withAdmin(ctx, cfg, func(adm *payments.Admin) error {
+			ps, err := adm.ListPayments(ctx, payments.Status(*status), *limit)
 			if err != nil {
 				return err
 			}
@@ -218,8 +219,8 @@ func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr 
 		if err := res.Validate(); err != nil {
 			return usageError{describe(err)}
 		}
-		return withService(ctx, cfg, func(svc *payments.Service) error {
-			p, err := svc.Resolve(ctx, res)
+		return withAdmin(ctx, cfg, func(adm *payments.Admin) error {
+			p, err := adm.Resolve(ctx, res)
 			if err != nil {
 				return errors.New(describe(err))
 			}
@@ -243,9 +244,10 @@ func withDB(ctx context.Context, cfg Config, fn func(*sqlx.DB) error) error {
 }
 
 // withService runs fn with a payment service that never calls a PSP (ops commands).
-func withService(ctx context.Context, cfg Config, fn func(*payments.Service) error) error {
+// withAdmin runs fn with merchant and ops administration on the configured database.
+func withAdmin(ctx context.Context, cfg Config, fn func(*payments.Admin) error) error {
 	return withDB(ctx, cfg, func(dbx *sqlx.DB) error {
-		return fn(payments.NewService(store.New(dbx), nil, payments.Config{}))
+		return fn(payments.NewAdmin(store.New(dbx), payments.AdminConfig{Hasher: cfg.hasher()}))
 	})
 }
 

@@ -189,10 +189,6 @@ func newPSP(cfg Config) (psp.Adapter, error) {
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }
 
-// replayCacheSize bounds the final answers a replica keeps for replays
-// without a database read (a few MiB at most).
-const replayCacheSize = 10_000
-
 func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs payments.Observer) *payments.Service {
 	return payments.NewService(store.New(dbx), adapter, payments.Config{
 		Lease:           cfg.Lease,
@@ -200,8 +196,8 @@ func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger,
 		InFlightWait:    cfg.InFlightWait,
 		Logger:          log,
 		Observer:        obs,
-		AuthCacheTTL:    cfg.AuthCacheTTL,
-		ReplayCacheSize: replayCacheSize,
+		Hasher:          cfg.hasher(),
+		ReplayCacheSize: payments.DefaultReplayCacheSize,
 		Retention:       cfg.Retention,
 	})
 }
@@ -256,7 +252,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 		}
 		defer stopAdmin()
 	}
-	handler := api.NewHandler(svc, st, apiOpts)
+	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.AuthCacheTTL})
+	handler := api.NewHandler(svc, auth, st, apiOpts)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -396,22 +393,22 @@ func runKeys(ctx context.Context, cfg Config, args []string, stdout, stderr io.W
 		fs.Usage()
 		return usageError{"merchants keys " + action + " needs --merchant" + map[bool]string{true: " and --prefix", false: ""}[action == "revoke"]}
 	}
-	return withService(ctx, cfg, func(svc *payments.Service) error {
+	return withAdmin(ctx, cfg, func(adm *payments.Admin) error {
 		switch action {
 		case "create":
-			key, err := svc.CreateAPIKey(ctx, *merchant)
+			key, err := adm.CreateAPIKey(ctx, *merchant)
 			if err != nil {
 				return errors.New(describe(err))
 			}
 			return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": *merchant, "api_key": key.Plaintext, "prefix": key.Prefix})
 		case "revoke":
-			if err := svc.RevokeAPIKey(ctx, *merchant, *prefix); err != nil {
+			if err := adm.RevokeAPIKey(ctx, *merchant, *prefix); err != nil {
 				return errors.New(describe(err))
 			}
 			fmt.Fprintf(stdout, "revoked %s of merchant %s (replicas stop accepting it within GATEWAY_AUTH_CACHE_TTL)\n", *prefix, *merchant)
 			return nil
 		}
-		keys, err := svc.APIKeys(ctx, *merchant)
+		keys, err := adm.APIKeys(ctx, *merchant)
 		if err != nil {
 			return err
 		}
@@ -429,12 +426,5 @@ func runKeys(ctx context.Context, cfg Config, args []string, stdout, stderr io.W
 }
 
 func createMerchant(ctx context.Context, dbx *sqlx.DB, name string) (payments.Merchant, payments.APIKey, error) {
-	m, key, err := payments.NewMerchant(name, time.Now())
-	if err != nil {
-		return m, key, err
-	}
-	if err := store.New(dbx).CreateMerchant(ctx, m, key); err != nil {
-		return m, key, fmt.Errorf("create merchant: %w", err)
-	}
-	return m, key, nil
+	return payments.NewAdmin(store.New(dbx), payments.AdminConfig{}).CreateMerchant(ctx, name)
 }

@@ -26,7 +26,11 @@ type Store struct {
 // New returns a Store on dbx.
 func New(dbx *sqlx.DB) *Store { return &Store{db: dbx} }
 
-var _ payments.Store = (*Store)(nil)
+var (
+	_ payments.FlowStore  = (*Store)(nil)
+	_ payments.AuthStore  = (*Store)(nil)
+	_ payments.AdminStore = (*Store)(nil)
+)
 
 type paymentRow struct {
 	MerchantID      string         `db:"merchant_id"`

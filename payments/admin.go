@@ -1,0 +1,164 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"gateway/idemkeys"
+)
+
+// AdminStore is what merchant and ops administration reads and writes.
+type AdminStore interface {
+	// CreateMerchant stores m with its first API key (only the hash).
+	CreateMerchant(ctx context.Context, m Merchant, key APIKey) error
+	// AddAPIKey stores another key for an existing merchant; ErrNotFound for an unknown merchant.
+	AddAPIKey(ctx context.Context, merchantID string, key APIKey, now time.Time) error
+	// RevokeAPIKey revokes the merchant's active keys with a prefix and reports how many.
+	RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error)
+	// APIKeys lists a merchant's keys, revoked ones included.
+	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
+	// ListPayments lists up to limit payments in a status, oldest first, across merchants.
+	ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error)
+	// Resolve applies decide to the payment with id under a row lock, stores
+	// the result, rewrites its key's stored response and records res in the
+	// audit table, all in one transaction. ErrNotFound for an unknown id.
+	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution, now time.Time) (Payment, error)
+}
+
+// AdminConfig tunes administration.
+type AdminConfig struct {
+	// Now stamps keys and audit rows; time.Now when nil.
+	Now func() time.Time
+	// Logger receives every manual resolution; nil discards.
+	Logger *slog.Logger
+	// Hasher names keys and merchants in logs.
+	Hasher *idemkeys.Hasher
+}
+
+// Admin is merchant and ops administration: merchants, their API keys,
+// listings, and operators' decisions on payments nobody could settle. It
+// never charges.
+type Admin struct {
+	store AdminStore
+	now   func() time.Time
+	log   *slog.Logger
+	hash  *idemkeys.Hasher
+}
+
+// NewAdmin returns an Admin over store.
+func NewAdmin(store AdminStore, cfg AdminConfig) *Admin {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Hasher == nil {
+		cfg.Hasher = idemkeys.NewHasher(nil)
+	}
+	return &Admin{store: store, now: cfg.Now, log: cfg.Logger, hash: cfg.Hasher}
+}
+
+// CreateMerchant validates name, mints the merchant and its first API key,
+// and stores both; the plaintext key in the result is shown once.
+func (a *Admin) CreateMerchant(ctx context.Context, name string) (Merchant, APIKey, error) {
+	m, key, err := NewMerchant(name, a.now())
+	if err != nil {
+		return Merchant{}, APIKey{}, err
+	}
+	if err := a.store.CreateMerchant(ctx, m, key); err != nil {
+		return Merchant{}, APIKey{}, internal(fmt.Errorf("create merchant: %w", err))
+	}
+	return m, key, nil
+}
+
+// CreateAPIKey mints another key for a merchant, for rotation: several keys
+// may be active at once. The plaintext in the result is shown once.
+func (a *Admin) CreateAPIKey(ctx context.Context, merchantID string) (APIKey, error) {
+	key, err := NewAPIKey()
+	if err != nil {
+		return APIKey{}, internal(err)
+	}
+	err = a.store.AddAPIKey(ctx, merchantID, key, a.now().UTC().Truncate(time.Microsecond))
+	if errors.Is(err, ErrNotFound) {
+		return APIKey{}, Errorf(CodeNotFound, "no merchant %s", merchantID)
+	}
+	if err != nil {
+		return APIKey{}, internal(err)
+	}
+	return key, nil
+}
+
+// RevokeAPIKey revokes the merchant's active key with the given visible prefix.
+func (a *Admin) RevokeAPIKey(ctx context.Context, merchantID, prefix string) error {
+	n, err := a.store.RevokeAPIKey(ctx, merchantID, prefix, a.now().UTC().Truncate(time.Microsecond))
+	if err != nil {
+		return internal(err)
+	}
+	if n == 0 {
+		return Errorf(CodeNotFound, "merchant %s has no active key with prefix %s", merchantID, prefix)
+	}
+	return nil
+}
+
+// APIKeys lists a merchant's keys (prefixes and dates, never secrets).
+func (a *Admin) APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error) {
+	keys, err := a.store.APIKeys(ctx, merchantID)
+	if err != nil {
+		return nil, internal(fmt.Errorf("list keys: %w", err))
+	}
+	return keys, nil
+}
+
+// Resolve records an operator's decision on a payment in requires_review.
+// The payment's key, if still retained, replays the resolved payment from
+// then on; the decision is kept in the audit table.
+func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
+	if err := r.Validate(); err != nil {
+		return Payment{}, err
+	}
+	now := a.now().UTC().Truncate(time.Microsecond)
+	p, err := a.store.Resolve(ctx, r.PaymentID, func(p Payment) (Payment, error) {
+		r.From = p.Status
+		if p.Status != RequiresReview {
+			return p, Errorf(CodeInvalid, "payment %s is %s; only payments in requires_review can be resolved", p.ID, p.Status)
+		}
+		p.Status = r.To
+		if r.PSPReference != "" {
+			p.PSPReference = r.PSPReference
+		}
+		if r.To == Failed {
+			p.DeclineCode = DeclineNotProcessed
+		}
+		p.UpdatedAt = now
+		return p, nil
+	}, r, now)
+	if errors.Is(err, ErrNotFound) {
+		return Payment{}, Errorf(CodeNotFound, "no payment %s", r.PaymentID)
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return Payment{}, e
+	}
+	if err != nil {
+		return Payment{}, internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
+	}
+	a.log.InfoContext(ctx, "payment resolved by hand", "payment_id", p.ID, a.hash.Attr(idemkeys.Ref{
+		MerchantID: p.MerchantID, Endpoint: EndpointCreatePayment, Key: p.IdempotencyKey,
+	}), "from", string(r.From), "to", string(p.Status),
+		"actor", r.Actor, "reason", r.Reason)
+	return p, nil
+}
+
+// ListPayments lists payments in a status across merchants, for ops.
+func (a *Admin) ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error) {
+	ps, err := a.store.ListPayments(ctx, status, limit)
+	if err != nil {
+		return nil, internal(err)
+	}
+	return ps, nil
+}
+
