@@ -36,7 +36,6 @@ var (
 	dashboardFile = filepath.Join(deployDir, "grafana", "gateway-dashboard.json")
 )
 
-
 // routes are the route patterns api.Server reports (see api/routes.go), plus
 // "unmatched" for requests no route matched.
 var routes = []string{"/healthz", "/readyz", "/openapi.json", "/metrics", "/payments", "/payments/:id", "unmatched"}

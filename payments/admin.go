@@ -161,4 +161,3 @@ func (a *Admin) ListPayments(ctx context.Context, status Status, limit int) ([]P
 	}
 	return ps, nil
 }
-

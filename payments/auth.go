@@ -121,4 +121,3 @@ func (a *Auth) Forget() {
 	defer a.cache.mu.Unlock()
 	clear(a.cache.entries)
 }
-

@@ -48,8 +48,8 @@ type FlowStore interface {
 	Payment(ctx context.Context, merchantID, id string) (Payment, error)
 	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
 	PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error)
-
 }
+
 var (
 	// ErrNotFound: no such row (for this merchant).
 	ErrNotFound = errors.New("payments: not found")

@@ -152,13 +152,13 @@ func printSummary(w io.Writer, sum reconcile.Summary) {
 }
 
 var outcomeMeaning = map[reconcile.Outcome]string{
-	reconcile.Succeeded: "the PSP had the charge; payment settled succeeded",
-	reconcile.Declined:  "the PSP declined it; payment settled declined",
-	reconcile.Failed:    "the PSP never processed it; payment failed",
-	reconcile.Deferred:  "not at the PSP yet but may still appear; looked at again later",
-	reconcile.Retrying:  "the PSP could not answer; retried with back-off",
-	reconcile.Review:    "attempts exhausted; needs a person (gateway payments resolve)",
-	reconcile.Fenced:    "another worker took the payment over meanwhile",
+	reconcile.Succeeded:     "the PSP had the charge; payment settled succeeded",
+	reconcile.Declined:      "the PSP declined it; payment settled declined",
+	reconcile.Failed:        "the PSP never processed it; payment failed",
+	reconcile.Deferred:      "not at the PSP yet but may still appear; looked at again later",
+	reconcile.Retrying:      "the PSP could not answer; retried with back-off",
+	reconcile.Review:        "attempts exhausted; needs a person (gateway payments resolve)",
+	reconcile.Fenced:        "another worker took the payment over meanwhile",
 	reconcile.DatabaseError: "database error; retried on a later pass",
 }
 
