@@ -7,6 +7,9 @@ type Resolution struct {
 	PSPReference string
 	Reason       string
 	Actor        string
+	// Force records the decision even when the PSP's own answer contradicts
+	// it, and allows correcting an earlier resolution; Reason must say why.
+	Force bool
 	// From is filled in by Resolve with the status the payment had.
 	From Status
 }
