@@ -19,19 +19,19 @@ type lostAck struct {
 	dropped         atomic.Int32 // how many claims to fail with an unknown fate without committing
 }
 
-func (s *lostAck) Claim(ctx context.Context, rec idemkeys.Record, p payments.Payment) error {
+func (s *lostAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
 	if s.dropped.Add(-1) >= 0 {
-		return payments.ErrWriteUnknown
+		return time.Time{}, payments.ErrWriteUnknown
 	}
-	err := s.FlowStore.Claim(ctx, rec, p)
+	now, err := s.FlowStore.Claim(ctx, c)
 	if err == nil && s.claims.Add(-1) >= 0 {
-		return payments.ErrWriteUnknown
+		return now, payments.ErrWriteUnknown
 	}
-	return err
+	return now, err
 }
 
-func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
-	err := s.FlowStore.Settle(ctx, ref, held, p, resp, now)
+func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
+	err := s.FlowStore.Settle(ctx, ref, token, p, resp)
 	if err == nil && s.settles.Add(-1) >= 0 {
 		return payments.ErrWriteUnknown
 	}

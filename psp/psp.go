@@ -85,6 +85,9 @@ type Capabilities struct {
 	// MaxOrderIDLen is the longest merchant (or refund) order id the PSP
 	// accepts. The gateway's order ids are 28 characters of [a-z0-9_].
 	MaxOrderIDLen int
+	// Account is an optional configured account label; the gateway records
+	// Name and Account on every payment so lookups go to the payment's own PSP.
+	Account string
 }
 
 // ChargeRequest is one charge. Amount is in minor units of Currency (ISO 4217).

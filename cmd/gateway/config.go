@@ -44,6 +44,8 @@ type Config struct {
 	RatePerSecond float64
 	RateBurst     int
 
+	// MaxClockSkew is how far this replica's clock may stray from the database's.
+	MaxClockSkew time.Duration
 	// LogHashSecret keys the hashes that name idempotency keys and merchants in logs.
 	LogHashSecret string
 	logHash       *idemkeys.Hasher
@@ -170,7 +172,7 @@ func settings() []setting {
 			c.MaxBodyBytes = n
 			return nil
 		}},
-		{"GATEWAY_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests may finish after SIGINT/SIGTERM", durationSetting(func(c *Config, d time.Duration) { c.ShutdownTimeout = d })},
+		{"GATEWAY_SHUTDOWN_TIMEOUT", "30s", "how long in-flight requests may finish after SIGINT/SIGTERM", durationSetting(func(c *Config, d time.Duration) { c.ShutdownTimeout = d })},
 		{"GATEWAY_AUTO_MIGRATE", "false", "apply pending migrations when serve starts (true|false)", func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -208,6 +210,7 @@ func settings() []setting {
 		{"GATEWAY_RECONCILE_BACKOFF_MAX", durationDefault(reconcile.DefaultBackoffMax), "longest wait between lookups of one payment", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoffMax = d })},
 		{"GATEWAY_IDEMPOTENCY_RETENTION", durationDefault(payments.DefaultRetention), "how long a completed key replays its response before it is purged", durationSetting(func(c *Config, d time.Duration) { c.Retention = d })},
 		{"GATEWAY_PURGE_BATCH", strconv.Itoa(reconcile.DefaultPurgeBatch), "keys deleted per purge statement", intSetting(func(c *Config, n int) { c.PurgeBatch = n })},
+		{"GATEWAY_MAX_CLOCK_SKEW", durationDefault(db.DefaultMaxClockSkew), "how far this replica's clock may stray from the database's before it stops taking payments and reports not ready", durationSetting(func(c *Config, d time.Duration) { c.MaxClockSkew = d })},
 		{"GATEWAY_LOG_HASH_SECRET", "", "secret: keys the hashes that name idempotency keys and merchants in logs, so lines correlate across replicas but cannot be reversed (unset: a random one per process; dev generates one)", func(c *Config, v string) error {
 			c.LogHashSecret = v
 			return nil
@@ -268,6 +271,12 @@ func loadConfig(getenv func(string) string) (Config, error) {
 // Validate checks the settings against each other.
 func (c Config) Validate() error {
 	var errs []error
+	if min := 2*c.PSPTimeout + 5*time.Second; c.ShutdownTimeout < min {
+		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.ShutdownTimeout, min))
+	}
+	if c.MaxClockSkew <= 0 {
+		errs = append(errs, errors.New("GATEWAY_MAX_CLOCK_SKEW must be positive"))
+	}
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
 	}
