@@ -93,4 +93,3 @@ func (r *Reconciler) resolve(ctx context.Context, ref idemkeys.Ref, item payment
 	res.Detail = why
 	return r.logged(ref, 0, r.written(res, err))
 }
-

@@ -17,7 +17,6 @@ import (
 	"gateway/psp"
 )
 
-
 // seedChunk is the number of rows per multi-row INSERT: large enough to make
 // seeding 10,000 rows take well under a second, small enough for any
 // max_allowed_packet.
