@@ -178,6 +178,26 @@ type attempt struct {
 	work   context.Context
 	// waitCtx ends when the request has waited long enough for a duplicate in flight.
 	waitCtx context.Context
+	// working marks the key as worked on by this request in this process
+	// while it holds the lease, so duplicates here wait to be woken.
+	working *workMark
+}
+
+type workMark struct{ end func() }
+
+// begin marks a's key as worked on here by a, once.
+func (s *Service) begin(a attempt) {
+	if a.working.end == nil {
+		a.working.end = s.waiter.Begin(a.ref)
+	}
+}
+
+// finish ends a's mark and wakes the key's waiters.
+func (s *Service) finish(a attempt) {
+	if a.working.end != nil {
+		a.working.end()
+		a.working.end = nil
+	}
 }
 
 // holding is the lease a worker holds on a key and the PSP it charges.
@@ -216,7 +236,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 		client:  ctx,
 		work:    work,
 		waitCtx: waitCtx,
+		working: &workMark{},
 	}
+	defer s.finish(a)
 	if e, ok := s.replays.get(a.ref, s.cfg.Now()); ok && e.fp == a.fp {
 		return s.replay(a, e.paymentID, e.resp), nil
 	}
@@ -251,7 +273,12 @@ func (s *Service) closed() *Error {
 
 func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 	if e := s.closed(); e != nil {
-		return Outcome{}, e
+		// Nothing new starts here; a stored answer is still an answer.
+		out, err := s.join(a)
+		if errors.Is(err, errVanished) {
+			return Outcome{}, e
+		}
+		return out, err
 	}
 	name, adapter := s.psps.Default()
 	p := Payment{
@@ -275,6 +302,7 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 	switch {
 	case err == nil:
 		s.obs.KeyOutcome(OutcomeFresh)
+		s.begin(a)
 		return s.charge(a, h, p, start.Add(s.cfg.Lease))
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(a)
@@ -288,6 +316,7 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 			return Outcome{}, internal(errors.Join(err, gerr))
 		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.Token == h.token:
 			s.obs.KeyOutcome(OutcomeFresh)
+			s.begin(a)
 			return s.charge(a, h, gp, start.Add(s.cfg.Lease))
 		}
 		return s.join(a)
@@ -306,6 +335,7 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 // wait for the holder, or take over an expired lease and resume. Whether a
 // lease is alive is the database's call, made with its clock as it reads.
 func (s *Service) join(a attempt) (Outcome, error) {
+	s.finish(a) // a request that joins works on nothing itself
 	poll := firstPoll
 	var waitStart time.Time // set once this request starts waiting for another
 	waited := func() {
@@ -358,8 +388,9 @@ func (s *Service) join(a attempt) (Outcome, error) {
 		if waitStart.IsZero() {
 			waitStart = time.Now()
 		}
-		// A key held in this process wakes us when it finishes; one held by
-		// another replica is polled, less often the longer it takes.
+		// A key held by another request of this process wakes us when it
+		// finishes; one held by another replica is polled, less often the
+		// longer it takes.
 		var (
 			tick  <-chan time.Time
 			timer *time.Timer
@@ -421,6 +452,7 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 		return Outcome{}, internal(err), false
 	}
 	s.obs.LeaseTakenOver()
+	s.begin(a)
 	s.log.InfoContext(a.client, "idempotency lease taken over", s.hash.Attr(a.ref), "payment_id", p.ID, "grant", token.Grant())
 	out, err = s.resume(a, rec, holding{token: token, adapter: adapter}, p)
 	return out, err, false
@@ -429,8 +461,6 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 // resume continues a payment whose earlier worker lost or gave up its lease.
 // It asks the PSP first: a charge may exist that nobody recorded.
 func (s *Service) resume(a attempt, rec idemkeys.Record, h holding, p Payment) (Outcome, error) {
-	end := s.waiter.Begin(a.ref)
-	defer end()
 	lctx, cancel := context.WithTimeout(a.work, s.cfg.PSPTimeout)
 	c, err := h.adapter.Lookup(lctx, p.MerchantOrderID)
 	cancel()
@@ -486,8 +516,6 @@ func MayChargeAgain(rec idemkeys.Record, p Payment, caps psp.Capabilities, pspTi
 // after it when it decides a payment was never charged. A worker delayed too
 // close to it (a slow commit, a pause) gives the key back instead of sending.
 func (s *Service) charge(a attempt, h holding, p Payment, deadline time.Time) (Outcome, error) {
-	end := s.waiter.Begin(a.ref)
-	defer end()
 	now := s.cfg.Now()
 	left := deadline.Sub(now)
 	switch {
@@ -568,7 +596,7 @@ func (s *Service) write(a attempt, h holding, p Payment) (Outcome, error) {
 	switch {
 	case err == nil:
 		s.replays.put(a.ref, cachedReplay{fp: a.fp, paymentID: p.ID, resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)})
-		s.waiter.Notify(a.ref)
+		s.finish(a)
 		s.log.InfoContext(a.client, "payment settled", s.hash.Attr(a.ref), "payment_id", p.ID,
 			"status", string(p.Status), "grant", h.token.Grant())
 		return Outcome{Response: resp, PaymentID: p.ID}, nil
@@ -593,7 +621,7 @@ func (s *Service) release(a attempt, h holding, p Payment, notSent bool, cause *
 		// The lease will expire by itself; the retry just waits longer.
 		s.log.WarnContext(a.client, "release lease", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
 	}
-	s.waiter.Notify(a.ref)
+	s.finish(a)
 	if cause.PaymentID == "" {
 		cause.PaymentID = p.ID
 	}
