@@ -1,10 +1,10 @@
 package db_test
 
 import (
-	"strconv"
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
