@@ -124,14 +124,18 @@ func TestMatch(t *testing.T) {
 	if err := psp.MatchCharge("lookup", req, ok); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []psp.Charge{
-		{MerchantOrderID: "ord_2", Amount: 1000, Currency: "KRW"},
-		{MerchantOrderID: "ord_1", Amount: 500, Currency: "KRW"},
-		{MerchantOrderID: "ord_1", Amount: 1000, Currency: "JPY"},
+	for _, tt := range []struct {
+		c        psp.Charge
+		conflict bool
+	}{
+		{psp.Charge{MerchantOrderID: "ord_2", Amount: 1000, Currency: "KRW"}, false},
+		{psp.Charge{MerchantOrderID: "ord_1", Amount: 500, Currency: "KRW"}, true},
+		{psp.Charge{MerchantOrderID: "ord_1", Amount: 1000, Currency: "JPY"}, true},
 	} {
-		err := psp.MatchCharge("lookup", req, c)
-		if class, _ := psp.ClassOf(err); class != psp.Unknown || !errors.Is(err, psp.ErrMismatch) {
-			t.Errorf("MatchCharge(%+v) = %v, want Unknown wrapping ErrMismatch", c, err)
+		err := psp.MatchCharge("lookup", req, tt.c)
+		if class, _ := psp.ClassOf(err); class != psp.Unknown || !errors.Is(err, psp.ErrMismatch) ||
+			errors.Is(err, psp.ErrOrderConflict) != tt.conflict {
+			t.Errorf("MatchCharge(%+v) = %v, want Unknown wrapping ErrMismatch (and ErrOrderConflict: %v)", tt.c, err, tt.conflict)
 		}
 	}
 	rreq := psp.RefundRequest{RefundOrderID: "rfd_1", MerchantOrderID: "ord_1", Amount: 10, Currency: "KRW"}
@@ -140,8 +144,12 @@ func TestMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Currency = "USD"
-	if err := psp.MatchRefund("refund", rreq, r); !errors.Is(err, psp.ErrMismatch) {
+	if err := psp.MatchRefund("refund", rreq, r); !errors.Is(err, psp.ErrMismatch) || !errors.Is(err, psp.ErrOrderConflict) {
 		t.Fatalf("MatchRefund with another currency = %v", err)
+	}
+	r.RefundOrderID = "rfd_2"
+	if err := psp.MatchRefund("refund", rreq, r); !errors.Is(err, psp.ErrMismatch) || errors.Is(err, psp.ErrOrderConflict) {
+		t.Fatalf("MatchRefund for another refund = %v", err)
 	}
 }
 

@@ -48,7 +48,9 @@ type Adapter interface {
 	// twice with the same MerchantOrderID must not charge twice when the adapter
 	// declares DedupesOrderID: the second call returns the first charge, declined
 	// or not. A second call with the same order id but another amount or
-	// currency fails NotProcessed wrapping ErrOrderConflict. A request that
+	// currency fails wrapping ErrOrderConflict: NotProcessed when the PSP
+	// refuses it as such, Unknown (wrapping ErrMismatch too) when the PSP
+	// answers with the earlier charge. A request that
 	// Capabilities().Check refuses fails Rejected (wrapping the *CheckError)
 	// without being sent. An answer whose order id, amount or currency is not
 	// the request's fails Unknown wrapping ErrMismatch.
@@ -65,8 +67,8 @@ type Adapter interface {
 	// Refund returns req.Amount of the charge req.ChargeReference to the
 	// customer. RefundOrderID is to a refund what MerchantOrderID is to a
 	// charge: a second call with it returns the first refund and moves no more
-	// money; with another amount it fails NotProcessed wrapping
-	// ErrOrderConflict. A refund the PSP refuses (the charge is unknown, was
+	// money; with another amount it fails wrapping ErrOrderConflict, as
+	// Charge does. A refund the PSP refuses (the charge is unknown, was
 	// declined, or has less left to refund than asked) is a result with Status
 	// RefundDeclined and a DeclineCode such as RefundDeclineAmountExceeded.
 	// A request in a currency the adapter does not take fails Rejected
@@ -294,8 +296,11 @@ var (
 	// ErrNotFound is the lookups' answer when the PSP has no charge for the
 	// order id (or no refund for the refund order id).
 	ErrNotFound = errors.New("psp: order not found")
-	// ErrOrderConflict is wrapped by the NotProcessed error of a Charge or
-	// Refund whose order id was already used with another amount or currency.
+	// ErrOrderConflict is wrapped by the error of a Charge or Refund whose
+	// order id was already used with another amount or currency: NotProcessed
+	// when the PSP refused the request for it, Unknown when it answered with
+	// the earlier charge or refund (see MatchCharge). Either way the PSP
+	// holds something else under this order id: a person must look.
 	ErrOrderConflict = errors.New("psp: order id already used with a different amount or currency")
 	// ErrMismatch is wrapped by the Unknown error of a Charge or Refund whose
 	// answer's order id, amount or currency differs from the request, and of
@@ -306,14 +311,20 @@ var (
 
 // MatchCharge checks that c, the answer to req (or a lookup of its order
 // id), is for req's order id, amount and currency. It returns nil, or an
-// Unknown *Error for op wrapping ErrMismatch. The payment flow uses it on
-// lookups, whose answer the adapter cannot check against an amount.
+// Unknown *Error for op wrapping ErrMismatch, and ErrOrderConflict as well
+// when only the amount or currency differ: the PSP holds another charge for
+// this very order id. The payment flow uses it on lookups, whose answer the
+// adapter cannot check against an amount.
 func MatchCharge(op string, req ChargeRequest, c Charge) error {
 	if c.MerchantOrderID == req.MerchantOrderID && c.Amount == req.Amount && c.Currency == req.Currency {
 		return nil
 	}
-	return &Error{Class: Unknown, Op: op, Err: fmt.Errorf("%w: asked for order %q, %d %s; the PSP answered for order %q, %d %s",
-		ErrMismatch, req.MerchantOrderID, req.Amount, req.Currency, c.MerchantOrderID, c.Amount, c.Currency)}
+	err := fmt.Errorf("%w: asked for order %q, %d %s; the PSP answered for order %q, %d %s",
+		ErrMismatch, req.MerchantOrderID, req.Amount, req.Currency, c.MerchantOrderID, c.Amount, c.Currency)
+	if c.MerchantOrderID == req.MerchantOrderID {
+		err = fmt.Errorf("%w: %w", ErrOrderConflict, err)
+	}
+	return &Error{Class: Unknown, Op: op, Err: err}
 }
 
 // MatchRefund is MatchCharge for a refund: refund order id, charge order
@@ -323,8 +334,12 @@ func MatchRefund(op string, req RefundRequest, r Refund) error {
 		r.Amount == req.Amount && r.Currency == req.Currency {
 		return nil
 	}
-	return &Error{Class: Unknown, Op: op, Err: fmt.Errorf("%w: asked for refund %q of order %q, %d %s; the PSP answered for refund %q of order %q, %d %s",
-		ErrMismatch, req.RefundOrderID, req.MerchantOrderID, req.Amount, req.Currency, r.RefundOrderID, r.MerchantOrderID, r.Amount, r.Currency)}
+	err := fmt.Errorf("%w: asked for refund %q of order %q, %d %s; the PSP answered for refund %q of order %q, %d %s",
+		ErrMismatch, req.RefundOrderID, req.MerchantOrderID, req.Amount, req.Currency, r.RefundOrderID, r.MerchantOrderID, r.Amount, r.Currency)
+	if r.RefundOrderID == req.RefundOrderID && r.MerchantOrderID == req.MerchantOrderID {
+		err = fmt.Errorf("%w: %w", ErrOrderConflict, err)
+	}
+	return &Error{Class: Unknown, Op: op, Err: err}
 }
 
 // ClassOf returns the class of err, and false when err is not an *Error.
