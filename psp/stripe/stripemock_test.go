@@ -226,16 +226,6 @@ func (s *mockShim) parse(body []byte, v any) map[string]any {
 	return m
 }
 
-func metadataOf(form url.Values) map[string]any {
-	md := map[string]any{}
-	for k, v := range form {
-		if name, ok := strings.CutPrefix(k, "metadata["); ok {
-			md[strings.TrimSuffix(name, "]")] = v[0]
-		}
-	}
-	return md
-}
-
 func (s *mockShim) createPI(body []byte, form url.Values) any {
 	var pi sdk.PaymentIntent
 	m := s.parse(body, &pi)
@@ -249,7 +239,7 @@ func (s *mockShim) createPI(body []byte, form url.Values) any {
 	if fmt.Sprint(pi.Amount) != form.Get("amount") || string(pi.Currency) != form.Get("currency") {
 		s.t.Errorf("stripe-mock did not echo amount %s %s: %d %s", form.Get("amount"), form.Get("currency"), pi.Amount, pi.Currency)
 	}
-	m["metadata"], m["status"], m["last_payment_error"], m["next_action"] = metadataOf(form), "succeeded", nil, nil
+	m["metadata"], m["status"], m["last_payment_error"], m["next_action"] = metadata(form), "succeeded", nil, nil
 	s.mu.Lock()
 	s.currencies[pi.ID] = form.Get("currency")
 	s.mu.Unlock()
@@ -286,7 +276,7 @@ func (s *mockShim) createRefund(body []byte, form url.Values) any {
 	piID := form.Get("payment_intent")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m["metadata"], m["status"], m["payment_intent"] = metadataOf(form), "succeeded", piID
+	m["metadata"], m["status"], m["payment_intent"] = metadata(form), "succeeded", piID
 	m["amount"], _ = json.Number(form.Get("amount")).Int64()
 	m["currency"] = s.currencies[piID]
 	s.refunds[piID] = append(s.refunds[piID], m)
