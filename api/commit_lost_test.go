@@ -14,24 +14,24 @@ import (
 // lostAck commits through the real store, then reports the commit's fate as
 // unknown, as a connection that breaks between COMMIT and its answer would.
 type lostAck struct {
-	payments.Store
+	payments.FlowStore
 	claims, settles atomic.Int32 // how many acknowledgements to lose
 	dropped         atomic.Int32 // how many claims to fail with an unknown fate without committing
 }
 
-func (s *lostAck) Claim(ctx context.Context, rec idemkeys.Record, p payments.Payment) error {
+func (s *lostAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
 	if s.dropped.Add(-1) >= 0 {
-		return payments.ErrWriteUnknown
+		return time.Time{}, payments.ErrWriteUnknown
 	}
-	err := s.Store.Claim(ctx, rec, p)
+	now, err := s.FlowStore.Claim(ctx, c)
 	if err == nil && s.claims.Add(-1) >= 0 {
-		return payments.ErrWriteUnknown
+		return now, payments.ErrWriteUnknown
 	}
-	return err
+	return now, err
 }
 
-func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
-	err := s.Store.Settle(ctx, ref, held, p, resp, now)
+func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
+	err := s.FlowStore.Settle(ctx, ref, token, p, resp)
 	if err == nil && s.settles.Add(-1) >= 0 {
 		return payments.ErrWriteUnknown
 	}
@@ -56,7 +56,7 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 			lossy.settles.Store(tc.settles)
 			lossy.dropped.Store(tc.dropped)
 			e := newEnv(t, func(s *envSetup) {
-				s.wrap = func(st payments.Store) payments.Store { lossy.Store = st; return lossy }
+				s.wrap = func(st payments.FlowStore) payments.FlowStore { lossy.FlowStore = st; return lossy }
 			})
 			res := e.post("k", okBody)
 			wantStatus(t, res, http.StatusCreated)

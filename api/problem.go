@@ -33,6 +33,7 @@ var problems = map[payments.Code]problemKind{
 	payments.CodePSPUnavailable: {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
 	payments.CodePSPUnknown:     {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
 	payments.CodeUnavailable:    {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
+	payments.CodeConflict:       {http.StatusConflict, "conflict", "The request conflicts with the current state"},
 	payments.CodeInternal:       {http.StatusInternalServerError, "internal", "Internal error"},
 	codeRateLimited:             {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
 }

@@ -31,6 +31,9 @@ const (
 	CodePSPUnavailable Code = "psp_unavailable"
 	// CodePSPUnknown: the PSP may or may not have acted; retry with the same key.
 	CodePSPUnknown Code = "psp_outcome_unknown"
+	// CodeConflict: the request contradicts the current state (or the PSP's
+	// evidence); nothing was changed.
+	CodeConflict Code = "conflict"
 	// CodeUnavailable: the gateway cannot serve now (database down, shutting down).
 	CodeUnavailable Code = "service_unavailable"
 	// CodeInternal: a bug or an unexpected failure; details are logged, not shown.
