@@ -56,6 +56,8 @@ type Payment struct {
 	Metadata        map[string]string
 	PSPReference    string
 	DeclineCode     string
+	// PSPCode is the PSP's own raw code for a decline or refusal, verbatim.
+	PSPCode string
 	// PSP names the adapter (and account) the payment was sent to; its
 	// lookups go there and nowhere else. Empty for payments older than the
 	// record: no PSP can be known to be theirs.
@@ -92,6 +94,10 @@ type Review struct {
 	NotFoundAt time.Time
 }
 
+// ErrChargePending: the PSP accepted the charge and waits for the customer
+// or for itself (a deposit, 3-D Secure); the payment is not settled yet.
+var ErrChargePending = errors.New("payments: the PSP's charge is pending")
+
 // ErrChargeUnreadable: the PSP answered with a charge status the gateway
 // does not know; the answer proves nothing.
 var ErrChargeUnreadable = errors.New("payments: the PSP's charge has an unknown status")
@@ -113,10 +119,12 @@ func ApplyCharge(p Payment, c psp.Charge) (Payment, error) {
 		p.Status = Succeeded
 	case psp.Declined:
 		p.Status = Declined
+	case psp.Pending:
+		return p, ErrChargePending
 	default:
 		return p, fmt.Errorf("%w: %q", ErrChargeUnreadable, c.Status)
 	}
-	p.PSPReference, p.DeclineCode, p.ReviewReason = c.Reference, c.DeclineCode, ""
+	p.PSPReference, p.DeclineCode, p.PSPCode, p.ReviewReason = c.Reference, c.DeclineCode, c.Code, ""
 	return p, nil
 }
 

@@ -226,6 +226,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
 	}
+	if err := s.accepts(req.Amount); err != nil {
+		return Outcome{}, err
+	}
 	work, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease+s.cfg.PSPTimeout+flowMargin)
 	defer cancelWork()
 	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.InFlightWait)
@@ -249,6 +252,25 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 		}
 	}
 	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
+}
+
+// accepts refuses, before anything is stored or sent, an amount the PSP new
+// payments go to can never take (a currency it does not take, an amount it
+// cannot represent or below its minimum).
+func (s *Service) accepts(m Money) error {
+	_, adapter := s.psps.Default()
+	err := adapter.Capabilities().Check(m.Minor, m.Currency)
+	if err == nil {
+		return nil
+	}
+	e := &Error{Code: CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
+	var ce *psp.CheckError
+	if errors.As(err, &ce) {
+		e.Fields = []FieldError{{Field: ce.Field, Reason: ce.Reason}}
+	} else {
+		e.Fields = []FieldError{{Field: "amount", Reason: err.Error()}}
+	}
+	return e
 }
 
 // replay answers with a completed key's stored response, at the key's pace.
@@ -545,6 +567,12 @@ func (s *Service) charge(a attempt, h holding, p Payment, deadline time.Time) (O
 	}
 	class, _ := psp.ClassOf(err)
 	switch {
+	case class == psp.Rejected:
+		// A request the PSP can never accept: certainly nothing was charged,
+		// and sending it again cannot help. A final answer, stored.
+		p.Status, p.DeclineCode, p.PSPCode = Failed, DeclineRejected, rejectionCode(err)
+		s.log.WarnContext(a.client, "PSP refused the request as invalid", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
+		return s.write(a, h, p)
 	case errors.Is(err, psp.ErrOrderConflict):
 		// The PSP holds another charge under this payment's order id: the
 		// gateway's record and the PSP's disagree, and only a person can say why.
@@ -562,6 +590,12 @@ func (s *Service) charge(a attempt, h holding, p Payment, deadline time.Time) (O
 // settle records the PSP's answer with a write fenced on the lease token.
 func (s *Service) settle(a attempt, h holding, p Payment, c psp.Charge) (Outcome, error) {
 	settled, err := ApplyCharge(p, c)
+	if errors.Is(err, ErrChargePending) {
+		// Accepted, not settled: the key stays unfinished and free for the
+		// client's poll or retry, and the reconciler looks again later.
+		s.release(a, h, p, false, nil)
+		return Outcome{Response: Render(p), PaymentID: p.ID}, nil
+	}
 	if err != nil {
 		return s.release(a, h, p, false, pspError(&psp.Error{Class: psp.Unknown, Op: "charge", Err: err}))
 	}
@@ -622,10 +656,22 @@ func (s *Service) release(a attempt, h holding, p Payment, notSent bool, cause *
 		s.log.WarnContext(a.client, "release lease", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
 	}
 	s.finish(a)
+	if cause == nil {
+		return Outcome{}, nil
+	}
 	if cause.PaymentID == "" {
 		cause.PaymentID = p.ID
 	}
 	return Outcome{}, cause
+}
+
+// rejectionCode is the PSP's own code for a refusal, when it gave one.
+func rejectionCode(err error) string {
+	var pe *psp.Error
+	if errors.As(err, &pe) && pe.Code != "" {
+		return pe.Code
+	}
+	return ""
 }
 
 // writeCtx bounds one write after a PSP call, apart from the request's time.

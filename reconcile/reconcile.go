@@ -428,6 +428,12 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 	switch {
 	case err == nil:
 		settled, err := payments.ApplyCharge(pay, charge)
+		if errors.Is(err, payments.ErrChargePending) {
+			// Accepted and waiting (a deposit, the customer): not a failed
+			// look, so no attempt is spent; looked at again on the back-off.
+			res.Outcome, res.Detail = Deferred, "pending at the PSP"
+			return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(r.cfg.BackoffBase), Attempts: key.ReconcileAttempts})
+		}
 		if err != nil {
 			return r.retry(ctx, p, res, err.Error())
 		}

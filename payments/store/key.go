@@ -238,7 +238,7 @@ func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Tok
 UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id
 SET k.state = 'COMPLETED', k.response_status = ?, k.response_body = ?, k.locked_until = NULL,
     k.completed_at = NOW(6), k.updated_at = NOW(6),
-    p.status = ?, p.psp_reference = ?, p.decline_code = ?, p.review_reason = ?,
+    p.status = ?, p.psp_reference = ?, p.decline_code = ?, p.psp_code = ?, p.review_reason = ?,
     p.review_since = IF(? = 'requires_review', NOW(6), NULL),
     p.review_after = IF(? = 'requires_review', NOW(6) + INTERVAL ? MICROSECOND, NULL),
     p.updated_at = NOW(6)
@@ -246,7 +246,7 @@ WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
   AND k.state = 'IN_PROGRESS' AND k.lease_version = ? AND p.status = 'processing'`
 	status := string(p.Status)
 	n, err := db.ExecRetry(ctx, s.db, stmt, resp.Status, resp.Body,
-		status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.ReviewReason),
+		status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.PSPCode), nullString(p.ReviewReason),
 		status, status, micros(payments.ReviewFirstLook),
 		ref.MerchantID, ref.Endpoint, ref.Key, int64(token))
 	switch {

@@ -290,10 +290,10 @@ func (s *Store) Resolve(ctx context.Context, id string, decide func(payments.Pay
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, `
-UPDATE payments SET status = ?, psp_reference = ?, decline_code = ?, review_reason = ?,
+UPDATE payments SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
     review_after = IF(? = 'requires_review', review_after, NULL), updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ?`,
-			string(after.Status), nullString(after.PSPReference), nullString(after.DeclineCode), nullString(after.ReviewReason),
+			string(after.Status), nullString(after.PSPReference), nullString(after.DeclineCode), nullString(after.PSPCode), nullString(after.ReviewReason),
 			string(after.Status), after.MerchantID, after.ID); err != nil {
 			return err
 		}

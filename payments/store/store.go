@@ -47,6 +47,7 @@ type paymentRow struct {
 	Metadata        sql.NullString `db:"metadata"`
 	PSPReference    sql.NullString `db:"psp_reference"`
 	DeclineCode     sql.NullString `db:"decline_code"`
+	PSPCode         sql.NullString `db:"psp_code"`
 	PSP             sql.NullString `db:"psp"`
 	ReviewReason    sql.NullString `db:"review_reason"`
 	ReviewSince     sql.NullTime   `db:"review_since"`
@@ -58,7 +59,7 @@ type paymentRow struct {
 }
 
 const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp_reference, decline_code, psp, review_reason,
+    payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, created_at, updated_at`
 
 func (r paymentRow) toDomain() (payments.Payment, error) {
@@ -73,6 +74,7 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 		Description:     r.Description,
 		PSPReference:    r.PSPReference.String,
 		DeclineCode:     r.DeclineCode.String,
+		PSPCode:         r.PSPCode.String,
 		PSP:             r.PSP.String,
 		ReviewReason:    r.ReviewReason.String,
 		Review: payments.Review{
