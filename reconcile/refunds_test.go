@@ -82,8 +82,8 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 	e := newEnv(t)
 	p := e.paid("pay", 1000)
 	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
 		mu      sync.Mutex
 		codes   = map[string]int{}
 		refused string
