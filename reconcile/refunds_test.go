@@ -375,3 +375,75 @@ func TestRefusedAndPendingRefunds(t *testing.T) {
 		t.Fatalf("replay of the refusal: %+v %v", again, err)
 	}
 }
+
+// 9. Paging through a merchant's payments while 250 more are created: no
+// payment twice, none of those that existed at the start missed; and back
+// again with ending_before.
+func TestPaymentListingIsStableUnderInserts(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	before := map[string]bool{}
+	for i := range 120 {
+		before[e.paid(fmt.Sprintf("old%03d", i), 1000).ID] = true
+	}
+	l := payments.NewListings(e.store)
+	var (
+		wg      sync.WaitGroup
+		inserts = make(chan int, 250)
+	)
+	for i := range 250 {
+		inserts <- i
+	}
+	close(inserts)
+	wg.Go(func() {
+		for i := range inserts {
+			if _, err := e.svc.Create(ctx, e.request(fmt.Sprintf("new%03d", i))); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	seen := map[string]bool{}
+	var pages [][]payments.Payment
+	q := payments.ListQuery{MerchantID: e.merch.ID, Limit: 7}
+	for {
+		page, err := l.Payments(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range page.Items {
+			if seen[p.ID] {
+				t.Fatalf("payment %s listed twice", p.ID)
+			}
+			seen[p.ID] = true
+		}
+		pages = append(pages, page.Items)
+		if !page.HasMore {
+			break
+		}
+		q.StartingAfter = page.Items[len(page.Items)-1].ID
+	}
+	wg.Wait()
+	for id := range before {
+		if !seen[id] {
+			t.Fatalf("payment %s, there from the start, was never listed", id)
+		}
+	}
+	// Back from the last page to the first, with ending_before.
+	last := pages[len(pages)-1]
+	back, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Limit: 7, EndingBefore: last[0].ID})
+	if err != nil || len(back.Items) != 7 || back.Items[6].ID != pages[len(pages)-2][6].ID {
+		t.Fatalf("ending_before: %d items, %v", len(back.Items), err)
+	}
+	// Another merchant's id is no cursor here; filters narrow the listing.
+	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: "mer_other", StartingAfter: last[0].ID}); payments.ErrorCode(err) != payments.CodeInvalid {
+		t.Fatalf("a foreign cursor: %v", err)
+	}
+	failed, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Status: "failed"})
+	if err != nil || len(failed.Items) != 0 {
+		t.Fatalf("status filter: %+v %v", failed, err)
+	}
+	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Limit: 101}); payments.ErrorCode(err) != payments.CodeInvalid {
+		t.Fatalf("limit 101: %v", err)
+	}
+}

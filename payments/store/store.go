@@ -33,6 +33,7 @@ var (
 	_ payments.FlowStore  = (*Store)(nil)
 	_ payments.AuthStore  = (*Store)(nil)
 	_ payments.AdminStore = (*Store)(nil)
+	_ payments.ListStore  = (*Store)(nil)
 )
 
 type paymentRow struct {
