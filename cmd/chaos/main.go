@@ -205,7 +205,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 func runOptions(ctx context.Context, opts options, getenv func(string) string, stdout, stderr io.Writer, began time.Time) (_ *report, err error) {
 	if opts.throughput {
-		return nil, measureThroughput(ctx, opts, stdout, stderr, began)
+		return &report{Seed: opts.seed}, measureThroughput(ctx, opts, stdout, stderr, began)
 	}
 	if opts.planOnly {
 		fmt.Fprintf(stdout, "fault plan of seed %d over %s:\n", opts.seed, opts.duration)
@@ -489,6 +489,13 @@ func (rep *report) print(out io.Writer) {
 	} else {
 		fmt.Fprintln(out, "\nOK: no invariant violated")
 	}
+	failed := 0
+	for _, inv := range rep.Invariants {
+		if inv.Violations > 0 {
+			failed++
+		}
+	}
+	fmt.Fprintf(out, "invariants: %d passed, %d failed\n", len(rep.Invariants)-failed, failed)
 }
 
 func kv[V int | int64](m map[string]V) string {

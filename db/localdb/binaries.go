@@ -11,9 +11,9 @@ import (
 	"strings"
 )
 
-// errCannotInstall reports missing binaries that we lack the rights to
-// install; the wrapping error names the command to run.
-var errCannotInstall = errors.New("localdb: installing the missing packages needs root")
+// ErrCannotInstall marks missing binaries that we lack the rights to
+// install; the error wrapping it names the command to run. Tests skip on it.
+var ErrCannotInstall = errors.New("localdb: installing the missing packages needs root")
 
 // binaries are the programs a private server needs.
 type binaries struct {
@@ -96,7 +96,7 @@ func aptInstall(ctx context.Context, logw io.Writer, pkgs ...string) error {
 	var prefix []string
 	if os.Geteuid() != 0 {
 		if exec.CommandContext(ctx, "sudo", "-n", "true").Run() != nil {
-			return fmt.Errorf("%w: install them with sudo apt-get install -y %s", errCannotInstall, list)
+			return fmt.Errorf("%w: install them with sudo apt-get install -y %s", ErrCannotInstall, list)
 		}
 		prefix = []string{"sudo", "-n"}
 	}

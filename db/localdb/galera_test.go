@@ -22,7 +22,7 @@ func TestGaleraCluster(t *testing.T) {
 	}
 	began := time.Now()
 	c, err := StartCluster(t.Context(), ClusterOptions{Log: testWriter{t}})
-	if errors.Is(err, errCannotInstall) {
+	if errors.Is(err, ErrCannotInstall) {
 		t.Skip(err)
 	}
 	if err != nil {
@@ -87,6 +87,17 @@ func TestGaleraCluster(t *testing.T) {
 			t.Fatalf("a write on the isolated node: err = %v, want MySQL error 1047 (not prepared: non-primary)", err)
 		}
 		mustExec(t, db0, "INSERT INTO g.t VALUES (4, 0)")
+		// What a readiness or clock check would see there, with and
+		// without causal reads.
+		plain := openDB(t, c.Node(2).DSN(""))
+		for _, q := range []string{"SELECT NOW(6)", "SELECT COUNT(*) FROM g.t"} {
+			for name, pool := range map[string]*sql.DB{"wsrep_sync_wait=1": db2, "wsrep_sync_wait=0": plain} {
+				var v string
+				began := time.Now()
+				err := pool.QueryRowContext(t.Context(), q).Scan(&v)
+				t.Logf("on the isolated node, %s with %s: %q, err %v (%s)", q, name, v, err, time.Since(began).Round(time.Millisecond))
+			}
+		}
 
 		healed := time.Now()
 		c.Heal(2)

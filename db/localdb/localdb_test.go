@@ -22,7 +22,7 @@ func TestServerLifecycle(t *testing.T) {
 
 	began := time.Now()
 	srv, err := Start(t.Context(), Options{DataDir: dir, Log: logw})
-	if errors.Is(err, errCannotInstall) {
+	if errors.Is(err, ErrCannotInstall) {
 		t.Skip(err)
 	}
 	if err != nil {
