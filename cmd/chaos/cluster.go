@@ -459,28 +459,18 @@ func (e *env) clusterFigures(w *workload, payments int) *clusterReport {
 	traces := w.traced()
 	cc.mu.Lock()
 	cr.Events = cc.events
-	var killD, killS, isoD, healS, back []time.Duration
+	// Durations by kind of event and what was measured; 0 or less: not seen.
+	durations := map[string][]time.Duration{}
+	add := func(key string, d time.Duration) {
+		if d > 0 {
+			durations[key] = append(durations[key], d)
+		}
+	}
 	for _, ev := range cc.events {
 		ev.GatewayBack = firstFresh(traces, e, ev)
-		if ev.GatewayBack > 0 {
-			back = append(back, ev.GatewayBack)
-		}
-		switch ev.Kind {
-		case "node-kill":
-			if ev.Detected > 0 {
-				killD = append(killD, ev.Detected)
-			}
-			if ev.Synced > 0 {
-				killS = append(killS, ev.Synced)
-			}
-		case "node-isolate":
-			if ev.Detected > 0 {
-				isoD = append(isoD, ev.Detected)
-			}
-			if ev.Synced > 0 {
-				healS = append(healS, ev.Synced)
-			}
-		}
+		add("back", ev.GatewayBack)
+		add(ev.Kind+" detected", ev.Detected)
+		add(ev.Kind+" synced", ev.Synced)
 	}
 	for _, p := range cc.probes {
 		switch {
@@ -495,8 +485,9 @@ func (e *env) clusterFigures(w *workload, payments int) *clusterReport {
 		}
 	}
 	cc.mu.Unlock()
-	cr.KillDetected, cr.KillSynced = spreadOf(killD), spreadOf(killS)
-	cr.IsolateOutside, cr.HealSynced, cr.GatewayBack = spreadOf(isoD), spreadOf(healS), spreadOf(back)
+	cr.KillDetected, cr.KillSynced = spreadOf(durations["node-kill detected"]), spreadOf(durations["node-kill synced"])
+	cr.IsolateOutside, cr.HealSynced = spreadOf(durations["node-isolate detected"]), spreadOf(durations["node-isolate synced"])
+	cr.GatewayBack = spreadOf(durations["back"])
 
 	var conflicts, deadlocks int64
 	cc.mon.mu.Lock()

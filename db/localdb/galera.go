@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -474,20 +473,7 @@ func (n *Node) start(ctx context.Context, extra ...string) error {
 	p.cmd.SysProcAttr.Credential = n.c.runAs
 	fmt.Fprintf(n.c.log, "starting %s on %s (group communication %s via 127.0.0.1:%d)\n", n.name, n.Addr(), n.ip, n.gcPort)
 	began := time.Now()
-	started := make(chan error, 1)
-	go func() {
-		// The parent-death signal fires when the starting thread exits:
-		// keep this goroutine on its thread for the child's whole life.
-		runtime.LockOSThread()
-		if err := p.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	if err := startPinned(p.cmd, &p.err, p.done); err != nil {
 		return fmt.Errorf("localdb: start %s: %w", n.name, err)
 	}
 	n.mu.Lock()
