@@ -21,6 +21,13 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// Authenticator resolves an API key to its merchant; payments.Auth is one.
+type Authenticator interface {
+	// Authenticate returns the merchant owning an active key, or an *payments.Error
+	// with CodeUnauthorized (or CodeUnavailable when it cannot tell).
+	Authenticate(ctx context.Context, apiKey string) (payments.Merchant, error)
+}
+
 // Observer is told about HTTP traffic, for metrics.
 type Observer interface {
 	ObserveHTTP(route, method string, status int, d time.Duration)
@@ -57,6 +64,7 @@ type Options struct {
 // Server holds what the handlers need.
 type Server struct {
 	svc    *payments.Service
+	auth   Authenticator
 	db     Pinger
 	opts   Options
 	log    *slog.Logger
@@ -65,7 +73,7 @@ type Server struct {
 }
 
 // NewHandler returns the gateway's HTTP API.
-func NewHandler(svc *payments.Service, db Pinger, opts Options) http.Handler {
+func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Options) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 64 << 10
 	}
@@ -81,7 +89,7 @@ func NewHandler(svc *payments.Service, db Pinger, opts Options) http.Handler {
 	if opts.FlowTimeout <= 0 {
 		opts.FlowTimeout = time.Minute
 	}
-	s := &Server{svc: svc, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
+	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
 		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1))}
 	e := echo.New()
 	e.HideBanner = true

@@ -327,7 +327,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_, _ = io.WriteString(w, "# no metrics\n")
 	})
-	h := api.NewHandler(nil, nil, api.Options{Metrics: metrics})
+	h := api.NewHandler(nil, nil, nil, api.Options{Metrics: metrics})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gateway/db"
+	"gateway/idemkeys"
+	"gateway/payments"
 	"gateway/reconcile"
 )
 
@@ -41,6 +43,12 @@ type Config struct {
 	AuthCacheTTL  time.Duration
 	RatePerSecond float64
 	RateBurst     int
+
+	// MaxClockSkew is how far this replica's clock may stray from the database's.
+	MaxClockSkew time.Duration
+	// LogHashSecret keys the hashes that name idempotency keys and merchants in logs.
+	LogHashSecret string
+	logHash       *idemkeys.Hasher
 
 	ReconcileSchedule    string
 	ReconcileMaxAttempts int
@@ -77,7 +85,7 @@ func settings() []setting {
 			c.AdminAddr = v
 			return nil
 		}},
-		{"GATEWAY_AUTH_CACHE_TTL", "10s", "how long a replica trusts a verified API key without reading the database (a revoked key works that much longer); 0s reads every time", func(c *Config, v string) error {
+		{"GATEWAY_AUTH_CACHE_TTL", durationDefault(payments.DefaultAuthCacheTTL), "how long a replica trusts a verified API key without reading the database (a revoked key works that much longer); 0s reads every time", func(c *Config, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 {
 				return errors.New("must be a duration ≥ 0 such as 0s or 10s")
@@ -153,9 +161,9 @@ func settings() []setting {
 		}},
 		{"GATEWAY_DB_MAX_OPEN_CONNS", "32", "most database connections the pool opens", intSetting(func(c *Config, n int) { c.DBMaxOpenConns = n })},
 		{"GATEWAY_DB_MAX_IDLE_CONNS", "32", "idle database connections kept open", intSetting(func(c *Config, n int) { c.DBMaxIdleConns = n })},
-		{"GATEWAY_LEASE", "30s", "how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT", durationSetting(func(c *Config, d time.Duration) { c.Lease = d })},
-		{"GATEWAY_PSP_TIMEOUT", "10s", "deadline of each PSP call", durationSetting(func(c *Config, d time.Duration) { c.PSPTimeout = d })},
-		{"GATEWAY_INFLIGHT_WAIT", "2s", "how long a duplicate request waits for the first one before answering 409", durationSetting(func(c *Config, d time.Duration) { c.InFlightWait = d })},
+		{"GATEWAY_LEASE", durationDefault(payments.DefaultLease), "how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT", durationSetting(func(c *Config, d time.Duration) { c.Lease = d })},
+		{"GATEWAY_PSP_TIMEOUT", durationDefault(payments.DefaultPSPTimeout), "deadline of each PSP call", durationSetting(func(c *Config, d time.Duration) { c.PSPTimeout = d })},
+		{"GATEWAY_INFLIGHT_WAIT", durationDefault(payments.DefaultInFlightWait), "how long a duplicate request waits for the first one before answering 409", durationSetting(func(c *Config, d time.Duration) { c.InFlightWait = d })},
 		{"GATEWAY_MAX_BODY_BYTES", "65536", "largest accepted request body", func(c *Config, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 1024 {
@@ -164,7 +172,7 @@ func settings() []setting {
 			c.MaxBodyBytes = n
 			return nil
 		}},
-		{"GATEWAY_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests may finish after SIGINT/SIGTERM", durationSetting(func(c *Config, d time.Duration) { c.ShutdownTimeout = d })},
+		{"GATEWAY_SHUTDOWN_TIMEOUT", "30s", "how long in-flight requests may finish after SIGINT/SIGTERM", durationSetting(func(c *Config, d time.Duration) { c.ShutdownTimeout = d })},
 		{"GATEWAY_AUTO_MIGRATE", "false", "apply pending migrations when serve starts (true|false)", func(c *Config, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -188,20 +196,25 @@ func settings() []setting {
 			}
 			return errors.New("must be debug, info, warn or error")
 		}},
-		{"GATEWAY_RECONCILE_SCHEDULE", "@every 30s", "when the reconciler runs inside serve: a cron spec, @every DURATION, or off", func(c *Config, v string) error {
+		{"GATEWAY_RECONCILE_SCHEDULE", reconcile.DefaultSchedule, "when the reconciler runs inside serve: a cron spec, @every DURATION, or off", func(c *Config, v string) error {
 			if _, err := reconcile.ParseSchedule(v); err != nil {
 				return err
 			}
 			c.ReconcileSchedule = v
 			return nil
 		}},
-		{"GATEWAY_RECONCILE_MAX_ATTEMPTS", "10", "failed PSP lookups before a payment becomes requires_review", intSetting(func(c *Config, n int) { c.ReconcileMaxAttempts = n })},
-		{"GATEWAY_RECONCILE_BATCH", "100", "stale keys claimed per reconciler transaction", intSetting(func(c *Config, n int) { c.ReconcileBatch = n })},
-		{"GATEWAY_RECONCILE_CONCURRENCY", "16", "PSP lookups the reconciler runs at once", intSetting(func(c *Config, n int) { c.ReconcileConcurrency = n })},
-		{"GATEWAY_RECONCILE_BACKOFF", "30s", "wait after a failed lookup; doubles per attempt", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoff = d })},
-		{"GATEWAY_RECONCILE_BACKOFF_MAX", "30m", "longest wait between lookups of one payment", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoffMax = d })},
-		{"GATEWAY_IDEMPOTENCY_RETENTION", "168h", "how long a completed key replays its response before it is purged", durationSetting(func(c *Config, d time.Duration) { c.Retention = d })},
-		{"GATEWAY_PURGE_BATCH", "500", "keys deleted per purge statement", intSetting(func(c *Config, n int) { c.PurgeBatch = n })},
+		{"GATEWAY_RECONCILE_MAX_ATTEMPTS", strconv.Itoa(reconcile.DefaultMaxAttempts), "failed PSP lookups before a payment becomes requires_review", intSetting(func(c *Config, n int) { c.ReconcileMaxAttempts = n })},
+		{"GATEWAY_RECONCILE_BATCH", strconv.Itoa(reconcile.DefaultBatchSize), "stale keys claimed per reconciler transaction", intSetting(func(c *Config, n int) { c.ReconcileBatch = n })},
+		{"GATEWAY_RECONCILE_CONCURRENCY", strconv.Itoa(reconcile.DefaultConcurrency), "PSP lookups the reconciler runs at once", intSetting(func(c *Config, n int) { c.ReconcileConcurrency = n })},
+		{"GATEWAY_RECONCILE_BACKOFF", durationDefault(reconcile.DefaultBackoffBase), "wait after a failed lookup; doubles per attempt", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoff = d })},
+		{"GATEWAY_RECONCILE_BACKOFF_MAX", durationDefault(reconcile.DefaultBackoffMax), "longest wait between lookups of one payment", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoffMax = d })},
+		{"GATEWAY_IDEMPOTENCY_RETENTION", durationDefault(payments.DefaultRetention), "how long a completed key replays its response before it is purged", durationSetting(func(c *Config, d time.Duration) { c.Retention = d })},
+		{"GATEWAY_PURGE_BATCH", strconv.Itoa(reconcile.DefaultPurgeBatch), "keys deleted per purge statement", intSetting(func(c *Config, n int) { c.PurgeBatch = n })},
+		{"GATEWAY_MAX_CLOCK_SKEW", durationDefault(db.DefaultMaxClockSkew), "how far this replica's clock may stray from the database's before it stops taking payments and reports not ready", durationSetting(func(c *Config, d time.Duration) { c.MaxClockSkew = d })},
+		{"GATEWAY_LOG_HASH_SECRET", "", "secret: keys the hashes that name idempotency keys and merchants in logs, so lines correlate across replicas but cannot be reversed (unset: a random one per process; dev generates one)", func(c *Config, v string) error {
+			c.LogHashSecret = v
+			return nil
+		}},
 		{"GATEWAY_DEV_DATA_DIR", ".data/mariadb", "dev only: data directory of the private MariaDB", func(c *Config, v string) error {
 			if v == "" {
 				return errors.New("must not be empty")
@@ -251,12 +264,19 @@ func loadConfig(getenv func(string) string) (Config, error) {
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
+	c.logHash = idemkeys.NewHasher([]byte(c.LogHashSecret))
 	return c, c.Validate()
 }
 
 // Validate checks the settings against each other.
 func (c Config) Validate() error {
 	var errs []error
+	if min := 2*c.PSPTimeout + 5*time.Second; c.ShutdownTimeout < min {
+		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.ShutdownTimeout, min))
+	}
+	if c.MaxClockSkew <= 0 {
+		errs = append(errs, errors.New("GATEWAY_MAX_CLOCK_SKEW must be positive"))
+	}
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
 	}
@@ -307,4 +327,24 @@ func printSettings(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.name, def, strings.TrimSpace(s.help))
 	}
 	_ = tw.Flush()
+}
+
+// durationDefault writes a default duration the way an operator would ("168h", not "168h0m0s").
+func durationDefault(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// hasher is the one keyed hasher of this process.
+func (c Config) hasher() *idemkeys.Hasher {
+	if c.logHash == nil {
+		return idemkeys.NewHasher([]byte(c.LogHashSecret))
+	}
+	return c.logHash
 }

@@ -32,8 +32,9 @@ func (e exitError) Error() string { return e.msg }
 // exitNeedsReview is `reconcile --once`'s status when payments await ops.
 const exitNeedsReview = 3
 
-func newReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
-	return reconcile.New(store.New(dbx), adapter, reconcile.Config{
+func newReconciler(cfg Config, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
+	return reconcile.New(store.New(dbx), psps, reconcile.Config{
+		Gate:        gate,
 		Lease:       cfg.Lease,
 		PSPTimeout:  cfg.PSPTimeout,
 		BatchSize:   cfg.ReconcileBatch,
@@ -45,18 +46,19 @@ func newReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logg
 		PurgeBatch:  cfg.PurgeBatch,
 		Logger:      log,
 		Observer:    obs,
+		Hasher:      cfg.hasher(),
 	})
 }
 
 // startReconciler schedules the reconciler inside a long-running process;
 // the returned stop waits for a running pass. A nil schedule ("off") starts nothing.
-func startReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs reconcile.Observer) (stop func()) {
+func startReconciler(cfg Config, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) (stop func()) {
 	sched, err := reconcile.ParseSchedule(cfg.ReconcileSchedule)
 	if err != nil || sched == nil { // validated with the configuration
 		log.Info("reconciler disabled", "schedule", cfg.ReconcileSchedule)
 		return func() {}
 	}
-	s := reconcile.Schedule(sched, newReconciler(cfg, dbx, adapter, log, obs), log)
+	s := reconcile.Schedule(sched, newReconciler(cfg, dbx, psps, gate, log, obs), log)
 	log.Info("reconciler scheduled", "schedule", cfg.ReconcileSchedule)
 	return s.Stop
 }
@@ -84,29 +86,34 @@ func runReconcile(ctx context.Context, cfg Config, args []string, stdout, stderr
 	}
 	defer dbx.Close()
 	log := newLogger(cfg, stderr)
-	adapter, err := newPSP(cfg)
-	if err != nil {
-		return err
-	}
 	if !*once {
 		// The daemon's metrics are served on GATEWAY_ADMIN_ADDR when it is set.
 		var obs reconcile.Observer
+		instrument := func(a psp.Adapter) psp.Adapter { return a }
 		if cfg.AdminAddr != "" {
 			reg := newRegistry()
 			m := metrics.New(reg)
-			adapter, obs = metrics.InstrumentPSP(adapter, m), m
+			instrument, obs = func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) }, m
 			stopAdmin, err := serveAdmin(cfg.AdminAddr, metrics.Handler(reg), log)
 			if err != nil {
 				return err
 			}
 			defer stopAdmin()
 		}
-		stop := startReconciler(cfg, dbx, adapter, log, obs)
+		psps, err := newPSPs(cfg, instrument)
+		if err != nil {
+			return err
+		}
+		stop := startReconciler(cfg, dbx, psps, nil, log, obs)
 		<-ctx.Done()
 		stop()
 		return nil
 	}
-	return reconcileOnce(ctx, newReconciler(cfg, dbx, adapter, log, nil), *asJSON, stdout)
+	psps, err := newPSPs(cfg, func(a psp.Adapter) psp.Adapter { return a })
+	if err != nil {
+		return err
+	}
+	return reconcileOnce(ctx, newReconciler(cfg, dbx, psps, nil, log, nil), *asJSON, stdout)
 }
 
 // reconcileOnce runs one pass and reports it for a person or, with asJSON, a program.
@@ -134,7 +141,7 @@ func printSummary(w io.Writer, sum reconcile.Summary) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "OUTCOME\tCOUNT\tMEANING")
 	for _, o := range reconcile.Outcomes {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", o, sum.Counts[o], outcomeMeaning[o])
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", o, sum.Counts[o], reconcile.Meaning(o))
 	}
 	_ = tw.Flush()
 	if len(sum.Results) > 0 {
@@ -148,17 +155,6 @@ func printSummary(w io.Writer, sum reconcile.Summary) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\nPayments needing review: %d\n", sum.NeedsReview)
-}
-
-var outcomeMeaning = map[reconcile.Outcome]string{
-	reconcile.Succeeded: "the PSP had the charge; payment settled succeeded",
-	reconcile.Declined:  "the PSP declined it; payment settled declined",
-	reconcile.Failed:    "the PSP never processed it; payment failed",
-	reconcile.Deferred:  "not at the PSP yet but may still appear; looked at again later",
-	reconcile.Retrying:  "the PSP could not answer; retried with back-off",
-	reconcile.Review:    "attempts exhausted; needs a person (gateway payments resolve)",
-	reconcile.Fenced:    "another worker took the payment over meanwhile",
-	reconcile.Error:     "database error; retried on a later pass",
 }
 
 func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
@@ -187,8 +183,8 @@ func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr 
 		if *limit < 1 || fs.NArg() > 0 {
 			return usageError{"--limit must be positive and no arguments are taken"}
 		}
-		return withService(ctx, cfg, func(svc *payments.Service) error {
-			ps, err := svc.ListPayments(ctx, payments.Status(*status), *limit)
+		return withAdmin(ctx, cfg, func(adm *payments.Admin) error {
+			ps, err := adm.ListPayments(ctx, payments.Status(*status), *limit)
 			if err != nil {
 				return err
 			}
@@ -203,23 +199,24 @@ func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr 
 			return usageError{"usage: " + synopsis}
 		}
 		id := args[1]
-		fs := newFlags("payments resolve", "gateway payments resolve PAYMENT_ID --as succeeded|failed --reason TEXT", stderr)
+		fs := newFlags("payments resolve", "gateway payments resolve PAYMENT_ID --as succeeded|failed --reason TEXT [--force]", stderr)
 		as := fs.String("as", "", "the outcome: succeeded or failed (required)")
 		reason := fs.String("reason", "", "why; kept in the audit table (required)")
 		ref := fs.String("psp-reference", "", "the PSP's id of the charge, when known")
 		actor := fs.String("actor", os.Getenv("USER"), "who decides; kept in the audit table")
+		force := fs.Bool("force", false, "record the decision even when the PSP's answer contradicts it or the PSP cannot be asked")
 		if help, err := parseFlags(fs, args[2:]); help || err != nil {
 			return err
 		}
 		if fs.NArg() > 0 {
 			return usageError{"unexpected arguments after the flags"}
 		}
-		res := payments.Resolution{PaymentID: id, To: payments.Status(*as), Reason: *reason, PSPReference: *ref, Actor: *actor}
+		res := payments.Resolution{PaymentID: id, To: payments.Status(*as), Reason: *reason, PSPReference: *ref, Actor: *actor, Force: *force}
 		if err := res.Validate(); err != nil {
 			return usageError{describe(err)}
 		}
-		return withService(ctx, cfg, func(svc *payments.Service) error {
-			p, err := svc.Resolve(ctx, res)
+		return withAdmin(ctx, cfg, func(adm *payments.Admin) error {
+			p, err := adm.Resolve(ctx, res)
 			if err != nil {
 				return errors.New(describe(err))
 			}
@@ -243,9 +240,14 @@ func withDB(ctx context.Context, cfg Config, fn func(*sqlx.DB) error) error {
 }
 
 // withService runs fn with a payment service that never calls a PSP (ops commands).
-func withService(ctx context.Context, cfg Config, fn func(*payments.Service) error) error {
+// withAdmin runs fn with merchant and ops administration on the configured database.
+func withAdmin(ctx context.Context, cfg Config, fn func(*payments.Admin) error) error {
 	return withDB(ctx, cfg, func(dbx *sqlx.DB) error {
-		return fn(payments.NewService(store.New(dbx), nil, payments.Config{}))
+		psps, err := newPSPs(cfg, func(a psp.Adapter) psp.Adapter { return a })
+		if err != nil {
+			return err
+		}
+		return fn(payments.NewAdmin(store.New(dbx), payments.AdminConfig{Hasher: cfg.hasher(), PSPs: psps, PSPTimeout: cfg.PSPTimeout}))
 	})
 }
 

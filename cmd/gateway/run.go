@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -159,6 +161,29 @@ func serveAdmin(addr string, metricsHandler http.Handler, log *slog.Logger) (sto
 	return func() { _ = srv.Close() }, nil
 }
 
+// clockCheckEvery is how often serve compares its clock with the database's.
+const clockCheckEvery = time.Minute
+
+// readiness is /readyz: the database answers and takes writes, and this
+// replica's clock agrees with it.
+type readiness struct {
+	st    *store.Store
+	guard *db.ClockGuard
+}
+
+func (r readiness) Ping(ctx context.Context) error {
+	if err := r.st.Ping(ctx); err != nil {
+		return err
+	}
+	if err := db.Writable(ctx, r.st.DB()); err != nil {
+		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database is read-only", Err: err}
+	}
+	if err := r.guard.Err(); err != nil {
+		return &payments.Error{Code: payments.CodeUnavailable, Message: err.Error(), Err: err}
+	}
+	return nil
+}
+
 func openDB(ctx context.Context, cfg Config) (*sqlx.DB, error) {
 	return db.Open(ctx, cfg.DatabaseDSN, db.PoolOptions{
 		MaxOpen:     cfg.DBMaxOpenConns,
@@ -189,19 +214,61 @@ func newPSP(cfg Config) (psp.Adapter, error) {
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }
 
-// replayCacheSize bounds the final answers a replica keeps for replays
-// without a database read (a few MiB at most).
-const replayCacheSize = 10_000
+// newPSPs builds the configured adapters: GATEWAY_PSP's for new payments,
+// and every other one whose credentials are configured, so that payments
+// sent to it earlier can still be looked up and resumed. The in-process fake
+// knows only this process's charges: it is named for this process, so that
+// no other process ever takes its "not found" for an answer.
+func newPSPs(cfg Config, instrument func(psp.Adapter) psp.Adapter) (*payments.PSPs, error) {
+	byName := map[string]psp.Adapter{}
+	add := func(kind string) (string, error) {
+		c := cfg
+		c.PSP = kind
+		a, err := newPSP(c)
+		if err != nil {
+			return "", err
+		}
+		name := payments.PSPName(a.Capabilities())
+		if kind == "fake" {
+			name += ":" + processID()
+		}
+		byName[name] = instrument(a)
+		return name, nil
+	}
+	def, err := add(cfg.PSP)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.PSP != "toss" && cfg.TossSecretKey != "" {
+		if _, err := add("toss"); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.PSP != "stripe" && cfg.StripeSecretKey != "" {
+		if _, err := add("stripe"); err != nil {
+			return nil, err
+		}
+	}
+	return payments.NewPSPs(def, byName)
+}
 
-func newService(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs payments.Observer) *payments.Service {
-	return payments.NewService(store.New(dbx), adapter, payments.Config{
+// processID names this process among others, for the in-process fake PSP.
+func processID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func newService(cfg Config, dbx *sqlx.DB, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
+	return payments.NewService(store.New(dbx), psps, payments.Config{
+		Gate:            gate,
 		Lease:           cfg.Lease,
 		PSPTimeout:      cfg.PSPTimeout,
 		InFlightWait:    cfg.InFlightWait,
 		Logger:          log,
 		Observer:        obs,
-		AuthCacheTTL:    cfg.AuthCacheTTL,
-		ReplayCacheSize: replayCacheSize,
+		Hasher:          cfg.hasher(),
+		ReplayCacheSize: payments.DefaultReplayCacheSize,
 		Retention:       cfg.Retention,
 	})
 }
@@ -233,12 +300,20 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	st := store.New(dbx)
 	reg := newRegistry()
 	m := metrics.New(reg)
-	adapter, err := newPSP(cfg)
+	psps, err := newPSPs(cfg, func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) })
 	if err != nil {
 		return err
 	}
-	adapter = metrics.InstrumentPSP(adapter, m)
-	svc := newService(cfg, dbx, adapter, log, m)
+	// Leases are judged on the database's clock; a replica whose own clock
+	// strays from it anyway is taken out of service until it agrees again.
+	guard := db.NewClockGuard(dbx, cfg.MaxClockSkew, nil, m.ClockSkew, log)
+	if err := guard.Check(ctx); err != nil {
+		return err
+	}
+	guardCtx, stopGuard := context.WithCancel(context.Background())
+	defer stopGuard()
+	go guard.Run(guardCtx, clockCheckEvery)
+	svc := newService(cfg, dbx, psps, log, m, guard.Err)
 	apiOpts := api.Options{
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		RatePerSecond: cfg.RatePerSecond,
@@ -256,7 +331,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 		}
 		defer stopAdmin()
 	}
-	handler := api.NewHandler(svc, st, apiOpts)
+	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.AuthCacheTTL})
+	handler := api.NewHandler(svc, auth, readiness{st: st, guard: guard}, apiOpts)
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -277,7 +353,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	stopReconciler := startReconciler(cfg, dbx, adapter, log, m)
+	stopReconciler := startReconciler(cfg, dbx, psps, guard.Err, log, m)
 	defer stopReconciler()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -286,6 +362,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	// The reconciler first (its pass ends and gives back what it claimed),
+	// then no charge that has not left yet leaves; what is in flight finishes.
+	stopReconciler()
+	svc.Drain()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
@@ -396,22 +476,22 @@ func runKeys(ctx context.Context, cfg Config, args []string, stdout, stderr io.W
 		fs.Usage()
 		return usageError{"merchants keys " + action + " needs --merchant" + map[bool]string{true: " and --prefix", false: ""}[action == "revoke"]}
 	}
-	return withService(ctx, cfg, func(svc *payments.Service) error {
+	return withAdmin(ctx, cfg, func(adm *payments.Admin) error {
 		switch action {
 		case "create":
-			key, err := svc.CreateAPIKey(ctx, *merchant)
+			key, err := adm.CreateAPIKey(ctx, *merchant)
 			if err != nil {
 				return errors.New(describe(err))
 			}
 			return json.NewEncoder(stdout).Encode(map[string]string{"merchant_id": *merchant, "api_key": key.Plaintext, "prefix": key.Prefix})
 		case "revoke":
-			if err := svc.RevokeAPIKey(ctx, *merchant, *prefix); err != nil {
+			if err := adm.RevokeAPIKey(ctx, *merchant, *prefix); err != nil {
 				return errors.New(describe(err))
 			}
 			fmt.Fprintf(stdout, "revoked %s of merchant %s (replicas stop accepting it within GATEWAY_AUTH_CACHE_TTL)\n", *prefix, *merchant)
 			return nil
 		}
-		keys, err := svc.APIKeys(ctx, *merchant)
+		keys, err := adm.APIKeys(ctx, *merchant)
 		if err != nil {
 			return err
 		}
@@ -429,12 +509,5 @@ func runKeys(ctx context.Context, cfg Config, args []string, stdout, stderr io.W
 }
 
 func createMerchant(ctx context.Context, dbx *sqlx.DB, name string) (payments.Merchant, payments.APIKey, error) {
-	m, key, err := payments.NewMerchant(name, time.Now())
-	if err != nil {
-		return m, key, err
-	}
-	if err := store.New(dbx).CreateMerchant(ctx, m, key); err != nil {
-		return m, key, fmt.Errorf("create merchant: %w", err)
-	}
-	return m, key, nil
+	return payments.NewAdmin(store.New(dbx), payments.AdminConfig{}).CreateMerchant(ctx, name)
 }

@@ -194,7 +194,7 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	getenv := env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0",
-		"GATEWAY_FAKE_PSP_LATENCY", "300ms", "GATEWAY_SHUTDOWN_TIMEOUT", "20s")
+		"GATEWAY_FAKE_PSP_LATENCY", "300ms", "GATEWAY_SHUTDOWN_TIMEOUT", "30s")
 	logR, logW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -38,7 +38,14 @@ type ClusterOptions struct {
 	// Settings are extra server settings for every node, as lines of a
 	// defaults file ("innodb_flush_log_at_trx_commit=2").
 	Settings []string
+	// NoInstall refuses to install missing packages: the error wraps
+	// ErrNotInstalled and says what to install (tests use it).
+	NoInstall bool
 }
+
+// ErrNotInstalled marks a start refused because packages are missing and
+// ClusterOptions.NoInstall forbade installing them.
+var ErrNotInstalled = errors.New("localdb: packages missing")
 
 // Cluster is a running private cluster. Stop it when done.
 type Cluster struct {
@@ -136,7 +143,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	if logw == nil {
 		logw = io.Discard
 	}
-	bins, err := ensureGaleraBinaries(ctx, logw)
+	bins, err := ensureGaleraBinaries(ctx, logw, !opts.NoInstall)
 	if err != nil {
 		return nil, err
 	}
@@ -730,10 +737,15 @@ func findGalera() (provider string, missing []string) {
 }
 
 // ensureGaleraBinaries finds MariaDB, the Galera provider and rsync,
-// installing the packages with apt-get when any is missing.
-func ensureGaleraBinaries(ctx context.Context, logw io.Writer) (galeraBinaries, error) {
+// installing the packages with apt-get when any is missing and install is
+// set.
+func ensureGaleraBinaries(ctx context.Context, logw io.Writer, install bool) (galeraBinaries, error) {
 	server, installer, _ := FindBinaries()
 	provider, missing := findGalera()
+	if (server == "" || installer == "" || len(missing) > 0) && !install {
+		return galeraBinaries{}, fmt.Errorf("%w: %s; install them with: sudo apt-get install -y mariadb-server galera-4 rsync (make chaos-cluster does that for you)",
+			ErrNotInstalled, strings.Join(append(missing, missingServer(server, installer)...), ", "))
+	}
 	if server == "" || installer == "" || len(missing) > 0 {
 		fmt.Fprintf(logw, "a Galera cluster needs mariadb-server, galera-4 and rsync; missing: %s\n",
 			strings.Join(append(missing, missingServer(server, installer)...), ", "))
