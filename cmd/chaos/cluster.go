@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +35,9 @@ type clusterChaos struct {
 	mu     sync.Mutex
 	events []*nodeEvent
 	probes []probeWrite
+	// readyz counts the /readyz answers of replicas on an isolated node,
+	// asked while the node said it was outside the primary component.
+	readyz map[string]int64
 }
 
 // nodeEvent is one node fault and how the cluster took it.
@@ -225,9 +231,37 @@ func (cc *clusterChaos) probe(ctx context.Context, n, event int) []probeWrite {
 		}
 		p.After = status()
 		out = append(out, p)
+		if p.Before != "Primary" && p.Before != "unknown" && p.After != "Primary" && p.After != "unknown" {
+			cc.askReady(ctx, n)
+		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
 	return out
+}
+
+// askReady asks the replicas on node n whether they are ready.
+func (cc *clusterChaos) askReady(ctx context.Context, n int) {
+	client := &http.Client{Timeout: 2 * time.Second}
+	for i, r := range cc.e.replicas {
+		if cc.e.nodeOf(i) != n || r.running() == nil {
+			continue
+		}
+		label := "no answer"
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.url()+"/readyz", nil)
+		if res, err := client.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			label = strconv.Itoa(res.StatusCode)
+		} else if ctx.Err() != nil {
+			return
+		}
+		cc.mu.Lock()
+		if cc.readyz == nil {
+			cc.readyz = map[string]int64{}
+		}
+		cc.readyz[label]++
+		cc.mu.Unlock()
+	}
 }
 
 // restore ends every node fault: heals, restarts what is down, and waits
@@ -420,6 +454,9 @@ type clusterReport struct {
 
 	OutsideAnswers map[string]int64 `json:"answers_while_node_outside_primary"`
 	Probes         map[string]int64 `json:"probe_writes"`
+	// Readyz: what /readyz of the replicas on a node outside the primary
+	// component answered (200 means a load balancer keeps sending them work).
+	Readyz map[string]int64 `json:"readyz_while_node_outside_primary"`
 }
 
 // spread summarises durations.
@@ -483,6 +520,10 @@ func (e *env) clusterFigures(w *workload, payments int) *clusterReport {
 		default:
 			cr.Probes["no answer"]++
 		}
+	}
+	cr.Readyz = map[string]int64{}
+	for k, v := range cc.readyz {
+		cr.Readyz[k] = v
 	}
 	cc.mu.Unlock()
 	cr.KillDetected, cr.KillSynced = spreadOf(durations["node-kill detected"]), spreadOf(durations["node-kill synced"])
@@ -584,6 +625,7 @@ func (cr *clusterReport) print(line func(label, format string, args ...any)) {
 	line("fenced writes (replica logs)", "%s; %.1f per 1,000 payments", kv(cr.Fenced), cr.FencedPer1000)
 	line("answers while the node was outside", "%s", kv(cr.OutsideAnswers))
 	line("probe writes on isolated nodes", "%s", kv(cr.Probes))
+	line("/readyz of their replicas meanwhile", "%s", kv(cr.Readyz))
 	for _, s := range cr.Internal {
 		line("internal errors (replica logs)", "%s", s)
 	}

@@ -90,7 +90,7 @@ func TestGaleraCluster(t *testing.T) {
 		// What a readiness or clock check would see there, with and
 		// without causal reads.
 		plain := openDB(t, c.Node(2).DSN(""))
-		for _, q := range []string{"SELECT NOW(6)", "SELECT COUNT(*) FROM g.t"} {
+		for _, q := range []string{"SELECT NOW(6)", "SELECT @@global.read_only", "SELECT COUNT(*) FROM g.t"} {
 			for name, pool := range map[string]*sql.DB{"wsrep_sync_wait=1": db2, "wsrep_sync_wait=0": plain} {
 				var v string
 				began := time.Now()
