@@ -2,7 +2,9 @@
 // and tests: it locates (or installs) the server binaries, initialises a data
 // directory, runs mariadbd bound to 127.0.0.1 on a port of its own and shuts
 // it down again. A private server never reads the machine's my.cnf and never
-// touches a system-wide MySQL/MariaDB that may be running next to it.
+// touches a system-wide MySQL/MariaDB that may be running next to it. It also
+// owns private Galera clusters (StartCluster) whose nodes can be killed and
+// cut off from each other, for chaos runs and tests.
 package localdb
 
 import (
