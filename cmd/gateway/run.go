@@ -259,8 +259,8 @@ func processID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func newService(cfg Config, dbx *sqlx.DB, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
-	return payments.NewService(store.New(dbx), psps, payments.Config{
+func newService(cfg Config, st *store.Store, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
+	return payments.NewService(st, psps, payments.Config{
 		Gate:            gate,
 		Lease:           cfg.Lease,
 		PSPTimeout:      cfg.PSPTimeout,
@@ -298,6 +298,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	}
 	defer dbx.Close()
 	st := store.New(dbx)
+	if err := st.CausalReads(ctx); err != nil {
+		return err
+	}
 	reg := newRegistry()
 	m := metrics.New(reg)
 	psps, err := newPSPs(cfg, func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) })
@@ -313,7 +316,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 	guardCtx, stopGuard := context.WithCancel(context.Background())
 	defer stopGuard()
 	go guard.Run(guardCtx, clockCheckEvery)
-	svc := newService(cfg, dbx, psps, log, m, guard.Err)
+	svc := newService(cfg, st, psps, log, m, guard.Err)
 	apiOpts := api.Options{
 		MaxBodyBytes:  cfg.MaxBodyBytes,
 		RatePerSecond: cfg.RatePerSecond,
