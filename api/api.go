@@ -59,6 +59,9 @@ type Options struct {
 	// does: database calls may not hang forever. One minute when zero; set it
 	// above the lease plus the in-flight wait.
 	FlowTimeout time.Duration
+	// Notices receives the PSPs' notifications (POST /psp/{psp}/webhook);
+	// nil answers them 404.
+	Notices NoticeReceiver
 }
 
 // Server holds what the handlers need.

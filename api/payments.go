@@ -61,6 +61,9 @@ type createPaymentBody struct {
 	PaymentMethod *string           `json:"payment_method"`
 	Description   *string           `json:"description"`
 	Metadata      map[string]string `json:"metadata"`
+	// Confirm false creates the payment without charging it (two-step
+	// checkout; see confirm.go); absent or true charges it now.
+	Confirm *bool `json:"confirm"`
 }
 
 func (s *Server) handleCreatePayment(c echo.Context) error {
@@ -101,6 +104,7 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 		MerchantID:     merchantOf(c).ID,
 		IdempotencyKey: key[0],
 		Metadata:       body.Metadata,
+		ConfirmLater:   body.Confirm != nil && !*body.Confirm,
 	}
 	var missing []payments.FieldError
 	if body.Amount == nil {
@@ -113,9 +117,9 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	} else {
 		req.Amount.Currency = *body.Currency
 	}
-	if body.PaymentMethod == nil {
+	if body.PaymentMethod == nil && !req.ConfirmLater {
 		missing = append(missing, payments.FieldError{Field: "payment_method", Reason: "is required"})
-	} else {
+	} else if body.PaymentMethod != nil {
 		req.PaymentMethod = *body.PaymentMethod
 	}
 	if body.Description != nil {
@@ -131,32 +135,38 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 // data and bodies over the limit.
 func (s *Server) decodeCreate(c echo.Context) (createPaymentBody, error) {
 	var body createPaymentBody
+	return body, s.decodeObject(c, &body)
+}
+
+// decodeObject reads the request body as one JSON object into body,
+// refusing unknown fields, trailing data and bodies over the limit.
+func (s *Server) decodeObject(c echo.Context, body any) error {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
+			return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
 		}
 	}
 	r := http.MaxBytesReader(c.Response(), c.Request().Body, s.opts.MaxBodyBytes)
 	raw, err := io.ReadAll(r)
 	if err != nil {
-		return body, err // *http.MaxBytesError → 413
+		return err // *http.MaxBytesError → 413
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return body, invalidJSON(err)
+	if err := dec.Decode(body); err != nil {
+		return invalidJSON(err)
 	}
 	if dec.More() {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
 	}
-	return body, nil
+	return nil
 }
 
 // invalidJSON explains a decoding failure without echoing the body.
@@ -194,6 +204,8 @@ func jsonKind(goKind string) string {
 		return "a string"
 	case "map":
 		return "an object of string values"
+	case "bool":
+		return "true or false"
 	case "ptr":
 		return "a value of the documented type"
 	}

@@ -35,6 +35,9 @@ var problems = map[payments.Code]problemKind{
 	payments.CodeUnavailable:     {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
 	payments.CodeConflict:        {http.StatusConflict, "conflict", "The request conflicts with the current state"},
 	payments.CodePSPCannotAccept: {http.StatusUnprocessableEntity, "psp-cannot-accept", "The payment provider cannot accept this payment"},
+	payments.CodeNotConfirmable:  {http.StatusConflict, "payment-not-confirmable", "The payment is not awaiting confirmation"},
+	payments.CodeConfirmMismatch: {http.StatusUnprocessableEntity, "confirm-mismatch", "The confirm does not match the payment"},
+	payments.CodeNoticeRejected:  {http.StatusBadRequest, "notice-rejected", "The notification could not be verified"},
 	payments.CodeInternal:        {http.StatusInternalServerError, "internal", "Internal error"},
 	codeRateLimited:              {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
 }

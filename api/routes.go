@@ -17,4 +17,10 @@ func (s *Server) routes(e *echo.Echo) {
 	e.POST("/payments", s.handleCreatePayment, merchant...)
 	e.GET("/payments", s.handleFindPayment, merchant...)
 	e.GET("/payments/:id", s.handleGetPayment, merchant...)
+
+	// Two-step checkout, and the PSPs' notifications (no API key: the PSP's
+	// signature, or the PSP asked again, vouches for them).
+	e.POST("/payments/:id/confirm", s.handleConfirmPayment, merchant...)
+	e.POST("/psp/stripe/webhook", s.handlePSPWebhook("stripe"))
+	e.POST("/psp/toss/webhook", s.handlePSPWebhook("toss"))
 }

@@ -30,6 +30,10 @@ type CreateRequest struct {
 	PaymentMethod  string
 	Description    string
 	Metadata       map[string]string
+	// ConfirmLater creates the payment without charging it (two-step
+	// checkout: "confirm": false): POST /payments/{id}/confirm charges it.
+	// PaymentMethod may then be left empty and given to the confirm.
+	ConfirmLater bool
 }
 
 // Normalize makes equal commands equal field by field (currency codes are
@@ -61,8 +65,8 @@ func (r CreateRequest) Validate() error {
 		add("currency", "must be an ISO 4217 currency code such as USD or KRW")
 	}
 	switch {
-	case r.PaymentMethod == "":
-		add("payment_method", "is required")
+	case r.PaymentMethod == "" && !r.ConfirmLater:
+		add("payment_method", "is required (or create the payment with \"confirm\": false and give it to the confirm)")
 	case utf8.RuneCountInString(r.PaymentMethod) > MaxPaymentMethodLen || !printable(r.PaymentMethod):
 		add("payment_method", "must be at most %d printable characters", MaxPaymentMethodLen)
 	}
@@ -101,8 +105,13 @@ func validateMetadata(md map[string]string) []FieldError {
 // Fingerprint identifies the command, not its bytes: a client that sends the
 // same request with other key order or whitespace gets a replay, not a 422.
 func (r CreateRequest) Fingerprint() [32]byte {
+	version := "v1"
+	if r.ConfirmLater {
+		// A payment to confirm later is another command than a charge now.
+		version = "v1-confirm-later"
+	}
 	fields := []string{
-		"v1", strconv.FormatInt(r.Amount.Minor, 10), r.Amount.Currency, r.PaymentMethod, r.Description,
+		version, strconv.FormatInt(r.Amount.Minor, 10), r.Amount.Currency, r.PaymentMethod, r.Description,
 	}
 	for _, k := range sortedKeys(r.Metadata) {
 		fields = append(fields, k, r.Metadata[k])

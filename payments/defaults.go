@@ -23,6 +23,12 @@ const (
 	// RefundFirstCheck is how soon after the PSP accepted a refund it will
 	// finish later (pending) the refund queue first asks about it.
 	RefundFirstCheck = time.Minute
+	// DefaultConfirmExpiry is how long a payment created with "confirm":
+	// false waits for its confirmation before it is canceled.
+	DefaultConfirmExpiry = time.Hour
+	// ActionFirstLook is how soon after a payment started waiting for its
+	// customer (requires_action) the reconciler first asks its PSP about it.
+	ActionFirstLook = time.Minute
 	// DefaultWriteTimeout bounds a write made after a PSP call, whatever the
 	// request's own deadline: the PSP's answer must reach the database even
 	// when the client has gone.

@@ -43,6 +43,16 @@ const (
 	// CodeConflict: the request contradicts the current state (or the PSP's
 	// evidence); nothing was changed.
 	CodeConflict Code = "conflict"
+	// CodeNotConfirmable: the payment is not awaiting confirmation (a
+	// one-step payment, one confirmed by another key, or one expired);
+	// nothing stored, the key stays free.
+	CodeNotConfirmable Code = "payment_not_confirmable"
+	// CodeConfirmMismatch: the confirm's amount or order id is not the
+	// payment's; nothing stored or sent, the key stays free.
+	CodeConfirmMismatch Code = "confirm_mismatch"
+	// CodeNoticeRejected: a PSP notification (webhook) could not be
+	// verified or read; nothing changed.
+	CodeNoticeRejected Code = "notice_rejected"
 	// CodeUnavailable: the gateway cannot serve now (database down, shutting down).
 	CodeUnavailable Code = "service_unavailable"
 	// CodeInternal: a bug or an unexpected failure; details are logged, not shown.

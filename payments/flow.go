@@ -249,11 +249,12 @@ func (s *Service) load(a attempt, rec idemkeys.Record) (subject, error) {
 		}
 		return refundSubject{s: s, r: r, p: p}, nil
 	}
+	// A payment's own key, or a confirm's: its payment_id is the payment.
 	p, err := s.store.Payment(a.work, a.ref.MerchantID, rec.PaymentID)
 	if err != nil {
 		return nil, err
 	}
-	return paymentSubject{s: s, p: p}, nil
+	return paymentSubject{s: s, p: p, twoStep: a.ref.Endpoint == EndpointConfirmPayment}, nil
 }
 
 // write stores a subject's final state (or its review) and the answer for

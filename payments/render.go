@@ -25,6 +25,12 @@ type View struct {
 	AmountRefunded int64  `json:"amount_refunded"`
 	Refunded       bool   `json:"refunded"`
 	CreatedAt      string `json:"created_at"`
+	// Two-step checkout: ExpiresAt and Checkout while the payment awaits
+	// its confirmation (ExpiresAt stays on a canceled one), NextAction
+	// while it waits for the customer.
+	ExpiresAt  *string     `json:"expires_at,omitempty"`
+	Checkout   *Checkout   `json:"checkout,omitempty"`
+	NextAction *NextAction `json:"next_action,omitempty"`
 }
 
 // ToView renders p for the public API.
@@ -33,7 +39,7 @@ func ToView(p Payment) View {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return View{
+	v := View{
 		ID:              p.ID,
 		Status:          p.Status,
 		Amount:          p.Amount.Minor,
@@ -48,6 +54,19 @@ func ToView(p Payment) View {
 		Refunded:        p.AmountRefunded > 0 && p.AmountRefunded >= p.Amount.Minor,
 		CreatedAt:       p.CreatedAt.UTC().Format(time.RFC3339Nano),
 	}
+	switch p.Status {
+	case RequiresConfirmation:
+		v.Checkout = p.Checkout
+		fallthrough
+	case Canceled:
+		if !p.ExpiresAt.IsZero() {
+			at := p.ExpiresAt.UTC().Format(time.RFC3339Nano)
+			v.ExpiresAt = &at
+		}
+	case RequiresAction:
+		v.NextAction = p.NextAction
+	}
+	return v
 }
 
 func nullable(s string) *string {
@@ -74,7 +93,7 @@ func StatusCode(s Status) int {
 	switch s {
 	case Succeeded:
 		return http.StatusCreated
-	case Declined, Failed:
+	case Declined, Failed, Canceled:
 		return http.StatusPaymentRequired
 	}
 	return http.StatusAccepted

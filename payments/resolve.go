@@ -45,4 +45,7 @@ const (
 	// DeclineRejected: the PSP refused the request as one it can never
 	// accept (payments.Payment.PSPCode says how it put it).
 	DeclineRejected = "rejected_by_psp"
+	// DeclineExpired: a payment awaiting confirmation was canceled because
+	// nobody confirmed it in time.
+	DeclineExpired = "confirmation_expired"
 )

@@ -48,6 +48,10 @@ type Config struct {
 	// Retention is how long a completed key replays (the reconciler purges
 	// it after); DefaultRetention when zero.
 	Retention time.Duration
+	// ConfirmExpiry is how long a payment created with "confirm": false
+	// waits for its confirmation before the reconciler cancels it;
+	// DefaultConfirmExpiry when zero.
+	ConfirmExpiry time.Duration
 }
 
 // Observer is told what the payment flow does. Implementations must be
@@ -134,6 +138,9 @@ func NewService(store FlowStore, psps *PSPs, cfg Config) *Service {
 	if cfg.Retention <= 0 {
 		cfg.Retention = DefaultRetention
 	}
+	if cfg.ConfirmExpiry <= 0 {
+		cfg.ConfirmExpiry = DefaultConfirmExpiry
+	}
 	if cfg.Hasher == nil {
 		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
@@ -170,24 +177,17 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 	if err := s.accepts(req.Amount); err != nil {
 		return Outcome{}, err
 	}
-	work, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease+s.cfg.PSPTimeout+flowMargin)
-	defer cancelWork()
-	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.InFlightWait)
-	defer cancel()
-	a := attempt{
-		ref:     idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey},
-		fp:      req.Fingerprint(),
-		client:  ctx,
-		work:    work,
-		waitCtx: waitCtx,
-		working: &workMark{},
-	}
-	defer s.finish(a)
+	a, done := s.newAttempt(ctx, idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey}, req.Fingerprint())
+	defer done()
 	if e, ok := s.replays.get(a.ref, s.cfg.Now()); ok && e.fp == a.fp {
 		return s.replay(a, e.paymentID, e.resp), nil
 	}
+	claim := s.claim
+	if req.ConfirmLater {
+		claim = s.createUnconfirmed
+	}
 	for range maxClaims {
-		out, err := s.claim(a, req)
+		out, err := claim(a, req)
 		if !errors.Is(err, errVanished) {
 			return out, err
 		}
@@ -246,7 +246,7 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 	case err == nil:
 		s.obs.KeyOutcome(OutcomeFresh)
 		s.begin(a)
-		return paymentSubject{s, p}.charge(a, h, start.Add(s.cfg.Lease))
+		return paymentSubject{s: s, p: p}.charge(a, h, start.Add(s.cfg.Lease))
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(a)
 	case errors.Is(err, ErrWriteUnknown):
@@ -260,7 +260,7 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.Token == h.token:
 			s.obs.KeyOutcome(OutcomeFresh)
 			s.begin(a)
-			return paymentSubject{s, gp}.charge(a, h, start.Add(s.cfg.Lease))
+			return paymentSubject{s: s, p: gp}.charge(a, h, start.Add(s.cfg.Lease))
 		}
 		return s.join(a)
 	}
@@ -278,6 +278,10 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 type paymentSubject struct {
 	s *Service
 	p Payment
+	// twoStep: the key is a confirm's, whose customer is at a front end that
+	// can complete a next action (3-D Secure): a charge that needs one
+	// answers requires_action instead of being declined.
+	twoStep bool
 }
 
 func (ps paymentSubject) id() string      { return ps.p.ID }
@@ -385,6 +389,7 @@ func (ps paymentSubject) charge(a attempt, h holding, deadline time.Time) (Outco
 		Currency:        p.Amount.Currency,
 		PaymentMethod:   p.PaymentMethod,
 		Description:     p.Description,
+		AllowNextAction: ps.twoStep,
 	})
 	cancel()
 	if err == nil {
@@ -416,6 +421,18 @@ func (ps paymentSubject) charge(a attempt, h holding, deadline time.Time) (Outco
 func (ps paymentSubject) settle(a attempt, h holding, c psp.Charge) (Outcome, error) {
 	s, p := ps.s, ps.p
 	settled, err := ApplyCharge(p, c)
+	if errors.Is(err, ErrChargePending) && ps.twoStep {
+		// The customer is at a front end: the answer says what it must do
+		// (never logged: it may hold a client secret), and the payment
+		// waits for the PSP's notification or the reconciler's look.
+		waiting := AwaitCustomer(p, c)
+		action := "none"
+		if waiting.NextAction != nil {
+			action = waiting.NextAction.Type
+		}
+		s.log.InfoContext(a.client, "payment waits for its customer", s.hash.Attr(a.ref), "payment_id", p.ID, "next_action", action)
+		return ps.write(a, h, waiting)
+	}
 	if errors.Is(err, ErrChargePending) {
 		// Accepted, not settled: the key stays unfinished and free for the
 		// client's poll or retry, and the reconciler looks again later.
@@ -441,7 +458,7 @@ func (ps paymentSubject) write(a attempt, h holding, p Payment) (Outcome, error)
 // Payment returns one of the merchant's payments; CodeNotFound otherwise.
 func (s *Service) Payment(ctx context.Context, merchantID, id string) (Payment, error) {
 	p, err := s.store.Payment(ctx, merchantID, id)
-	return p, notFound(err, "payment not found")
+	return s.withCheckout(p), notFound(err, "payment not found")
 }
 
 // PaymentByKey returns the payment created with a key, so a client can poll
@@ -451,7 +468,7 @@ func (s *Service) PaymentByKey(ctx context.Context, merchantID, key string) (Pay
 		return Payment{}, &Error{Code: CodeInvalidKey, Message: err.Error()}
 	}
 	p, err := s.store.PaymentByKey(ctx, merchantID, key)
-	return p, notFound(err, "no payment was created with this idempotency key")
+	return s.withCheckout(p), notFound(err, "no payment was created with this idempotency key")
 }
 
 func notFound(err error, msg string) error {

@@ -46,6 +46,23 @@ type FlowStore interface {
 	// was written. ErrWriteUnknown: the write's fate is unknown; re-read.
 	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p Payment, resp idemkeys.Response) error
 
+	// ClaimUnconfirmed stores a payment created to be confirmed later: the
+	// key's record, COMPLETED at once with the answer render gives for the
+	// payment as inserted (its times the database's), and the payment in
+	// requires_confirmation, expiring `expiry` after the claim, together or
+	// neither. It returns the payment and the answer. Errors as Claim's.
+	ClaimUnconfirmed(ctx context.Context, c Claim, expiry time.Duration, render func(Payment) idemkeys.Response) (Payment, idemkeys.Response, error)
+	// ClaimConfirm inserts a confirm's key (IN_PROGRESS, c.Token, a lease
+	// that is also the window to send the charge in; its payment_id the
+	// payment's), then, under the payment's row lock, lets decide (given the
+	// database's clock) turn the payment into the one to charge, and moves
+	// it from requires_confirmation to processing with the key's name, all
+	// or nothing. It returns the payment as now stored. Errors:
+	// idemkeys.ErrExists (the key is claimed: read it); ErrNotFound (no such
+	// payment for the merchant); decide's own error (nothing stored, the key
+	// stays free); ErrWriteUnknown (re-read the key).
+	ClaimConfirm(ctx context.Context, c ConfirmClaim, decide func(p Payment, dbNow time.Time) (Payment, error)) (Payment, error)
+
 	// Release ends the caller's lease now without storing a response, so a
 	// retry can resume at once; notSent counts the caller's send as one that
 	// certainly did nothing. idemkeys.ErrFenced when the caller no longer
@@ -84,6 +101,17 @@ type Claim struct {
 	// Lease is how long the claimant owns the key and may send its charge.
 	Lease   time.Duration
 	Payment Payment
+}
+
+// ConfirmClaim is what a confirm request writes: its key's record, naming
+// the payment it charges, whose status it moves to processing.
+type ConfirmClaim struct {
+	Ref         idemkeys.Ref
+	Fingerprint [32]byte
+	Token       idemkeys.Token
+	// Lease is how long the claimant owns the key and may send the charge.
+	Lease     time.Duration
+	PaymentID string
 }
 
 // Reschedule is how the reconciler gives back a key it could not settle.

@@ -112,6 +112,9 @@ type Capabilities struct {
 	// Currencies are the currencies the PSP takes, with its units and limits.
 	// Check refuses any other.
 	Currencies []Currency
+	// Checkout says what a front end needs to start the PSP's own client
+	// before the gateway confirms a payment (two-step checkout).
+	Checkout Checkout
 }
 
 // ChargeRequest is one charge. Amount is in minor units of Currency (ISO

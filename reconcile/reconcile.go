@@ -58,6 +58,14 @@ type Store interface {
 	// ResolveRefund applies decide to a refund under its and its payment's
 	// row locks, moving the payment's amounts with it, with an audit row.
 	ResolveRefund(ctx context.Context, id string, decide func(payments.Refund) (payments.Refund, error), res payments.Resolution) (payments.Refund, error)
+
+	// ClaimActions is ClaimReview for payments waiting for their customer
+	// (requires_action); RescheduleReview and Resolve settle them likewise.
+	ClaimActions(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error)
+	// ExpireUnconfirmed cancels up to limit payments still awaiting their
+	// confirmation past their expiry, with a compare-and-set on the status,
+	// skipping those a confirm holds, and returns them.
+	ExpireUnconfirmed(ctx context.Context, limit int) ([]payments.Payment, error)
 }
 
 // Config tunes a reconciler.
@@ -81,6 +89,10 @@ type Config struct {
 	// at one payment the same way.
 	ReviewBackoffBase time.Duration
 	ReviewBackoffMax  time.Duration
+	// ActionBackoffBase and ActionBackoffMax shape the looks at a payment
+	// waiting for its customer (3-D Secure, a deposit) the same way.
+	ActionBackoffBase time.Duration
+	ActionBackoffMax  time.Duration
 	// Retention is how long a completed key keeps its stored response.
 	Retention time.Duration
 	// PurgeBatch is how many keys one DELETE removes; PurgePause is the rest
@@ -128,6 +140,8 @@ const (
 	DefaultBackoffMax        = 30 * time.Minute
 	DefaultReviewBackoffBase = payments.ReviewFirstLook
 	DefaultReviewBackoffMax  = time.Hour
+	DefaultActionBackoffBase = payments.ActionFirstLook
+	DefaultActionBackoffMax  = time.Hour
 	DefaultPurgeBatch        = 500
 	DefaultPurgePause        = 5 * time.Millisecond
 	DefaultSchedule          = "@every 30s"
@@ -161,6 +175,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.ReviewBackoffMax == 0 {
 		c.ReviewBackoffMax = DefaultReviewBackoffMax
+	}
+	if c.ActionBackoffBase == 0 {
+		c.ActionBackoffBase = DefaultActionBackoffBase
+	}
+	if c.ActionBackoffMax == 0 {
+		c.ActionBackoffMax = DefaultActionBackoffMax
 	}
 	if c.Retention == 0 {
 		c.Retention = payments.DefaultRetention
@@ -206,6 +226,12 @@ const (
 	// StillInReview: a payment in review whose PSP still gave no answer that
 	// settles it; looked at again later.
 	StillInReview Outcome = "still_in_review"
+	// AwaitingCustomer: a payment in requires_action whose PSP still waits
+	// for the customer (3-D Secure, a deposit), or could not say; looked at
+	// again later.
+	AwaitingCustomer Outcome = "awaiting_customer"
+	// Canceled: a payment awaiting confirmation past its expiry; canceled.
+	Canceled Outcome = "canceled"
 	// Unconfigured: the payment's PSP is not configured on this replica; left
 	// alone for a replica that has it, or for a person.
 	Unconfigured Outcome = "psp_not_configured"
@@ -219,7 +245,8 @@ const (
 )
 
 // Outcomes lists every outcome in report order.
-var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, StillInReview, Unconfigured, Quarantined, Fenced, DatabaseError}
+var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, StillInReview, AwaitingCustomer, Canceled,
+	Unconfigured, Quarantined, Fenced, DatabaseError}
 
 // Meaning says what an outcome means, for reports.
 func Meaning(o Outcome) string {
@@ -238,6 +265,10 @@ func Meaning(o Outcome) string {
 		return "unresolvable for now; in the review queue (looked at again; gateway payments resolve)"
 	case StillInReview:
 		return "in review; the PSP still gave no settling answer"
+	case AwaitingCustomer:
+		return "waiting for the customer (3-D Secure, a deposit); looked at again later"
+	case Canceled:
+		return "never confirmed before its expiry; canceled"
 	case Unconfigured:
 		return "the payment's PSP is not configured on this replica; left alone"
 	case Quarantined:
@@ -295,10 +326,12 @@ func New(store Store, psps *payments.PSPs, cfg Config) *Reconciler {
 // maxPerPass bounds one pass, so a flood of new stale keys cannot keep it running forever.
 const maxPerPass = 1_000_000
 
-// job is one claimed key or one payment in review.
+// job is one claimed key, one payment in review or waiting for its
+// customer, or one refund to check.
 type job struct {
 	pending *payments.Pending
 	review  *payments.InReview
+	action  *payments.InReview
 	refund  *payments.RefundCheck
 }
 
@@ -332,6 +365,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 					results <- r.settle(ctx, *j.pending)
 				case j.review != nil:
 					results <- r.reexamine(ctx, *j.review)
+				case j.action != nil:
+					results <- r.recheckAction(ctx, *j.action)
 				default:
 					results <- r.recheckRefund(ctx, *j.refund)
 				}
@@ -342,7 +377,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	go func() {
 		defer close(work)
 		claimErr <- errors.Join(r.claimUnfinished(ctx, batch, work, results), r.claimReview(ctx, batch, work),
-			r.claimRefundChecks(ctx, batch, work))
+			r.claimActions(ctx, batch, work), r.claimRefundChecks(ctx, batch, work))
 	}()
 	go func() { workers.Wait(); close(results) }()
 	for res := range results {
@@ -351,6 +386,13 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 		r.cfg.Observer.Settled(res.Outcome)
 	}
 	err := <-claimErr
+	expired, eerr := r.expire(ctx)
+	for _, res := range expired {
+		sum.Results = append(sum.Results, res)
+		sum.Counts[res.Outcome]++
+		r.cfg.Observer.Settled(res.Outcome)
+	}
+	err = errors.Join(err, eerr)
 	// The purge runs whatever the claims met: it needs no row to be readable.
 	purged, perr := r.Purge(ctx)
 	sum.Purged = purged
@@ -384,15 +426,25 @@ func (r *Reconciler) claimUnfinished(ctx context.Context, batch int, work chan<-
 }
 
 func (r *Reconciler) claimReview(ctx context.Context, batch int, work chan<- job) error {
+	return r.claimLooks(ctx, batch, work, r.store.ClaimReview, func(item *payments.InReview) job { return job{review: item} })
+}
+
+func (r *Reconciler) claimActions(ctx context.Context, batch int, work chan<- job) error {
+	return r.claimLooks(ctx, batch, work, r.store.ClaimActions, func(item *payments.InReview) job { return job{action: item} })
+}
+
+// claimLooks hands the payments claim marks as looked at to the workers.
+func (r *Reconciler) claimLooks(ctx context.Context, batch int, work chan<- job,
+	claim func(context.Context, time.Duration, int) ([]payments.InReview, error), as func(*payments.InReview) job) error {
 	claimed := 0
 	for claimed < maxPerPass && ctx.Err() == nil {
-		items, err := r.store.ClaimReview(ctx, r.cfg.Lease, batch)
+		items, err := claim(ctx, r.cfg.Lease, batch)
 		if err != nil || len(items) == 0 {
 			return err
 		}
 		claimed += len(items)
 		for i := range items {
-			work <- job{review: &items[i]}
+			work <- as(&items[i])
 		}
 	}
 	return ctx.Err()
@@ -447,6 +499,10 @@ func (r *Reconciler) subjectOf(p payments.Pending) subject {
 			}
 			settled, err := payments.ApplyCharge(pay, c)
 			switch {
+			case errors.Is(err, payments.ErrChargePending) && key.Ref.Endpoint == payments.EndpointConfirmPayment:
+				// A confirm's customer is at a front end: the payment waits
+				// for it, as the live confirm would have recorded.
+				return write(payments.AwaitCustomer(pay, c)), AwaitingCustomer, "the PSP waits for the customer", false, nil
 			case errors.Is(err, payments.ErrChargePending):
 				return nil, "", "", true, nil
 			case err != nil:

@@ -23,7 +23,7 @@ func (r *Reconciler) reexamine(ctx context.Context, item payments.InReview) Resu
 	pay := item.Payment
 	res := Result{PaymentID: pay.ID, MerchantID: pay.MerchantID, InReview: true,
 		Attempts: pay.Review.Attempts, Age: item.DBNow.Sub(pay.CreatedAt)}
-	ref := idemkeys.Ref{MerchantID: pay.MerchantID, Endpoint: payments.EndpointCreatePayment, Key: pay.IdempotencyKey}
+	ref := payments.OutcomeKey(pay)
 	adapter, ok := r.psps.For(pay.PSP)
 	if !ok {
 		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", pay.PSP)
@@ -79,17 +79,24 @@ func (r *Reconciler) reviewLater(ctx context.Context, ref idemkeys.Ref, item pay
 	return r.logged(ref, 0, r.outcome(res, err))
 }
 
-// resolve records the review queue's decision the way a person's is
-// recorded: under the payment's row lock, only if nobody (a person, another
-// reconciler) moved the payment since this look claimed it, with an audit row.
+// resolve records the decision of a look at a payment in review (or waiting
+// for its customer) the way a person's is recorded: under the payment's row
+// lock, only if nobody (a person, another reconciler, the PSP's
+// notification) moved the payment since this look claimed it, with an audit
+// row; the key that answered with the payment's outcome replays the new one.
 func (r *Reconciler) resolve(ctx context.Context, ref idemkeys.Ref, item payments.InReview, settled payments.Payment, res Result, why string) Result {
+	from := item.Payment.Status
+	reason := "settled from review: " + why
+	if from == payments.RequiresAction {
+		reason = "settled after waiting for the customer: " + why
+	}
 	_, err := r.store.Resolve(ctx, settled.ID, func(now payments.Payment) (payments.Payment, error) {
-		if now.Status != payments.RequiresReview || !now.Review.After.Equal(item.Payment.Review.After) {
+		if now.Status != from || !now.Review.After.Equal(item.Payment.Review.After) {
 			return now, idemkeys.ErrFenced
 		}
 		return settled, nil
 	}, payments.Resolution{PaymentID: settled.ID, To: settled.Status, PSPReference: settled.PSPReference,
-		Reason: "settled from review: " + why, Actor: reviewActor})
+		Reason: reason, Actor: reviewActor})
 	res.Detail = why
 	return r.logged(ref, 0, r.outcome(res, err))
 }

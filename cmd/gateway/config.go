@@ -58,6 +58,12 @@ type Config struct {
 	ReconcileBackoffMax  time.Duration
 	Retention            time.Duration
 	PurgeBatch           int
+
+	// Two-step checkout and the PSPs' notifications.
+	ConfirmExpiry        time.Duration
+	TossClientKey        string
+	StripePublishableKey string
+	StripeWebhookSecret  string
 }
 
 // setting describes one variable: its name, default and meaning, and how it
@@ -215,6 +221,23 @@ func settings() []setting {
 			c.LogHashSecret = v
 			return nil
 		}},
+		// Two-step checkout and the PSPs' notifications.
+		{"GATEWAY_CONFIRM_EXPIRY", durationDefault(payments.DefaultConfirmExpiry), "how long a payment created with \"confirm\": false waits for POST /payments/{id}/confirm before the reconciler cancels it", durationSetting(func(c *Config, d time.Duration) { c.ConfirmExpiry = d })},
+		{"GATEWAY_TOSS_CLIENT_KEY", "", "Toss client key (test_ck_…, live_ck_…: public) that two-step checkouts hand to front ends to open Toss's payment widget", func(c *Config, v string) error {
+			c.TossClientKey = v
+			return nil
+		}},
+		{"GATEWAY_STRIPE_PUBLISHABLE_KEY", "", "Stripe publishable key (pk_…: public) that two-step checkouts hand to front ends for Stripe.js", func(c *Config, v string) error {
+			if v != "" && !strings.HasPrefix(v, "pk_") {
+				return errors.New("must be a publishable key (pk_test_… or pk_live_…), never a secret key")
+			}
+			c.StripePublishableKey = v
+			return nil
+		}},
+		{"GATEWAY_STRIPE_WEBHOOK_SECRET", "", "secret: signing secret (whsec_…) of the Stripe webhook endpoint POST /psp/stripe/webhook; unset: Stripe's notifications are answered 404", func(c *Config, v string) error {
+			c.StripeWebhookSecret = v
+			return nil
+		}},
 		{"GATEWAY_DEV_DATA_DIR", ".data/mariadb", "dev only: data directory of the private MariaDB", func(c *Config, v string) error {
 			if v == "" {
 				return errors.New("must not be empty")
@@ -285,6 +308,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("GATEWAY_PSP=toss needs GATEWAY_TOSS_SECRET_KEY"))
 	case c.PSP == "stripe" && c.StripeSecretKey == "":
 		errs = append(errs, errors.New("GATEWAY_PSP=stripe needs GATEWAY_STRIPE_SECRET_KEY"))
+	}
+	if c.StripeWebhookSecret != "" && c.StripeSecretKey == "" {
+		errs = append(errs, errors.New("GATEWAY_STRIPE_WEBHOOK_SECRET needs GATEWAY_STRIPE_SECRET_KEY: the gateway asks Stripe about what a notification names"))
 	}
 	if c.ReconcileBackoffMax < c.ReconcileBackoff {
 		errs = append(errs, fmt.Errorf("GATEWAY_RECONCILE_BACKOFF_MAX (%s) must not be below GATEWAY_RECONCILE_BACKOFF (%s)", c.ReconcileBackoffMax, c.ReconcileBackoff))

@@ -207,9 +207,11 @@ func newPSP(cfg Config) (psp.Adapter, error) {
 		}
 		return fakeclient.New(fakeclient.Config{BaseURL: base, CreationWindow: cfg.PSPCreation})
 	case "toss":
-		return toss.New(toss.Config{SecretKey: cfg.TossSecretKey, BaseURL: cfg.PSPURL, CreationWindow: cfg.PSPCreation})
+		return toss.New(toss.Config{SecretKey: cfg.TossSecretKey, BaseURL: cfg.PSPURL, CreationWindow: cfg.PSPCreation,
+			ClientKey: cfg.TossClientKey})
 	case "stripe":
-		return stripe.New(stripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.PSPURL, CreationWindow: cfg.PSPCreation})
+		return stripe.New(stripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.PSPURL, CreationWindow: cfg.PSPCreation,
+			PublishableKey: cfg.StripePublishableKey, WebhookSecret: cfg.StripeWebhookSecret})
 	}
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }
@@ -270,7 +272,36 @@ func newService(cfg Config, st *store.Store, psps *payments.PSPs, log *slog.Logg
 		Hasher:          cfg.hasher(),
 		ReplayCacheSize: payments.DefaultReplayCacheSize,
 		Retention:       cfg.Retention,
+		ConfirmExpiry:   cfg.ConfirmExpiry,
 	})
+}
+
+// newNotices takes the notifications of the configured PSPs that send
+// them: Stripe's when its webhook signing secret is set, Toss's whenever
+// Toss is configured (its notifications are checked by asking Toss). nil
+// when none is.
+func newNotices(cfg Config, st *store.Store, log *slog.Logger) (api.NoticeReceiver, error) {
+	sources := map[string]payments.NoticeSource{}
+	for _, kind := range []string{"stripe", "toss"} {
+		if (kind == "stripe" && cfg.StripeWebhookSecret == "") || (kind == "toss" && cfg.TossSecretKey == "") {
+			continue
+		}
+		c := cfg
+		c.PSP = kind
+		a, err := newPSP(c)
+		if err != nil {
+			return nil, err
+		}
+		reader, ok := a.(psp.NoticeReader)
+		if !ok {
+			return nil, fmt.Errorf("the %s adapter reads no notifications", kind)
+		}
+		sources[kind] = payments.NoticeSource{PSP: payments.PSPName(a.Capabilities()), Reader: reader}
+	}
+	if len(sources) == 0 {
+		return nil, nil
+	}
+	return payments.NewNotices(st, sources, payments.NoticeConfig{PSPTimeout: cfg.PSPTimeout, Logger: log, Hasher: cfg.hasher()}), nil
 }
 
 func runServe(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
@@ -333,6 +364,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, ready func(addr st
 			return err
 		}
 		defer stopAdmin()
+	}
+	if apiOpts.Notices, err = newNotices(cfg, st, log); err != nil {
+		return err
 	}
 	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.AuthCacheTTL})
 	handler := api.NewHandler(svc, auth, readiness{st: st, guard: guard}, apiOpts)

@@ -79,63 +79,98 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 // claims the loser stops at its INSERT, then the payment, in one short
 // transaction whose times all come from the database's clock, read first.
 func (s *Store) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
-	md, err := metadataJSON(c.Payment.Metadata)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("store.Claim: %w", err)
-	}
-	const insertKey = `
+	p, _, err := s.claimPayment(ctx, "store.Claim", c, 0, nil)
+	return p.CreatedAt, err
+}
+
+// ClaimUnconfirmed implements payments.FlowStore: Claim's transaction, with
+// the key completed at once and the payment awaiting its confirmation.
+func (s *Store) ClaimUnconfirmed(ctx context.Context, c payments.Claim, expiry time.Duration, render func(payments.Payment) idemkeys.Response) (payments.Payment, idemkeys.Response, error) {
+	return s.claimPayment(ctx, "store.ClaimUnconfirmed", c, expiry, render)
+}
+
+// insertKeyInProgress claims a key for a worker that may send its charge
+// (or refund) until the lease ends; every time is given, read from the
+// database's clock in the same transaction.
+const insertKeyInProgress = `
 INSERT INTO idempotency_keys
     (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
      locked_until, may_charge_until, reconcile_after, charge_attempts, charges_not_sent, created_at, updated_at)
 VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
+
+// claimPayment inserts c's key and payment. With render, the key is
+// completed at once with render's answer and nothing may be sent for it
+// (no charge attempt), and the payment awaits its confirmation until
+// expiry after the claim; without, the key is in progress under c's lease.
+func (s *Store) claimPayment(ctx context.Context, op string, c payments.Claim, expiry time.Duration, render func(payments.Payment) idemkeys.Response) (payments.Payment, idemkeys.Response, error) {
+	md, err := metadataJSON(c.Payment.Metadata)
+	if err != nil {
+		return payments.Payment{}, idemkeys.Response{}, fmt.Errorf("%s: %w", op, err)
+	}
+	const insertKeyCompleted = `
+INSERT INTO idempotency_keys
+    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
+     charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
+VALUES (?, ?, ?, ?, 'COMPLETED', ?, ?, 0, 0, ?, ?, ?, ?, ?)`
 	const insertPayment = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'processing', ?, ?, ?, ?, ?, ?, ?, ?)`
+    payment_method, description, metadata, psp, expires_at, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	p, ref := c.Payment, c.Ref
-	var now time.Time
+	var resp idemkeys.Response
 	err = db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		var now time.Time
 		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
 			return err
 		}
-		until := now.Add(c.Lease)
-		_, err := tx.ExecContext(ctx, insertKey, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
-			int64(c.Token), until, until, until, now, now)
+		p.CreatedAt, p.UpdatedAt, p.Status, p.ExpiresAt = now, now, payments.Processing, time.Time{}
+		var err error
+		if render == nil {
+			until := now.Add(c.Lease)
+			_, err = tx.ExecContext(ctx, insertKeyInProgress, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
+				int64(c.Token), until, until, until, now, now)
+		} else {
+			p.Status, p.ExpiresAt = payments.RequiresConfirmation, now.Add(expiry).Truncate(time.Microsecond)
+			resp = render(p)
+			_, err = tx.ExecContext(ctx, insertKeyCompleted, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
+				int64(c.Token), resp.Status, resp.Body, now, now, now)
+		}
 		if err := db.Classify(err); err != nil {
 			if errors.Is(err, db.ErrDuplicate) {
 				return idemkeys.ErrExists
 			}
 			return err
 		}
+		expires := sql.NullTime{Time: p.ExpiresAt, Valid: !p.ExpiresAt.IsZero()}
 		_, err = tx.ExecContext(ctx, insertPayment,
-			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, p.Amount.Minor, p.Amount.Currency,
-			p.PaymentMethod, p.Description, md, nullString(p.PSP), now, now)
+			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
+			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, now, now)
 		return err
 	})
 	switch {
 	case err == nil, errors.Is(err, idemkeys.ErrExists):
-		return now, err
+		return p, resp, err
 	case errors.Is(err, db.ErrRetryable):
 		// Still conflicting after the retries: on a Galera cluster, a claim
 		// of the same key committed on another node. The other request won:
 		// the caller reads the key (and claims again if it is not there).
-		return now, fmt.Errorf("store.Claim: %w: %v", idemkeys.ErrExists, err)
+		return p, resp, fmt.Errorf("%s: %w: %v", op, idemkeys.ErrExists, err)
 	case errors.Is(err, db.ErrDuplicate):
 		// The key is free but a payment holds it: its record was purged after
 		// retention. Never run the payment again; name the existing one.
 		existing, gerr := s.PaymentByKey(ctx, p.MerchantID, p.IdempotencyKey)
 		if gerr != nil {
 			// Not err itself: MySQL's duplicate-key message quotes the key, which must not reach the logs.
-			return now, fmt.Errorf("store.Claim: payment %s refused as a duplicate (order id %s taken?) and none found for its key: %w",
-				p.ID, p.MerchantOrderID, gerr)
+			return p, resp, fmt.Errorf("%s: payment %s refused as a duplicate (order id %s taken?) and none found for its key: %w",
+				op, p.ID, p.MerchantOrderID, gerr)
 		}
-		return now, &payments.Error{
+		return p, resp, &payments.Error{
 			Code:      payments.CodeKeyReused,
 			Message:   "this Idempotency-Key was used for payment " + existing.ID + " whose stored response has expired; look the payment up instead of retrying",
 			PaymentID: existing.ID,
 		}
 	}
-	return now, writeErr("store.Claim", err)
+	return p, resp, writeErr(op, err)
 }
 
 // writeErr names a failed write and says, when it is so, that its outcome is
@@ -244,22 +279,28 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
 // atomic like a transaction of two UPDATEs, at a quarter of the round trips.
 // It matches two rows (the key, the payment) or none; none means the writer
 // lost its lease, or the payment was settled by other means, and either way
-// the caller re-reads. A payment sent to review enters the review queue.
+// the caller re-reads. A payment sent to review enters the review queue,
+// one that waits for its customer (requires_action) the reconciler's looks.
 func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
 	const stmt = `
 UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id
 SET k.state = 'COMPLETED', k.response_status = ?, k.response_body = ?, k.locked_until = NULL,
     k.completed_at = NOW(6), k.updated_at = NOW(6),
     p.status = ?, p.psp_reference = ?, p.decline_code = ?, p.psp_code = ?, p.review_reason = ?,
-    p.review_since = IF(? = 'requires_review', NOW(6), NULL),
-    p.review_after = IF(? = 'requires_review', NOW(6) + INTERVAL ? MICROSECOND, NULL),
-    p.updated_at = NOW(6)
+    p.review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
+    p.review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
+                            WHEN 'requires_action' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+    p.next_action = ?, p.updated_at = NOW(6)
 WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
   AND k.state = 'IN_PROGRESS' AND k.lease_version = ? AND p.status = 'processing'`
 	status := string(p.Status)
+	action, err := nextActionJSON(p.NextAction)
+	if err != nil {
+		return fmt.Errorf("store.Settle(payment %s): %w", p.ID, err)
+	}
 	n, err := db.ExecRetry(ctx, s.db, stmt, resp.Status, resp.Body,
 		status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.PSPCode), nullString(p.ReviewReason),
-		status, status, micros(payments.ReviewFirstLook),
+		status, status, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook), action,
 		ref.MerchantID, ref.Endpoint, ref.Key, int64(token))
 	switch {
 	case errors.Is(err, db.ErrRetryable):

@@ -264,17 +264,37 @@ func (s *Store) CountPayments(ctx context.Context, status payments.Status) (int,
 // review whose next look is due, and marks them looked at for `lease` (the
 // mark is the fence every later write compares).
 func (s *Store) ClaimReview(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error) {
+	out, err := s.claimLooks(ctx, payments.RequiresReview, lease, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store.ClaimReview: %w", err)
+	}
+	return out, nil
+}
+
+// ClaimActions implements reconcile.Store: ClaimReview for payments waiting
+// for their customer (requires_action).
+func (s *Store) ClaimActions(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error) {
+	out, err := s.claimLooks(ctx, payments.RequiresAction, lease, limit)
+	if err != nil {
+		return nil, fmt.Errorf("store.ClaimActions: %w", err)
+	}
+	return out, nil
+}
+
+// claimLooks locks up to limit payments in status whose next look is due
+// and marks them looked at for lease.
+func (s *Store) claimLooks(ctx context.Context, status payments.Status, lease time.Duration, limit int) ([]payments.InReview, error) {
 	var out []payments.InReview
 	err := db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = out[:0]
 		const q = `SELECT ` + paymentColumns + `, NOW(6) AS db_now FROM payments
-WHERE status = 'requires_review' AND review_after <= NOW(6)
+WHERE status = ? AND review_after <= NOW(6)
 ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
 		var rows []struct {
 			paymentRow
 			DBNow time.Time `db:"db_now"`
 		}
-		if err := tx.SelectContext(ctx, &rows, q, limit); err != nil {
+		if err := tx.SelectContext(ctx, &rows, q, string(status), limit); err != nil {
 			return err
 		}
 		for _, r := range rows {
@@ -295,22 +315,20 @@ ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("store.ClaimReview: %w", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // RescheduleReview implements reconcile.Store: the next look at a payment in
-// review, fenced on the claim's mark.
+// review (or waiting for its customer), fenced on the claim's mark and on
+// its status.
 func (s *Store) RescheduleReview(ctx context.Context, p payments.Payment, r payments.Reschedule) error {
 	const stmt = `
 UPDATE payments
 SET review_after = GREATEST(NOW(6) + INTERVAL ? MICROSECOND, COALESCE(?, NOW(6))), review_attempts = ?,
     review_not_found_at = IF(?, COALESCE(review_not_found_at, NOW(6)), review_not_found_at)
-WHERE merchant_id = ? AND id = ? AND status = 'requires_review' AND review_after = ?`
+WHERE merchant_id = ? AND id = ? AND status = ? AND review_after = ?`
 	notBefore := sql.NullTime{Time: r.NotBefore, Valid: !r.NotBefore.IsZero()}
-	n, err := db.ExecRetry(ctx, s.db, stmt, micros(r.After), notBefore, r.Attempts, r.NotFound, p.MerchantID, p.ID, p.Review.After)
+	n, err := db.ExecRetry(ctx, s.db, stmt, micros(r.After), notBefore, r.Attempts, r.NotFound, p.MerchantID, p.ID, string(p.Status), p.Review.After)
 	switch {
 	case err != nil:
 		return writeErr("store.RescheduleReview", err)
@@ -340,16 +358,35 @@ func (s *Store) Resolve(ctx context.Context, id string, decide func(payments.Pay
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `
-UPDATE payments SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
-    review_after = IF(? = 'requires_review', review_after, NULL), updated_at = NOW(6)
-WHERE merchant_id = ? AND id = ?`,
-			string(after.Status), nullString(after.PSPReference), nullString(after.DeclineCode), nullString(after.PSPCode), nullString(after.ReviewReason),
-			string(after.Status), after.MerchantID, after.ID); err != nil {
+		action, err := nextActionJSON(after.NextAction)
+		if err != nil {
 			return err
 		}
-		ref := idemkeys.Ref{MerchantID: after.MerchantID, Endpoint: payments.EndpointCreatePayment, Key: after.IdempotencyKey}
-		if err := replaceResponse(ctx, tx, ref, payments.Render(after)); err != nil {
+		// The schedule first: MySQL assigns left to right, and the status
+		// compared there must be the one before this change. A payment that
+		// enters review (or starts waiting for its customer) is scheduled
+		// afresh; one that stays keeps its schedule; one that leaves both
+		// has none.
+		to := string(after.Status)
+		if _, err := tx.ExecContext(ctx, `
+UPDATE payments SET
+    review_since = IF(? IN ('requires_review', 'requires_action') AND status <> ?, NOW(6), review_since),
+    review_attempts = IF(status = ?, review_attempts, 0),
+    review_not_found_at = IF(status = ?, review_not_found_at, NULL),
+    review_after = CASE WHEN ? NOT IN ('requires_review', 'requires_action') THEN NULL
+                        WHEN status = ? THEN review_after
+                        WHEN ? = 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
+                        ELSE NOW(6) + INTERVAL ? MICROSECOND END,
+    status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?, next_action = ?,
+    updated_at = NOW(6)
+WHERE merchant_id = ? AND id = ?`,
+			to, to, to, to, to, to, to, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook),
+			to, nullString(after.PSPReference), nullString(after.DeclineCode), nullString(after.PSPCode), nullString(after.ReviewReason), action,
+			after.MerchantID, after.ID); err != nil {
+			return err
+		}
+		// The key whose answer reported the payment's outcome replays the new one.
+		if err := replaceResponse(ctx, tx, payments.OutcomeKey(after), payments.Render(after)); err != nil {
 			return err
 		}
 		auditID := "res_" + ulid.Make().String()

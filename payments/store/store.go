@@ -53,6 +53,7 @@ var (
 	_ payments.AuthStore  = (*Store)(nil)
 	_ payments.AdminStore = (*Store)(nil)
 	_ payments.ListStore  = (*Store)(nil)
+	_ payments.NoticeStore = (*Store)(nil)
 )
 
 type paymentRow struct {
@@ -77,13 +78,17 @@ type paymentRow struct {
 	ReviewAfter     sql.NullTime   `db:"review_after"`
 	ReviewAttempts  int            `db:"review_attempts"`
 	ReviewNotFound  sql.NullTime   `db:"review_not_found_at"`
+	ExpiresAt       sql.NullTime   `db:"expires_at"`
+	ConfirmKey      sql.NullString `db:"confirm_key"`
+	NextAction      sql.NullString `db:"next_action"`
 	CreatedAt       time.Time      `db:"created_at"`
 	UpdatedAt       time.Time      `db:"updated_at"`
 }
 
 const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
-    review_since, review_after, review_attempts, review_not_found_at, created_at, updated_at`
+    review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
+    created_at, updated_at`
 
 func (r paymentRow) toDomain() (payments.Payment, error) {
 	p := payments.Payment{
@@ -108,15 +113,34 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 			Attempts:   r.ReviewAttempts,
 			NotFoundAt: r.ReviewNotFound.Time,
 		},
-		CreatedAt: r.CreatedAt,
-		UpdatedAt: r.UpdatedAt,
+		ExpiresAt:  r.ExpiresAt.Time,
+		ConfirmKey: r.ConfirmKey.String,
+		CreatedAt:  r.CreatedAt,
+		UpdatedAt:  r.UpdatedAt,
 	}
 	if r.Metadata.Valid && r.Metadata.String != "" {
 		if err := json.Unmarshal([]byte(r.Metadata.String), &p.Metadata); err != nil {
 			return payments.Payment{}, fmt.Errorf("payment %s: metadata: %w", r.ID, err)
 		}
 	}
+	if r.NextAction.Valid && r.NextAction.String != "" {
+		if err := json.Unmarshal([]byte(r.NextAction.String), &p.NextAction); err != nil {
+			return payments.Payment{}, fmt.Errorf("payment %s: next_action: %w", r.ID, err)
+		}
+	}
 	return p, nil
+}
+
+// nextActionJSON is how next_action is stored: NULL for none.
+func nextActionJSON(na *payments.NextAction) (sql.NullString, error) {
+	if na == nil {
+		return sql.NullString{}, nil
+	}
+	b, err := json.Marshal(na)
+	if err != nil {
+		return sql.NullString{}, fmt.Errorf("next_action: %w", err)
+	}
+	return sql.NullString{String: string(b), Valid: true}, nil
 }
 
 func newULID() string { return ulid.Make().String() }

@@ -239,6 +239,8 @@ func (p *PSP) Capabilities() psp.Capabilities {
 		MaxOrderIDLen:       maxOrderIDLen,
 		Account:             p.account,
 		Currencies:          p.currencies,
+		// Its payment methods are fixed names: nothing to start at a front end.
+		Checkout: psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
 	}
 }
 

@@ -81,6 +81,13 @@ type Config struct {
 	// Account is the label the adapter advertises in its Capabilities (the
 	// Stripe account id, say); empty by default.
 	Account string
+	// PublishableKey (pk_test_…, pk_live_…) is what front ends start
+	// Stripe.js with: public, handed out in two-step checkouts. Empty when
+	// front ends have it already.
+	PublishableKey string
+	// WebhookSecret (whsec_…) verifies the Stripe-Signature of webhook
+	// requests. Secret. Empty: the adapter reads no webhooks.
+	WebhookSecret string
 }
 
 // LogValue masks the secret key, keeping its sk_test_/sk_live_ prefix.
@@ -90,6 +97,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("secret_key", mask(c.SecretKey)),
 		slog.Duration("creation_window", c.CreationWindow),
 		slog.String("account", c.Account),
+		slog.String("publishable_key", c.PublishableKey),
+		slog.String("webhook_secret", maskWebhookSecret(c.WebhookSecret)),
 	)
 }
 
@@ -118,6 +127,8 @@ type Adapter struct {
 	window     time.Duration
 	account    string
 	currencies []psp.Currency
+	publicKey  string
+	whSecret   string
 }
 
 var _ psp.Adapter = (*Adapter)(nil)
@@ -161,6 +172,8 @@ func New(cfg Config) (*Adapter, error) {
 		window:     cfg.CreationWindow,
 		account:    cfg.Account,
 		currencies: currencies(),
+		publicKey:  cfg.PublishableKey,
+		whSecret:   cfg.WebhookSecret,
 	}
 	if a.window <= 0 {
 		a.window = 2 * time.Minute
@@ -180,6 +193,7 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		MaxOrderIDLen:       maxOrderIDLen,
 		Account:             a.account,
 		Currencies:          a.currencies,
+		Checkout:            psp.Checkout{Client: psp.ClientStripeJS, PublishableKey: a.publicKey, ResultField: psp.ResultPaymentMethod},
 	}
 }
 
@@ -568,25 +582,54 @@ func (a *Adapter) LookupRefund(ctx context.Context, chargeReference, refundOrder
 		// Without a PaymentIntent the list would be every refund of the account.
 		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("a refund lookup needs the payment intent and the refund order id")}
 	}
-	params := &sdk.RefundListParams{PaymentIntent: sdk.String(chargeReference)}
+	var (
+		found  psp.Refund
+		ok     bool
+		rerr   error
+		listed = func(rf *sdk.Refund) bool {
+			if rf.Metadata[metaRefundID] != refundOrderID {
+				return true
+			}
+			found, rerr = a.toRefund(op, rf)
+			ok = true
+			return false
+		}
+	)
+	if err := a.listRefunds(ctx, op, chargeReference, listed); err != nil {
+		return psp.Refund{}, err
+	}
+	switch {
+	case rerr != nil:
+		return psp.Refund{}, rerr
+	case !ok:
+		return psp.Refund{}, psp.ErrNotFound
+	}
+	return found, nil
+}
+
+// listRefunds passes each refund of the PaymentIntent pi to visit until it
+// returns false. No such PaymentIntent is psp.ErrNotFound; a refund of
+// another PaymentIntent in the list is Unknown (psp.ErrMismatch).
+func (a *Adapter) listRefunds(ctx context.Context, op, pi string, visit func(*sdk.Refund) bool) error {
+	params := &sdk.RefundListParams{PaymentIntent: sdk.String(pi)}
 	params.Limit = sdk.Int64(100)
 	for rf, err := range a.sc.V1Refunds.List(ctx, params) {
 		if err != nil {
 			var se *sdk.Error
 			if errors.As(err, &se) && se.Code == sdk.ErrorCodeResourceMissing {
-				return psp.Refund{}, psp.ErrNotFound // no such PaymentIntent
+				return psp.ErrNotFound // no such PaymentIntent
 			}
-			return psp.Refund{}, lookupFailure(op, err)
+			return lookupFailure(op, err)
 		}
-		if rf.PaymentIntent != nil && rf.PaymentIntent.ID != "" && rf.PaymentIntent.ID != chargeReference {
-			return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op,
-				Err: fmt.Errorf("%w: listing the refunds of %s found refund %s of %s", psp.ErrMismatch, chargeReference, rf.ID, rf.PaymentIntent.ID)}
+		if rf.PaymentIntent != nil && rf.PaymentIntent.ID != "" && rf.PaymentIntent.ID != pi {
+			return &psp.Error{Class: psp.Unknown, Op: op,
+				Err: fmt.Errorf("%w: listing the refunds of %s found refund %s of %s", psp.ErrMismatch, pi, rf.ID, rf.PaymentIntent.ID)}
 		}
-		if rf.Metadata[metaRefundID] == refundOrderID {
-			return a.toRefund(op, rf)
+		if !visit(rf) {
+			return nil
 		}
 	}
-	return psp.Refund{}, psp.ErrNotFound
+	return nil
 }
 
 func truncate(s string, n int) string {

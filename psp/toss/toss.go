@@ -88,6 +88,10 @@ type Config struct {
 	// Account is the label the adapter advertises in its Capabilities (a
 	// merchant id, say); empty by default.
 	Account string
+	// ClientKey is the client key (test_ck_…, live_ck_…, or a widget's
+	// test_gck_…) that front ends open Toss's payment widget with: public,
+	// handed out in two-step checkouts. Empty when front ends have it already.
+	ClientKey string
 }
 
 // LogValue masks the secret key, keeping its test_/live_ prefix.
@@ -97,6 +101,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("secret_key", mask(c.SecretKey)),
 		slog.Duration("creation_window", c.CreationWindow),
 		slog.String("account", c.Account),
+		slog.String("client_key", c.ClientKey),
 	)
 }
 
@@ -119,9 +124,10 @@ func mask(secret string) string {
 
 // Adapter is a psp.Adapter for Toss Payments.
 type Adapter struct {
-	rt      *roundtrip.Client
-	window  time.Duration
-	account string
+	rt        *roundtrip.Client
+	window    time.Duration
+	account   string
+	clientKey string
 }
 
 var _ psp.Adapter = (*Adapter)(nil)
@@ -138,7 +144,8 @@ func New(cfg Config) (*Adapter, error) {
 	header := http.Header{}
 	header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(cfg.SecretKey+":")))
 	header.Set("TossPayments-API-Version", APIVersion)
-	a := &Adapter{rt: roundtrip.New(cfg.baseURL(), cfg.HTTPClient, header), window: cfg.CreationWindow, account: cfg.Account}
+	a := &Adapter{rt: roundtrip.New(cfg.baseURL(), cfg.HTTPClient, header), window: cfg.CreationWindow, account: cfg.Account,
+		clientKey: cfg.ClientKey}
 	if a.window <= 0 {
 		a.window = 2 * time.Minute
 	}
@@ -173,6 +180,7 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		MaxOrderIDLen:       maxOrderIDLen,
 		Account:             a.account,
 		Currencies:          []psp.Currency{{Code: currency, ISOExponent: 0, Exponent: 0, Min: minAmount}},
+		Checkout:            psp.Checkout{Client: psp.ClientTossWidget, PublishableKey: a.clientKey, ResultField: psp.ResultPaymentKey},
 	}
 }
 

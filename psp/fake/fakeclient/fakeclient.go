@@ -93,6 +93,7 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		MaxOrderIDLen:       maxOrderIDLen,
 		Account:             a.account,
 		Currencies:          a.currencies,
+		Checkout:            psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
 	}
 }
 
