@@ -49,10 +49,10 @@ func (s *Store) CausalReads(ctx context.Context) error {
 }
 
 var (
-	_ payments.FlowStore  = (*Store)(nil)
-	_ payments.AuthStore  = (*Store)(nil)
-	_ payments.AdminStore = (*Store)(nil)
-	_ payments.ListStore  = (*Store)(nil)
+	_ payments.FlowStore   = (*Store)(nil)
+	_ payments.AuthStore   = (*Store)(nil)
+	_ payments.AdminStore  = (*Store)(nil)
+	_ payments.ListStore   = (*Store)(nil)
 	_ payments.NoticeStore = (*Store)(nil)
 )
 
