@@ -14,6 +14,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/psptest"
 	"gateway/psp/stripe"
+	"gateway/psp/stripe/stripetest"
 )
 
 const key = "sk_test_51FakeKeyForTheGatewayTests"
@@ -29,17 +30,17 @@ func mustNew(t *testing.T, url string) *stripe.Adapter {
 
 func TestConformance(t *testing.T) {
 	psptest.Run(t, func(t *testing.T) psptest.Harness {
-		fake := newFakeStripe(key)
+		fake := stripetest.New(key)
 		faults := &psptest.HTTPFaults{
 			Handler: fake,
 			OpOf:    opOf,
 			Refuse: func(w http.ResponseWriter, r *http.Request) {
-				stripeError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "", "Too many requests hit the API too quickly.")
+				stripetest.Error(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "", "Too many requests hit the API too quickly.")
 			},
 			// A 5xx from Stripe's edge: the API's own 5xx would be kept for
 			// the idempotency key (see TestCachedServerError).
 			ServerError: func(w http.ResponseWriter, r *http.Request) {
-				stripeError(w, http.StatusServiceUnavailable, "api_error", "", "", "The service is temporarily unavailable.")
+				stripetest.Error(w, http.StatusServiceUnavailable, "api_error", "", "", "The service is temporarily unavailable.")
 			},
 		}
 		ts := httptest.NewServer(faults)
@@ -85,19 +86,19 @@ func opOf(r *http.Request) psptest.Op {
 
 type backend struct {
 	*psptest.HTTPFaults
-	fake *fakeStripe
+	fake *stripetest.Server
 }
 
-func (b backend) Charges(orderID string) int  { return b.fake.charges(orderID) }
-func (b backend) Refunds(refundID string) int { return b.fake.refundCount(refundID) }
+func (b backend) Charges(orderID string) int  { return b.fake.Charges(orderID) }
+func (b backend) Refunds(refundID string) int { return b.fake.RefundCount(refundID) }
 func (b backend) Settle(orderID string, o psptest.Outcome) {
-	b.fake.authenticate(orderID, o == psptest.Success)
+	b.fake.Authenticate(orderID, o == psptest.Success)
 }
 
 // The SDK sends the documented request: form fields, Bearer key, a
 // deterministic Idempotency-Key, and no retries of its own.
 func TestChargeRequestShape(t *testing.T) {
-	fake := newFakeStripe(key)
+	fake := stripetest.New(key)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	order := payments.MerchantOrderID("mer_1", "key-1")
@@ -113,15 +114,14 @@ func TestChargeRequestShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	if len(fake.requests) != 2 {
-		t.Fatalf("%d requests, want 2", len(fake.requests))
+	requests := fake.Requests()
+	if len(requests) != 2 {
+		t.Fatalf("%d requests, want 2", len(requests))
 	}
-	if _, ok := fake.requests[1].PostForm["error_on_requires_action"]; ok {
-		t.Errorf("a two-step charge sent error_on_requires_action: %v", fake.requests[1].PostForm)
+	if _, ok := requests[1].PostForm["error_on_requires_action"]; ok {
+		t.Errorf("a two-step charge sent error_on_requires_action: %v", requests[1].PostForm)
 	}
-	r := fake.requests[0]
+	r := requests[0]
 	want := map[string]string{
 		"amount": "15000", "currency": "krw", "payment_method": "pm_card_visa", "confirm": "true",
 		"error_on_requires_action": "true", "automatic_payment_methods[enabled]": "true",
@@ -217,8 +217,8 @@ func TestCreateAnswers(t *testing.T) {
 // The adapter says so in its capabilities, and a repeated Charge is safe
 // because the idempotency key replays the first answer.
 func TestSearchLagIsNotAuthoritative(t *testing.T) {
-	fake := newFakeStripe(key)
-	fake.set(func(f *fakeStripe) { f.searchLag = true })
+	fake := stripetest.New(key)
+	fake.SetSearchLag(true)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -234,10 +234,10 @@ func TestSearchLagIsNotAuthoritative(t *testing.T) {
 		t.Fatalf("Lookup before indexing = %v, want ErrNotFound", err)
 	}
 	again, err := a.Charge(t.Context(), req)
-	if err != nil || again != first || fake.charges(req.MerchantOrderID) != 1 {
+	if err != nil || again != first || fake.Charges(req.MerchantOrderID) != 1 {
 		t.Fatalf("repeat = %+v, %v; want %+v and one PaymentIntent", again, err, first)
 	}
-	fake.index()
+	fake.Index()
 	if got, err := a.Lookup(t.Context(), req.MerchantOrderID); err != nil || got != first {
 		t.Fatalf("Lookup after indexing = %+v, %v; want %+v", got, err, first)
 	}
@@ -246,8 +246,8 @@ func TestSearchLagIsNotAuthoritative(t *testing.T) {
 // Stripe keeps a 5xx its API produced for the idempotency key: repeats get
 // the same Unknown, and only the lookup can tell that the charge exists.
 func TestCachedServerError(t *testing.T) {
-	fake := newFakeStripe(key)
-	fake.set(func(f *fakeStripe) { f.failNextCreate = true })
+	fake := stripetest.New(key)
+	fake.FailNextCreate()
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -262,7 +262,7 @@ func TestCachedServerError(t *testing.T) {
 	if err != nil || c.Status != psp.Succeeded || c.Reference == "" {
 		t.Fatalf("Lookup = %+v, %v; want the charge made under the 500", c, err)
 	}
-	if n := fake.charges(req.MerchantOrderID); n != 1 {
+	if n := fake.Charges(req.MerchantOrderID); n != 1 {
 		t.Fatalf("%d PaymentIntents, want 1", n)
 	}
 }
@@ -410,7 +410,7 @@ func TestCurrencyTable(t *testing.T) {
 // Amounts cross the wire in Stripe's units and come back in ISO units; what
 // Stripe cannot represent is never sent.
 func TestUnitsOnTheWire(t *testing.T) {
-	fake := newFakeStripe(key)
+	fake := stripetest.New(key)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -424,9 +424,8 @@ func TestUnitsOnTheWire(t *testing.T) {
 		if err != nil || c.Amount != tt.amount || c.Currency != tt.currency {
 			t.Fatalf("Charge %d %s = %+v, %v", tt.amount, tt.currency, c, err)
 		}
-		fake.mu.Lock()
-		sent := fake.requests[len(fake.requests)-1].PostForm.Get("amount")
-		fake.mu.Unlock()
+		requests := fake.Requests()
+		sent := requests[len(requests)-1].PostForm.Get("amount")
 		if sent != fmt.Sprint(tt.sent) {
 			t.Fatalf("%d %s went to Stripe as %s, want %d", tt.amount, tt.currency, sent, tt.sent)
 		}
@@ -436,9 +435,7 @@ func TestUnitsOnTheWire(t *testing.T) {
 			t.Fatalf("Refund %d %s = %+v, %v", tt.amount, tt.currency, r, err)
 		}
 	}
-	fake.mu.Lock()
-	before := len(fake.requests)
-	fake.mu.Unlock()
+	before := len(fake.Requests())
 	for _, r := range []psp.ChargeRequest{
 		{MerchantOrderID: "ord_mga", Amount: 1550, Currency: "MGA", PaymentMethod: "pm_card_visa"},
 		{MerchantOrderID: "ord_kwd", Amount: 5124, Currency: "KWD", PaymentMethod: "pm_card_visa"},
@@ -449,9 +446,7 @@ func TestUnitsOnTheWire(t *testing.T) {
 			t.Fatalf("Charge(%d %s) = %v, want Rejected with the reason", r.Amount, r.Currency, err)
 		}
 	}
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	if len(fake.requests) != before {
+	if len(fake.Requests()) != before {
 		t.Fatal("an amount Stripe cannot represent was sent")
 	}
 }
@@ -488,7 +483,7 @@ func TestPendingAnswers(t *testing.T) {
 
 // One-step checkout cannot show 3-D Secure: such a card is a decline.
 func TestOneStepThreeDSIsADecline(t *testing.T) {
-	fake := newFakeStripe(key)
+	fake := stripetest.New(key)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	c, err := mustNew(t, ts.URL).Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000001", Amount: 15000,
@@ -515,7 +510,7 @@ func TestLookupRefusesAForeignIntent(t *testing.T) {
 // A refund retried after Stripe forgot its idempotency key finds the refund
 // it made instead of refunding again.
 func TestRefundAfterKeyExpired(t *testing.T) {
-	fake := newFakeStripe(key)
+	fake := stripetest.New(key)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -529,17 +524,17 @@ func TestRefundAfterKeyExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake.forgetIdempotencyKeys()
+	fake.ForgetIdempotencyKeys()
 	again, err := a.Refund(t.Context(), req)
-	if err != nil || again != first || fake.refundCount(req.RefundOrderID) != 1 {
-		t.Fatalf("refund after the key expired = %+v, %v (%d refunds); want %+v once", again, err, fake.refundCount(req.RefundOrderID), first)
+	if err != nil || again != first || fake.RefundCount(req.RefundOrderID) != 1 {
+		t.Fatalf("refund after the key expired = %+v, %v (%d refunds); want %+v once", again, err, fake.RefundCount(req.RefundOrderID), first)
 	}
 	req.Amount++
 	_, err = a.Refund(t.Context(), req)
 	if class, _ := psp.ClassOf(err); class != psp.NotProcessed || !errors.Is(err, psp.ErrOrderConflict) {
 		t.Fatalf("refund order id reused with another amount = %v, want NotProcessed ErrOrderConflict", err)
 	}
-	if n := fake.refundCount(req.RefundOrderID); n != 1 {
+	if n := fake.RefundCount(req.RefundOrderID); n != 1 {
 		t.Fatalf("%d refunds, want 1", n)
 	}
 }

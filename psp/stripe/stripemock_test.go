@@ -19,6 +19,7 @@ import (
 	sdk "github.com/stripe/stripe-go/v82"
 
 	"gateway/psp"
+	"gateway/psp/stripe/stripetest"
 )
 
 // TestStripeMock sends every kind of request the adapter makes to
@@ -239,7 +240,7 @@ func (s *mockShim) createPI(body []byte, form url.Values) any {
 	if fmt.Sprint(pi.Amount) != form.Get("amount") || string(pi.Currency) != form.Get("currency") {
 		s.t.Errorf("stripe-mock did not echo amount %s %s: %d %s", form.Get("amount"), form.Get("currency"), pi.Amount, pi.Currency)
 	}
-	m["metadata"], m["status"], m["last_payment_error"], m["next_action"] = metadata(form), "succeeded", nil, nil
+	m["metadata"], m["status"], m["last_payment_error"], m["next_action"] = stripetest.FormMetadata(form), "succeeded", nil, nil
 	s.mu.Lock()
 	s.currencies[pi.ID] = form.Get("currency")
 	s.mu.Unlock()
@@ -276,7 +277,7 @@ func (s *mockShim) createRefund(body []byte, form url.Values) any {
 	piID := form.Get("payment_intent")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m["metadata"], m["status"], m["payment_intent"] = metadata(form), "succeeded", piID
+	m["metadata"], m["status"], m["payment_intent"] = stripetest.FormMetadata(form), "succeeded", piID
 	m["amount"], _ = json.Number(form.Get("amount")).Int64()
 	m["currency"] = s.currencies[piID]
 	s.refunds[piID] = append(s.refunds[piID], m)

@@ -15,6 +15,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/psptest"
 	"gateway/psp/toss"
+	"gateway/psp/toss/tosstest"
 )
 
 const secret = "test_sk_zXLkKEypNArWmo50nX3lmeaxYG5R"
@@ -30,15 +31,15 @@ func mustNew(t *testing.T, url string) *toss.Adapter {
 
 func TestConformance(t *testing.T) {
 	psptest.Run(t, func(t *testing.T) psptest.Harness {
-		fake := newFakeToss(secret)
+		fake := tosstest.New(secret)
 		faults := &psptest.HTTPFaults{
 			Handler: fake,
 			OpOf:    opOf,
 			Refuse: func(w http.ResponseWriter, r *http.Request) {
-				writeFake(w, http.StatusTooManyRequests, fakeError{"TOO_MANY_REQUESTS", "요청이 너무 많습니다."})
+				tosstest.Write(w, http.StatusTooManyRequests, tosstest.Error{Code: "TOO_MANY_REQUESTS", Message: "요청이 너무 많습니다."})
 			},
 			ServerError: func(w http.ResponseWriter, r *http.Request) {
-				writeFake(w, http.StatusInternalServerError, fakeError{"FAILED_INTERNAL_SYSTEM_PROCESSING", "내부 시스템 처리 작업이 실패했습니다."})
+				tosstest.Write(w, http.StatusInternalServerError, tosstest.Error{Code: "FAILED_INTERNAL_SYSTEM_PROCESSING", Message: "내부 시스템 처리 작업이 실패했습니다."})
 			},
 		}
 		ts := httptest.NewServer(faults)
@@ -83,13 +84,13 @@ func opOf(r *http.Request) psptest.Op {
 
 type backend struct {
 	*psptest.HTTPFaults
-	fake *fakeToss
+	fake *tosstest.Server
 }
 
-func (b backend) Charges(orderID string) int  { return b.fake.charges(orderID) }
-func (b backend) Refunds(refundID string) int { return b.fake.refunds(refundID) }
+func (b backend) Charges(orderID string) int  { return b.fake.Charges(orderID) }
+func (b backend) Refunds(refundID string) int { return b.fake.Refunds(refundID) }
 func (b backend) Settle(orderID string, o psptest.Outcome) {
-	b.fake.deposit(orderID, o == psptest.Success)
+	b.fake.Deposit(orderID, o == psptest.Success)
 }
 
 // The requests are the documented ones: path, Basic auth with the secret key
@@ -108,9 +109,9 @@ func TestRequestShape(t *testing.T) {
 			_ = json.Unmarshal(b, &s.body)
 		}
 		got = append(got, s)
-		writeFake(w, http.StatusOK, fakePayment{PaymentKey: "tgen_x", OrderID: "ord_000000000000000000000001", Status: "DONE",
-			TotalAmount: 15000, BalanceAmount: 5000, Currency: "KRW", ApprovedAt: now(),
-			Cancels: []fakeCancel{{TransactionKey: "txk_1", CancelReason: "changed mind [ref:rfd_000001]", CancelAmount: 10000, CancelStatus: "DONE"}}})
+		tosstest.Write(w, http.StatusOK, tosstest.Payment{PaymentKey: "tgen_x", OrderID: "ord_000000000000000000000001", Status: "DONE",
+			TotalAmount: 15000, BalanceAmount: 5000, Currency: "KRW", ApprovedAt: tosstest.Now(),
+			Cancels: []tosstest.Cancel{{TransactionKey: "txk_1", CancelReason: "changed mind [ref:rfd_000001]", CancelAmount: 10000, CancelStatus: "DONE"}}})
 	}))
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -240,32 +241,32 @@ func TestLookupStatuses(t *testing.T) {
 	const order = "ord_000000000000000000000001"
 	tests := []struct {
 		name    string
-		p       fakePayment
+		p       tosstest.Payment
 		status  psp.ChargeStatus
 		decline string
 		err     error // psp.ErrNotFound, or a class below
 		class   psp.Class
 	}{
-		{"done", fakePayment{Status: "DONE", ApprovedAt: now()}, psp.Succeeded, "", nil, 0},
-		{"refunded", fakePayment{Status: "CANCELED", ApprovedAt: now()}, psp.Succeeded, "", nil, 0},
-		{"partly refunded", fakePayment{Status: "PARTIAL_CANCELED", ApprovedAt: now()}, psp.Succeeded, "", nil, 0},
-		{"cancelled before approval", fakePayment{Status: "CANCELED"}, psp.Declined, "canceled", nil, 0},
-		{"refused", fakePayment{Status: "ABORTED", Failure: &fakeError{"REJECT_CARD_PAYMENT", "잔액부족"}}, psp.Declined, psp.DeclineInsufficientFunds, nil, 0},
-		{"refused unlisted code", fakePayment{Status: "ABORTED", Failure: &fakeError{"SOME_NEW_REFUSAL", "?"}}, psp.Declined, "some_new_refusal", nil, 0},
-		{"refused without failure", fakePayment{Status: "ABORTED"}, psp.Declined, psp.DeclineCardDeclined, nil, 0},
-		{"expired", fakePayment{Status: "EXPIRED"}, psp.Declined, "expired", nil, 0},
-		{"expired with failure", fakePayment{Status: "EXPIRED", Failure: &fakeError{"EXPIRED_PAYMENT", "결제가 만료되었습니다."}}, psp.Declined, "expired_payment", nil, 0},
-		{"authenticated, not confirmed", fakePayment{Status: "IN_PROGRESS"}, "", "", psp.ErrNotFound, 0},
-		{"ready", fakePayment{Status: "READY"}, "", "", psp.ErrNotFound, 0},
-		{"virtual account waiting", fakePayment{Status: "WAITING_FOR_DEPOSIT", VirtualAccount: &fakeVA{}}, psp.Pending, "", nil, 0},
-		{"virtual account expired", fakePayment{Status: "WAITING_FOR_DEPOSIT", VirtualAccount: &fakeVA{Expired: true}}, psp.Declined, "virtual_account_expired", nil, 0},
-		{"a status never seen", fakePayment{Status: "PARTIALLY_DONE"}, "", "", nil, psp.Unknown},
+		{"done", tosstest.Payment{Status: "DONE", ApprovedAt: tosstest.Now()}, psp.Succeeded, "", nil, 0},
+		{"refunded", tosstest.Payment{Status: "CANCELED", ApprovedAt: tosstest.Now()}, psp.Succeeded, "", nil, 0},
+		{"partly refunded", tosstest.Payment{Status: "PARTIAL_CANCELED", ApprovedAt: tosstest.Now()}, psp.Succeeded, "", nil, 0},
+		{"cancelled before approval", tosstest.Payment{Status: "CANCELED"}, psp.Declined, "canceled", nil, 0},
+		{"refused", tosstest.Payment{Status: "ABORTED", Failure: &tosstest.Error{Code: "REJECT_CARD_PAYMENT", Message: "잔액부족"}}, psp.Declined, psp.DeclineInsufficientFunds, nil, 0},
+		{"refused unlisted code", tosstest.Payment{Status: "ABORTED", Failure: &tosstest.Error{Code: "SOME_NEW_REFUSAL", Message: "?"}}, psp.Declined, "some_new_refusal", nil, 0},
+		{"refused without failure", tosstest.Payment{Status: "ABORTED"}, psp.Declined, psp.DeclineCardDeclined, nil, 0},
+		{"expired", tosstest.Payment{Status: "EXPIRED"}, psp.Declined, "expired", nil, 0},
+		{"expired with failure", tosstest.Payment{Status: "EXPIRED", Failure: &tosstest.Error{Code: "EXPIRED_PAYMENT", Message: "결제가 만료되었습니다."}}, psp.Declined, "expired_payment", nil, 0},
+		{"authenticated, not confirmed", tosstest.Payment{Status: "IN_PROGRESS"}, "", "", psp.ErrNotFound, 0},
+		{"ready", tosstest.Payment{Status: "READY"}, "", "", psp.ErrNotFound, 0},
+		{"virtual account waiting", tosstest.Payment{Status: "WAITING_FOR_DEPOSIT", VirtualAccount: &tosstest.VirtualAccount{}}, psp.Pending, "", nil, 0},
+		{"virtual account expired", tosstest.Payment{Status: "WAITING_FOR_DEPOSIT", VirtualAccount: &tosstest.VirtualAccount{Expired: true}}, psp.Declined, "virtual_account_expired", nil, 0},
+		{"a status never seen", tosstest.Payment{Status: "PARTIALLY_DONE"}, "", "", nil, psp.Unknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeToss(secret)
+			fake := tosstest.New(secret)
 			tt.p.PaymentKey, tt.p.OrderID, tt.p.TotalAmount, tt.p.Currency = "tgen_x", order, 15000, "KRW"
-			fake.seed(tt.p)
+			fake.Seed(tt.p)
 			ts := httptest.NewServer(fake)
 			defer ts.Close()
 			c, err := mustNew(t, ts.URL).Lookup(t.Context(), order)
@@ -316,7 +317,7 @@ func TestRepeatAfterIdempotencyKeyExpired(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeToss(secret)
+			fake := tosstest.New(secret)
 			ts := httptest.NewServer(fake)
 			defer ts.Close()
 			a := mustNew(t, ts.URL)
@@ -325,13 +326,13 @@ func TestRepeatAfterIdempotencyKeyExpired(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fake.forgetIdempotencyKeys()
+			fake.ForgetIdempotencyKeys()
 			req.PaymentMethod = tt.secondKey
 			second, err := a.Charge(t.Context(), req)
 			if err != nil || second != first {
 				t.Fatalf("repeat = %+v, %v; want %+v", second, err, first)
 			}
-			if n := fake.charges(req.MerchantOrderID); n != 1 {
+			if n := fake.Charges(req.MerchantOrderID); n != 1 {
 				t.Fatalf("%d charges, want 1", n)
 			}
 			// A refund repeated after its key expired finds its cancel.
@@ -341,9 +342,9 @@ func TestRepeatAfterIdempotencyKeyExpired(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fake.forgetIdempotencyKeys()
+			fake.ForgetIdempotencyKeys()
 			again, err := a.Refund(t.Context(), r)
-			if err != nil || again != rf || fake.refunds(r.RefundOrderID) != 1 {
+			if err != nil || again != rf || fake.Refunds(r.RefundOrderID) != 1 {
 				t.Fatalf("repeated refund = %+v, %v; want %+v once", again, err, rf)
 			}
 		})
@@ -353,7 +354,7 @@ func TestRepeatAfterIdempotencyKeyExpired(t *testing.T) {
 // The gateway's order ids fit Toss's orderId rule; ids that do not are
 // refused before anything is sent.
 func TestOrderIDRules(t *testing.T) {
-	fake := newFakeToss(secret)
+	fake := tosstest.New(secret)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -372,7 +373,7 @@ func TestOrderIDRules(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := fake.requestCount()
+			before := fake.RequestCount()
 			c, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: tt.orderID, Amount: 1000, Currency: "KRW", PaymentMethod: "tgen_ok_" + tt.name})
 			if tt.ok {
 				if err != nil || c.Status != psp.Succeeded {
@@ -383,7 +384,7 @@ func TestOrderIDRules(t *testing.T) {
 			if class, ok := psp.ClassOf(err); !ok || class != psp.Rejected {
 				t.Fatalf("Charge = %v, want Rejected", err)
 			}
-			if fake.requestCount() != before {
+			if fake.RequestCount() != before {
 				t.Fatal("an invalid order id was sent to Toss")
 			}
 		})
@@ -393,16 +394,16 @@ func TestOrderIDRules(t *testing.T) {
 		{MerchantOrderID: gw, Amount: 99, Currency: "KRW", PaymentMethod: "tgen_ok_x"},
 		{MerchantOrderID: gw, Amount: 1000, Currency: "KRW", PaymentMethod: ""},
 	} {
-		before := fake.requestCount()
+		before := fake.RequestCount()
 		_, err := a.Charge(t.Context(), r)
-		if class, _ := psp.ClassOf(err); class != psp.Rejected || fake.requestCount() != before {
+		if class, _ := psp.ClassOf(err); class != psp.Rejected || fake.RequestCount() != before {
 			t.Fatalf("Charge(%+v) = %v, want Rejected before sending", r, err)
 		}
 	}
 }
 
 func TestCancelReasonFitsTossLimit(t *testing.T) {
-	fake := newFakeToss(secret)
+	fake := tosstest.New(secret)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -455,30 +456,30 @@ func TestUnknownCodeIsCheckedBeforeItIsBelieved(t *testing.T) {
 		class   psp.Class
 	}{
 		{"no payment", func(w http.ResponseWriter) {
-			writeFake(w, 404, fakeError{"NOT_FOUND_PAYMENT", "존재하지 않는 결제 정보 입니다."})
+			tosstest.Write(w, 404, tosstest.Error{Code: "NOT_FOUND_PAYMENT", Message: "존재하지 않는 결제 정보 입니다."})
 		}, psp.Declined, "some_new_refusal", 0},
 		{"aborted", func(w http.ResponseWriter) {
-			writeFake(w, 200, fakePayment{PaymentKey: "tgen_x", OrderID: order, Status: "ABORTED", TotalAmount: 15000, Currency: "KRW",
-				Failure: &fakeError{"SOME_NEW_REFUSAL", "?"}})
+			tosstest.Write(w, 200, tosstest.Payment{PaymentKey: "tgen_x", OrderID: order, Status: "ABORTED", TotalAmount: 15000, Currency: "KRW",
+				Failure: &tosstest.Error{Code: "SOME_NEW_REFUSAL", Message: "?"}})
 		}, psp.Declined, "some_new_refusal", 0},
 		{"authenticated only", func(w http.ResponseWriter) {
-			writeFake(w, 200, fakePayment{PaymentKey: "tgen_x", OrderID: order, Status: "IN_PROGRESS", TotalAmount: 15000, Currency: "KRW"})
+			tosstest.Write(w, 200, tosstest.Payment{PaymentKey: "tgen_x", OrderID: order, Status: "IN_PROGRESS", TotalAmount: 15000, Currency: "KRW"})
 		}, psp.Declined, "some_new_refusal", 0},
 		{"approved after all", func(w http.ResponseWriter) {
-			writeFake(w, 200, fakePayment{PaymentKey: "tgen_x", OrderID: order, Status: "DONE", ApprovedAt: now(), TotalAmount: 15000, Currency: "KRW"})
+			tosstest.Write(w, 200, tosstest.Payment{PaymentKey: "tgen_x", OrderID: order, Status: "DONE", ApprovedAt: tosstest.Now(), TotalAmount: 15000, Currency: "KRW"})
 		}, psp.Succeeded, "", 0},
 		{"approved for another amount", func(w http.ResponseWriter) {
-			writeFake(w, 200, fakePayment{PaymentKey: "tgen_x", OrderID: order, Status: "DONE", ApprovedAt: now(), TotalAmount: 500, Currency: "KRW"})
+			tosstest.Write(w, 200, tosstest.Payment{PaymentKey: "tgen_x", OrderID: order, Status: "DONE", ApprovedAt: tosstest.Now(), TotalAmount: 500, Currency: "KRW"})
 		}, "", "", psp.Unknown},
 		{"lookup fails", func(w http.ResponseWriter) {
-			writeFake(w, 500, fakeError{"FAILED_INTERNAL_SYSTEM_PROCESSING", "..."})
+			tosstest.Write(w, 500, tosstest.Error{Code: "FAILED_INTERNAL_SYSTEM_PROCESSING", Message: "..."})
 		}, "", "", psp.Unknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.Method == http.MethodPost {
-					writeFake(w, http.StatusForbidden, fakeError{"SOME_NEW_REFUSAL", "새로운 거절 사유"})
+					tosstest.Write(w, http.StatusForbidden, tosstest.Error{Code: "SOME_NEW_REFUSAL", Message: "새로운 거절 사유"})
 					return
 				}
 				tt.lookup(w)
@@ -507,21 +508,21 @@ func TestOlderCancelShapes(t *testing.T) {
 	const order, key = "ord_000000000000000000000001", "tgen_x"
 	tests := []struct {
 		name   string
-		cancel fakeCancel
+		cancel tosstest.Cancel
 		status psp.RefundStatus
 		ref    string
 	}{
-		{"current", fakeCancel{TransactionKey: "txk_1", CancelAmount: 5000, CancelStatus: "DONE", CanceledAt: "2022-01-01T11:32:04+09:00"}, psp.RefundSucceeded, "txk_1"},
-		{"in progress", fakeCancel{TransactionKey: "txk_1", CancelAmount: 5000, CancelStatus: "IN_PROGRESS", CanceledAt: "2022-01-01T11:32:04+09:00"}, psp.RefundPending, "txk_1"},
-		{"older shape", fakeCancel{CancelAmount: 5000, CanceledAt: "2022-01-01T11:32:04+09:00"}, psp.RefundSucceeded, key + "@2022-01-01T11:32:04+09:00"},
-		{"aborted", fakeCancel{TransactionKey: "txk_1", CancelAmount: 5000, CancelStatus: "ABORTED"}, psp.RefundDeclined, "txk_1"},
+		{"current", tosstest.Cancel{TransactionKey: "txk_1", CancelAmount: 5000, CancelStatus: "DONE", CanceledAt: "2022-01-01T11:32:04+09:00"}, psp.RefundSucceeded, "txk_1"},
+		{"in progress", tosstest.Cancel{TransactionKey: "txk_1", CancelAmount: 5000, CancelStatus: "IN_PROGRESS", CanceledAt: "2022-01-01T11:32:04+09:00"}, psp.RefundPending, "txk_1"},
+		{"older shape", tosstest.Cancel{CancelAmount: 5000, CanceledAt: "2022-01-01T11:32:04+09:00"}, psp.RefundSucceeded, key + "@2022-01-01T11:32:04+09:00"},
+		{"aborted", tosstest.Cancel{TransactionKey: "txk_1", CancelAmount: 5000, CancelStatus: "ABORTED"}, psp.RefundDeclined, "txk_1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fake := newFakeToss(secret)
+			fake := tosstest.New(secret)
 			tt.cancel.CancelReason = "changed mind [ref:rfd_000001]"
-			fake.seed(fakePayment{PaymentKey: key, OrderID: order, Status: "PARTIAL_CANCELED", ApprovedAt: now(), TotalAmount: 15000,
-				BalanceAmount: 10000, Currency: "KRW", Cancels: []fakeCancel{tt.cancel}})
+			fake.Seed(tosstest.Payment{PaymentKey: key, OrderID: order, Status: "PARTIAL_CANCELED", ApprovedAt: tosstest.Now(), TotalAmount: 15000,
+				BalanceAmount: 10000, Currency: "KRW", Cancels: []tosstest.Cancel{tt.cancel}})
 			ts := httptest.NewServer(fake)
 			defer ts.Close()
 			r, err := mustNew(t, ts.URL).LookupRefund(t.Context(), key, "rfd_000001")
@@ -534,8 +535,8 @@ func TestOlderCancelShapes(t *testing.T) {
 
 func TestCancelAnswers(t *testing.T) {
 	const order, key = "ord_000000000000000000000001", "tgen_x"
-	ok := fakePayment{PaymentKey: key, OrderID: order, Status: "PARTIAL_CANCELED", ApprovedAt: now(), TotalAmount: 15000, BalanceAmount: 10000,
-		Currency: "KRW", Cancels: []fakeCancel{{TransactionKey: "txk_1", CancelReason: "refund [ref:rfd_000001]", CancelAmount: 5000, CancelStatus: "DONE"}}}
+	ok := tosstest.Payment{PaymentKey: key, OrderID: order, Status: "PARTIAL_CANCELED", ApprovedAt: tosstest.Now(), TotalAmount: 15000, BalanceAmount: 10000,
+		Currency: "KRW", Cancels: []tosstest.Cancel{{TransactionKey: "txk_1", CancelReason: "refund [ref:rfd_000001]", CancelAmount: 5000, CancelStatus: "DONE"}}}
 	other := ok
 	other.Currency = "USD"
 	tests := []struct {
@@ -548,17 +549,17 @@ func TestCancelAnswers(t *testing.T) {
 	}{
 		{"done", 200, ok, "", 0, nil},
 		{"answer in another currency", 200, other, "", psp.Unknown, psp.ErrMismatch},
-		{"answer without the cancel", 200, fakePayment{PaymentKey: key, OrderID: order, Status: "DONE", ApprovedAt: now(), TotalAmount: 15000, Currency: "KRW"}, "", psp.Unknown, psp.ErrMismatch},
-		{"not cancelable", 403, fakeError{"NOT_CANCELABLE_PAYMENT", "취소 할 수 없는 결제 입니다."}, psp.RefundDeclineNotRefundable, 0, nil},
-		{"refund period over", 403, fakeError{"EXCEED_MAX_REFUND_DUE", "환불 가능한 기간이 지났습니다."}, psp.RefundDeclineNotRefundable, 0, nil},
-		{"too soon again", 403, fakeError{"FORBIDDEN_CONSECUTIVE_REQUEST", "반복적인 요청은 허용되지 않습니다. 잠시 후 다시 시도해주세요."}, "", psp.NotProcessed, nil},
-		{"bank failed", 500, fakeError{"FAILED_REFUND_PROCESS", "은행 응답시간 지연이나 일시적인 오류로 환불요청에 실패했습니다."}, "", psp.Unknown, nil},
-		{"invalid", 400, fakeError{"INVALID_REQUEST", "잘못된 요청입니다."}, "", psp.Rejected, nil},
+		{"answer without the cancel", 200, tosstest.Payment{PaymentKey: key, OrderID: order, Status: "DONE", ApprovedAt: tosstest.Now(), TotalAmount: 15000, Currency: "KRW"}, "", psp.Unknown, psp.ErrMismatch},
+		{"not cancelable", 403, tosstest.Error{Code: "NOT_CANCELABLE_PAYMENT", Message: "취소 할 수 없는 결제 입니다."}, psp.RefundDeclineNotRefundable, 0, nil},
+		{"refund period over", 403, tosstest.Error{Code: "EXCEED_MAX_REFUND_DUE", Message: "환불 가능한 기간이 지났습니다."}, psp.RefundDeclineNotRefundable, 0, nil},
+		{"too soon again", 403, tosstest.Error{Code: "FORBIDDEN_CONSECUTIVE_REQUEST", Message: "반복적인 요청은 허용되지 않습니다. 잠시 후 다시 시도해주세요."}, "", psp.NotProcessed, nil},
+		{"bank failed", 500, tosstest.Error{Code: "FAILED_REFUND_PROCESS", Message: "은행 응답시간 지연이나 일시적인 오류로 환불요청에 실패했습니다."}, "", psp.Unknown, nil},
+		{"invalid", 400, tosstest.Error{Code: "INVALID_REQUEST", Message: "잘못된 요청입니다."}, "", psp.Rejected, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				writeFake(w, tt.status, tt.body)
+				tosstest.Write(w, tt.status, tt.body)
 			}))
 			defer ts.Close()
 			r, err := mustNew(t, ts.URL).Refund(t.Context(), psp.RefundRequest{RefundOrderID: "rfd_000001", MerchantOrderID: order,
@@ -569,7 +570,7 @@ func TestCancelAnswers(t *testing.T) {
 					t.Fatalf("Refund = %+v, %v; want class %s %v", r, err, tt.class, tt.is)
 				}
 			case tt.decline != "":
-				if err != nil || r.Status != psp.RefundDeclined || r.DeclineCode != tt.decline || r.Code != tt.body.(fakeError).Code {
+				if err != nil || r.Status != psp.RefundDeclined || r.DeclineCode != tt.decline || r.Code != tt.body.(tosstest.Error).Code {
 					t.Fatalf("Refund = %+v, %v; want declined %s", r, err, tt.decline)
 				}
 			default:

@@ -1,4 +1,8 @@
-package stripe_test
+// Package stripetest owns a fake Stripe API for tests: the part of Stripe's
+// HTTP API the adapter (package psp/stripe) uses, answering as Stripe
+// documents, so that the adapter's tests and the gateway's own can run
+// against Stripe's answer shapes without a network.
+package stripetest
 
 import (
 	"encoding/json"
@@ -13,9 +17,9 @@ import (
 	"time"
 )
 
-// fakeStripe reproduces the part of Stripe's API the adapter uses, as
+// Server reproduces the part of Stripe's API the adapter uses, as
 // documented: form-encoded PaymentIntent creation with confirm=true, search
-// by metadata, refunds and their list, Bearer auth, idempotency keys (a
+// by metadata, retrieval by id, refunds and their list, Bearer auth, idempotency keys (a
 // repeat replays the first answer, 5xx included; other parameters are an
 // idempotency_error) and the {"error":{type,code,decline_code,message}} bodies.
 //
@@ -28,7 +32,7 @@ import (
 // Stripe refuses as invalid (amount_too_small); any other id does not exist.
 // Amounts follow Stripe's units: ISK and UGX must be multiples of 100 and the
 // three-decimal currencies end in 0 (invalid_charge_amount otherwise).
-type fakeStripe struct {
+type Server struct {
 	key string
 
 	mu       sync.Mutex
@@ -42,6 +46,9 @@ type fakeStripe struct {
 	indexed   map[string]bool
 	// failNextCreate makes the next create act and then answer a (cached) 500.
 	failNextCreate bool
+	// refundsPending makes new refunds pending until FinishRefund.
+	refundsPending bool
+	events         int
 }
 
 type idemRecord struct {
@@ -50,27 +57,29 @@ type idemRecord struct {
 	body   []byte
 }
 
-func newFakeStripe(key string) *fakeStripe {
-	return &fakeStripe{key: key, pis: map[string]map[string]any{}, idem: map[string]idemRecord{}, indexed: map[string]bool{}}
+// New returns a Server that accepts the secret key key.
+func New(key string) *Server {
+	return &Server{key: key, pis: map[string]map[string]any{}, idem: map[string]idemRecord{}, indexed: map[string]bool{}}
 }
 
-func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP implements http.Handler.
+func (f *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := r.ParseForm(); err != nil {
-		stripeError(w, 400, "invalid_request_error", "", "", "bad form")
+		Error(w, 400, "invalid_request_error", "", "", "bad form")
 		return
 	}
 	f.requests = append(f.requests, r)
 	if r.Header.Get("Authorization") != "Bearer "+f.key {
-		stripeError(w, 401, "invalid_request_error", "", "", "Invalid API Key provided")
+		Error(w, 401, "invalid_request_error", "", "", "Invalid API Key provided")
 		return
 	}
 	if key := r.Header.Get("Idempotency-Key"); r.Method == http.MethodPost && key != "" {
 		params := r.URL.Path + "?" + r.PostForm.Encode() // Encode sorts by key
 		if rec, ok := f.idem[key]; ok {
 			if rec.params != params {
-				stripeError(w, 400, "idempotency_error", "", "",
+				Error(w, 400, "idempotency_error", "", "",
 					"Keys for idempotent requests can only be used with the same parameters they were first used with.")
 				return
 			}
@@ -91,12 +100,14 @@ func (f *fakeStripe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // route answers one request; save says whether Stripe keeps the answer for
 // the idempotency key (not for a request that failed validation).
-func (f *fakeStripe) route(r *http.Request) (int, []byte, bool) {
+func (f *Server) route(r *http.Request) (int, []byte, bool) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		return f.createPI(r.PostForm)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		return f.search(r.Form.Get("query"))
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		return f.retrieve(strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"))
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
 		return f.createRefund(r.PostForm)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
@@ -106,7 +117,8 @@ func (f *fakeStripe) route(r *http.Request) (int, []byte, bool) {
 	return s, b, false
 }
 
-func metadata(form url.Values) map[string]any {
+// FormMetadata reads the metadata[…] fields of a form-encoded request.
+func FormMetadata(form url.Values) map[string]any {
 	md := map[string]any{}
 	for k, v := range form {
 		if name, ok := strings.CutPrefix(k, "metadata["); ok {
@@ -116,7 +128,7 @@ func metadata(form url.Values) map[string]any {
 	return md
 }
 
-func (f *fakeStripe) createPI(form url.Values) (int, []byte, bool) {
+func (f *Server) createPI(form url.Values) (int, []byte, bool) {
 	amount, err := strconv.ParseInt(form.Get("amount"), 10, 64)
 	if err != nil || amount <= 0 || form.Get("currency") == "" || form.Get("currency") != strings.ToLower(form.Get("currency")) {
 		s, b := errorBody(400, "invalid_request_error", "parameter_invalid_integer", "amount", "Invalid amount or currency")
@@ -157,7 +169,7 @@ func (f *fakeStripe) createPI(form url.Values) (int, []byte, bool) {
 	f.seq++
 	pi := map[string]any{
 		"id": fmt.Sprintf("pi_%d", f.seq), "object": "payment_intent", "amount": amount, "currency": form.Get("currency"),
-		"created": time.Now().Unix() + int64(f.seq), "metadata": metadata(form), "description": form.Get("description"),
+		"created": time.Now().Unix() + int64(f.seq), "metadata": FormMetadata(form), "description": form.Get("description"),
 		"payment_method": pm, "latest_charge": fmt.Sprintf("ch_%d", f.seq), "last_payment_error": nil, "status": "succeeded",
 		"amount_refunded": int64(0),
 	}
@@ -196,9 +208,19 @@ func (f *fakeStripe) createPI(form url.Values) (int, []byte, bool) {
 	return 402, b, true
 }
 
+func (f *Server) retrieve(id string) (int, []byte, bool) {
+	pi, ok := f.pis[id]
+	if !ok {
+		s, b := errorBody(404, "invalid_request_error", "resource_missing", "intent", "No such payment_intent: '"+id+"'")
+		return s, b, false
+	}
+	b, _ := json.Marshal(pi)
+	return 200, b, false
+}
+
 var searchQuery = regexp.MustCompile(`^metadata\['([a-z_]+)'\]:'([^']*)'$`)
 
-func (f *fakeStripe) search(query string) (int, []byte, bool) {
+func (f *Server) search(query string) (int, []byte, bool) {
 	m := searchQuery.FindStringSubmatch(query)
 	if m == nil {
 		s, b := errorBody(400, "invalid_request_error", "", "query", "Invalid search query")
@@ -216,7 +238,7 @@ func (f *fakeStripe) search(query string) (int, []byte, bool) {
 	return 200, b, false
 }
 
-func (f *fakeStripe) sortedIDs() []string {
+func (f *Server) sortedIDs() []string {
 	ids := make([]string, 0, len(f.pis))
 	for id := range f.pis {
 		ids = append(ids, id)
@@ -225,7 +247,7 @@ func (f *fakeStripe) sortedIDs() []string {
 	return ids
 }
 
-func (f *fakeStripe) createRefund(form url.Values) (int, []byte, bool) {
+func (f *Server) createRefund(form url.Values) (int, []byte, bool) {
 	pi, ok := f.pis[form.Get("payment_intent")]
 	if !ok {
 		s, b := errorBody(400, "invalid_request_error", "resource_missing", "payment_intent", "No such payment_intent: '"+form.Get("payment_intent")+"'")
@@ -251,15 +273,19 @@ func (f *fakeStripe) createRefund(form url.Values) (int, []byte, bool) {
 	}
 	pi["amount_refunded"] = pi["amount_refunded"].(int64) + amount
 	f.seq++
+	status := "succeeded"
+	if f.refundsPending {
+		status = "pending"
+	}
 	rf := map[string]any{"id": fmt.Sprintf("re_%d", f.seq), "object": "refund", "amount": amount, "currency": pi["currency"],
-		"status": "succeeded", "payment_intent": pi["id"], "charge": pi["latest_charge"], "metadata": metadata(form),
+		"status": status, "payment_intent": pi["id"], "charge": pi["latest_charge"], "metadata": FormMetadata(form),
 		"created": time.Now().Unix()}
 	f.refunds = append(f.refunds, rf)
 	b, _ := json.Marshal(rf)
 	return 200, b, true
 }
 
-func (f *fakeStripe) listRefunds(piID string) (int, []byte, bool) {
+func (f *Server) listRefunds(piID string) (int, []byte, bool) {
 	if _, ok := f.pis[piID]; !ok {
 		s, b := errorBody(404, "invalid_request_error", "resource_missing", "payment_intent", "No such payment_intent: '"+piID+"'")
 		return s, b, false
@@ -274,8 +300,8 @@ func (f *fakeStripe) listRefunds(piID string) (int, []byte, bool) {
 	return 200, b, false
 }
 
-// charges counts PaymentIntents for an order id (declined ones included).
-func (f *fakeStripe) charges(orderID string) int {
+// Charges counts PaymentIntents for an order id (declined ones included).
+func (f *Server) Charges(orderID string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -287,7 +313,8 @@ func (f *fakeStripe) charges(orderID string) int {
 	return n
 }
 
-func (f *fakeStripe) refundCount(refundOrderID string) int {
+// RefundCount counts the refunds made for a refund order id.
+func (f *Server) RefundCount(refundOrderID string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
@@ -299,9 +326,9 @@ func (f *fakeStripe) refundCount(refundOrderID string) int {
 	return n
 }
 
-// authenticate finishes 3-D Secure for the order's PaymentIntent, as the
+// Authenticate finishes 3-D Secure for the order's PaymentIntent, as the
 // customer does in Stripe.js.
-func (f *fakeStripe) authenticate(orderID string, passed bool) {
+func (f *Server) Authenticate(orderID string, passed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, pi := range f.pis {
@@ -320,13 +347,92 @@ func (f *fakeStripe) authenticate(orderID string, passed bool) {
 	panic("no payment intent waits for " + orderID)
 }
 
-// forgetIdempotencyKeys models Stripe's 24-hour key lifetime.
-func (f *fakeStripe) forgetIdempotencyKeys() {
-	f.set(func(f *fakeStripe) { f.idem = map[string]idemRecord{} })
+// ForgetIdempotencyKeys models Stripe's 24-hour key lifetime.
+func (f *Server) ForgetIdempotencyKeys() {
+	f.set(func(f *Server) { f.idem = map[string]idemRecord{} })
 }
 
-// index makes every PaymentIntent searchable, as time does.
-func (f *fakeStripe) index() {
+// SetSearchLag hides new PaymentIntents from search until Index is called,
+// as Stripe's eventually consistent search does for about a minute.
+func (f *Server) SetSearchLag(on bool) { f.set(func(f *Server) { f.searchLag = on }) }
+
+// FailNextCreate makes the next PaymentIntent creation act, then answer a
+// 500 that Stripe keeps for its idempotency key.
+func (f *Server) FailNextCreate() { f.set(func(f *Server) { f.failNextCreate = true }) }
+
+// Requests returns every request received, in order (forms parsed).
+func (f *Server) Requests() []*http.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*http.Request(nil), f.requests...)
+}
+
+// SetRefundsPending makes new refunds pending (as bank transfers' are)
+// until FinishRefund settles them.
+func (f *Server) SetRefundsPending(on bool) { f.set(func(f *Server) { f.refundsPending = on }) }
+
+// FinishRefund settles the pending refund made for refundOrderID:
+// "succeeded", or "failed" (its amount goes back to the PaymentIntent).
+func (f *Server) FinishRefund(refundOrderID, status string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, rf := range f.refunds {
+		if rf["metadata"].(map[string]any)["refund_order_id"] != refundOrderID || rf["status"] != "pending" {
+			continue
+		}
+		rf["status"] = status
+		if status == "failed" {
+			rf["failure_reason"] = "lost_or_stolen_card"
+			pi := f.pis[rf["payment_intent"].(string)]
+			pi["amount_refunded"] = pi["amount_refunded"].(int64) - rf["amount"].(int64)
+		}
+		return
+	}
+	panic("no pending refund " + refundOrderID)
+}
+
+// PaymentIntent is the id of the newest PaymentIntent of an order, "" when none.
+func (f *Server) PaymentIntent(orderID string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	last := ""
+	for _, id := range f.sortedIDs() {
+		if f.pis[id]["metadata"].(map[string]any)["merchant_order_id"] == orderID {
+			last = id
+		}
+	}
+	return last
+}
+
+// Event is the body of a webhook event of type typ about the object with
+// id (a PaymentIntent pi_…, or a refund re_…), the object as it stands now:
+// a snapshot, as Stripe sends it. Sign it with stripe-go's
+// webhook.GenerateTestSignedPayload.
+func (f *Server) Event(typ, id string) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	obj, ok := f.pis[id]
+	if !ok {
+		for _, rf := range f.refunds {
+			if rf["id"] == id {
+				obj, ok = rf, true
+			}
+		}
+	}
+	if !ok {
+		panic("no Stripe object " + id)
+	}
+	f.events++
+	b, err := json.Marshal(map[string]any{"id": fmt.Sprintf("evt_%d", f.events), "object": "event", "api_version": "2025-08-27.basil",
+		"created": time.Now().Unix(), "livemode": false, "pending_webhooks": 1, "type": typ, "data": map[string]any{"object": obj}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Index makes every PaymentIntent searchable, as time does.
+func (f *Server) Index() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for id := range f.pis {
@@ -334,7 +440,7 @@ func (f *fakeStripe) index() {
 	}
 }
 
-func (f *fakeStripe) set(fn func(f *fakeStripe)) {
+func (f *Server) set(fn func(f *Server)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
@@ -352,7 +458,8 @@ func errorBody(status int, typ, code, param, msg string) (int, []byte) {
 	return status, b
 }
 
-func stripeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
+// Error writes one of Stripe's error answers.
+func Error(w http.ResponseWriter, status int, typ, code, param, msg string) {
 	s, b := errorBody(status, typ, code, param, msg)
 	writeRaw(w, s, b)
 }
