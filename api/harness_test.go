@@ -68,6 +68,8 @@ type envSetup struct {
 	api func(*api.Options)
 	// authTTL is how long a verified API key is trusted without a read.
 	authTTL time.Duration
+	// notices, when set, receives the PSPs' notifications (webhooks).
+	notices func(*store.Store) api.NoticeReceiver
 }
 
 type envOption func(*envSetup)
@@ -99,6 +101,9 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	apiOpts := api.Options{MaxBodyBytes: 16 << 10}
 	if setup.api != nil {
 		setup.api(&apiOpts)
+	}
+	if setup.notices != nil {
+		apiOpts.Notices = setup.notices(st)
 	}
 	contract, err := published()
 	if err != nil {
