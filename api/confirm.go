@@ -1,8 +1,6 @@
 package api
 
 import (
-	"net/http"
-
 	"github.com/labstack/echo/v4"
 
 	"gateway/payments"
@@ -30,31 +28,21 @@ func (s *Server) handleConfirmPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if out.Response.Status == http.StatusCreated {
-		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
-	}
-	if out.Replayed {
-		c.Response().Header().Set("Idempotent-Replayed", "true")
-	}
-	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+	return answer(c, out)
 }
 
 // parseConfirm turns the request into the command, or a 4xx naming what to
 // fix. It reads no state.
 func (s *Server) parseConfirm(c echo.Context) (payments.ConfirmRequest, error) {
-	key, present := c.Request().Header["Idempotency-Key"]
-	if !present || len(key) != 1 {
-		if !present {
-			s.obs.MissingKey()
-		}
-		return payments.ConfirmRequest{}, &payments.Error{Code: payments.CodeInvalidKey,
-			Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a new one for the confirm: not the creation's)"}
+	key, err := s.idempotencyKey(c, "a new one for the confirm, not the creation's")
+	if err != nil {
+		return payments.ConfirmRequest{}, err
 	}
 	var body confirmBody
 	if err := s.decodeObject(c, &body); err != nil {
 		return payments.ConfirmRequest{}, err
 	}
-	req := payments.ConfirmRequest{MerchantID: merchantOf(c).ID, PaymentID: c.Param("id"), IdempotencyKey: key[0], Amount: body.Amount}
+	req := payments.ConfirmRequest{MerchantID: merchantOf(c).ID, PaymentID: c.Param("id"), IdempotencyKey: key, Amount: body.Amount}
 	switch {
 	case body.PaymentMethod != nil && body.PaymentKey != nil:
 		return req, &payments.Error{Code: payments.CodeInvalid, Message: "the request body is invalid",

@@ -77,6 +77,13 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	return answer(c, out)
+}
+
+// answer writes an idempotent command's answer: its stored status and body,
+// byte for byte, with Location for a created payment and
+// Idempotent-Replayed for a replay.
+func answer(c echo.Context, out payments.Outcome) error {
 	if out.Response.Status == http.StatusCreated {
 		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
 	}
@@ -86,15 +93,25 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
 }
 
-// parseCreate turns the request into the command, or a 4xx *payments.Error
-// (or *http.MaxBytesError) naming what to fix. It reads no state.
-func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
+// idempotencyKey reads the request's one Idempotency-Key header (its
+// validity is the flow's to judge); hint ends the refusal's advice.
+func (s *Server) idempotencyKey(c echo.Context, hint string) (string, error) {
 	key, present := c.Request().Header["Idempotency-Key"]
 	if !present || len(key) != 1 {
 		if !present {
 			s.obs.MissingKey()
 		}
-		return payments.CreateRequest{}, &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
+		return "", &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (" + hint + ")"}
+	}
+	return key[0], nil
+}
+
+// parseCreate turns the request into the command, or a 4xx *payments.Error
+// (or *http.MaxBytesError) naming what to fix. It reads no state.
+func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
+	key, err := s.idempotencyKey(c, "a UUID is a good choice")
+	if err != nil {
+		return payments.CreateRequest{}, err
 	}
 	body, err := s.decodeCreate(c)
 	if err != nil {
@@ -102,7 +119,7 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	}
 	req := payments.CreateRequest{
 		MerchantID:     merchantOf(c).ID,
-		IdempotencyKey: key[0],
+		IdempotencyKey: key,
 		Metadata:       body.Metadata,
 		ConfirmLater:   body.Confirm != nil && !*body.Confirm,
 	}

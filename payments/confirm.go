@@ -8,8 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/oklog/ulid/v2"
-
 	"gateway/idemkeys"
 )
 
@@ -154,11 +152,7 @@ func (s *Service) newAttempt(ctx context.Context, ref idemkeys.Ref, fp [32]byte)
 }
 
 func (s *Service) claimConfirm(a attempt, req ConfirmRequest) (Outcome, error) {
-	if e := s.closed(); e != nil {
-		out, err := s.join(a)
-		if errors.Is(err, errVanished) {
-			return Outcome{}, e
-		}
+	if out, err, closed := s.whenClosed(a); closed {
 		return out, err
 	}
 	h := holding{token: idemkeys.FirstToken()}
@@ -196,11 +190,7 @@ func (s *Service) claimConfirm(a attempt, req ConfirmRequest) (Outcome, error) {
 func (s *Service) chargeConfirmed(a attempt, h holding, p Payment, start time.Time) (Outcome, error) {
 	adapter, ok := s.psps.For(p.PSP)
 	if !ok {
-		// Claimed, but this replica cannot reach the payment's PSP: give the
-		// key back unsent; a replica that can resumes it.
-		s.obs.UnconfiguredPSP()
-		return s.release(a, h, p.ID, true, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
-			Message: "this payment cannot be confirmed from here right now; retry with the same Idempotency-Key"})
+		return s.unreachable(a, h, p.ID, "payment")
 	}
 	s.obs.KeyOutcome(OutcomeFresh)
 	s.begin(a)
@@ -211,26 +201,11 @@ func (s *Service) chargeConfirmed(a attempt, h holding, p Payment, start time.Ti
 // createUnconfirmed stores a payment to confirm later and completes its key
 // at once with the answer: no PSP is called.
 func (s *Service) createUnconfirmed(a attempt, req CreateRequest) (Outcome, error) {
-	if e := s.closed(); e != nil {
-		out, err := s.join(a)
-		if errors.Is(err, errVanished) {
-			return Outcome{}, e
-		}
+	if out, err, closed := s.whenClosed(a); closed {
 		return out, err
 	}
 	name, adapter := s.psps.Default()
-	p := Payment{
-		ID:              "pay_" + ulid.Make().String(),
-		MerchantID:      req.MerchantID,
-		IdempotencyKey:  req.IdempotencyKey,
-		MerchantOrderID: MerchantOrderID(req.MerchantID, req.IdempotencyKey),
-		Status:          RequiresConfirmation,
-		Amount:          req.Amount,
-		PaymentMethod:   req.PaymentMethod,
-		Description:     req.Description,
-		Metadata:        req.Metadata,
-		PSP:             name,
-	}
+	p := newPayment(req, RequiresConfirmation, name)
 	checkout, err := CheckoutFor(p, adapter.Capabilities())
 	if err != nil {
 		return Outcome{}, internal(err)
@@ -260,14 +235,7 @@ func (s *Service) createUnconfirmed(a attempt, req CreateRequest) (Outcome, erro
 		}
 		return s.join(a)
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		if e.Code == CodeKeyReused {
-			s.obs.KeyOutcome(OutcomeKeyReused)
-		}
-		return Outcome{}, e
-	}
-	return Outcome{}, internal(err)
+	return s.claimRefused(err)
 }
 
 // withCheckout fills in what a payment awaiting confirmation's front end

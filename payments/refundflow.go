@@ -70,11 +70,7 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Outcome,
 }
 
 func (s *Service) claimRefund(a attempt, req RefundRequest) (Outcome, error) {
-	if e := s.closed(); e != nil {
-		out, err := s.join(a)
-		if errors.Is(err, errVanished) {
-			return Outcome{}, e
-		}
+	if out, err, closed := s.whenClosed(a); closed {
 		return out, err
 	}
 	r := Refund{
@@ -95,11 +91,7 @@ func (s *Service) claimRefund(a attempt, req RefundRequest) (Outcome, error) {
 	case err == nil:
 		adapter, ok := s.psps.For(p.PSP)
 		if !ok {
-			// Claimed and reserved, but this replica cannot reach the payment's
-			// PSP: give the key back unsent; a replica that can resumes it.
-			s.obs.UnconfiguredPSP()
-			return s.release(a, h, claimed.ID, true, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
-				Message: "this refund cannot be sent from here right now; retry with the same Idempotency-Key"})
+			return s.unreachable(a, h, claimed.ID, "refund")
 		}
 		s.obs.KeyOutcome(OutcomeFresh)
 		s.begin(a)
@@ -127,9 +119,7 @@ func (s *Service) claimRefund(a attempt, req RefundRequest) (Outcome, error) {
 			rs := sub.(refundSubject)
 			adapter, ok := s.psps.For(rs.pspName())
 			if !ok {
-				s.obs.UnconfiguredPSP()
-				return s.release(a, h, r.ID, true, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
-					Message: "this refund cannot be sent from here right now; retry with the same Idempotency-Key"})
+				return s.unreachable(a, h, r.ID, "refund")
 			}
 			s.obs.KeyOutcome(OutcomeFresh)
 			s.begin(a)

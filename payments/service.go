@@ -214,28 +214,42 @@ func (s *Service) accepts(m Money) error {
 	return e
 }
 
-func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
-	if e := s.closed(); e != nil {
-		// Nothing new starts here; a stored answer is still an answer.
-		out, err := s.join(a)
-		if errors.Is(err, errVanished) {
-			return Outcome{}, e
-		}
-		return out, err
+// whenClosed answers a request while this replica may not start anything
+// (closed): nothing new starts here, but a stored answer is still an answer.
+func (s *Service) whenClosed(a attempt) (out Outcome, err error, closed bool) {
+	e := s.closed()
+	if e == nil {
+		return Outcome{}, nil, false
 	}
-	name, adapter := s.psps.Default()
-	p := Payment{
+	out, err = s.join(a)
+	if errors.Is(err, errVanished) {
+		return Outcome{}, e, true
+	}
+	return out, err, true
+}
+
+// newPayment is the payment req creates at the PSP named psp.
+func newPayment(req CreateRequest, status Status, psp string) Payment {
+	return Payment{
 		ID:              "pay_" + ulid.Make().String(),
 		MerchantID:      req.MerchantID,
 		IdempotencyKey:  req.IdempotencyKey,
 		MerchantOrderID: MerchantOrderID(req.MerchantID, req.IdempotencyKey),
-		Status:          Processing,
+		Status:          status,
 		Amount:          req.Amount,
 		PaymentMethod:   req.PaymentMethod,
 		Description:     req.Description,
 		Metadata:        req.Metadata,
-		PSP:             name,
+		PSP:             psp,
 	}
+}
+
+func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
+	if out, err, closed := s.whenClosed(a); closed {
+		return out, err
+	}
+	name, adapter := s.psps.Default()
+	p := newPayment(req, Processing, name)
 	h := holding{token: idemkeys.FirstToken(), adapter: adapter}
 	// The database stamps the claim after this instant, so the charge
 	// window measured locally from it ends no later than the one recorded.
@@ -264,6 +278,12 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 		}
 		return s.join(a)
 	}
+	return s.claimRefused(err)
+}
+
+// claimRefused answers a claim the store refused: its *Error as it is
+// (a purged key's payment named), anything else as internal.
+func (s *Service) claimRefused(err error) (Outcome, error) {
 	var e *Error
 	if errors.As(err, &e) {
 		if e.Code == CodeKeyReused {
@@ -272,6 +292,14 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 		return Outcome{}, e
 	}
 	return Outcome{}, internal(err)
+}
+
+// unreachable gives back, unsent, a key claimed on a replica that cannot
+// reach its subject's PSP: a replica that can resumes it.
+func (s *Service) unreachable(a attempt, h holding, id, what string) (Outcome, error) {
+	s.obs.UnconfiguredPSP()
+	return s.release(a, h, id, true, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
+		Message: "this " + what + " cannot be sent from here right now; retry with the same Idempotency-Key"})
 }
 
 // paymentSubject is a payment under its key's lease: its charge.

@@ -34,17 +34,11 @@ func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decid
 		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
 			return err
 		}
-		until := now.Add(c.Lease)
-		_, err := tx.ExecContext(ctx, insertKeyInProgress, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], c.PaymentID,
-			int64(c.Token), until, until, until, now, now)
-		if err := db.Classify(err); err != nil {
-			if errors.Is(err, db.ErrDuplicate) {
-				return idemkeys.ErrExists
-			}
+		if err := claimKey(ctx, tx, ref, c.Fingerprint, c.PaymentID, c.Token, now, c.Lease); err != nil {
 			return err
 		}
 		var pr paymentRow
-		err = tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, ref.MerchantID, c.PaymentID)
+		err := tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, ref.MerchantID, c.PaymentID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return payments.ErrNotFound
 		}
@@ -154,15 +148,7 @@ func (s *Store) PaymentsByOrder(ctx context.Context, orderID string) ([]payments
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments WHERE merchant_order_id = ?`, orderID); err != nil {
 		return nil, fmt.Errorf("store.PaymentsByOrder: %w", db.Classify(err))
 	}
-	out := make([]payments.Payment, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.toDomain()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return paymentsOf(rows)
 }
 
 // RefundsByOrder implements payments.NoticeStore: the refunds with a

@@ -89,14 +89,26 @@ func (s *Store) ClaimUnconfirmed(ctx context.Context, c payments.Claim, expiry t
 	return s.claimPayment(ctx, "store.ClaimUnconfirmed", c, expiry, render)
 }
 
-// insertKeyInProgress claims a key for a worker that may send its charge
-// (or refund) until the lease ends; every time is given, read from the
-// database's clock in the same transaction.
-const insertKeyInProgress = `
+// claimKey claims a key in tx for a worker that may send its charge (or
+// refund) for the subject named subjectID until the lease ends; now is the
+// database's clock, read in the same transaction. idemkeys.ErrExists when
+// the key is claimed already.
+func claimKey(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, fp [32]byte, subjectID string, token idemkeys.Token, now time.Time, lease time.Duration) error {
+	const stmt = `
 INSERT INTO idempotency_keys
     (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
      locked_until, may_charge_until, reconcile_after, charge_attempts, charges_not_sent, created_at, updated_at)
 VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
+	until := now.Add(lease)
+	_, err := tx.ExecContext(ctx, stmt, ref.MerchantID, ref.Endpoint, ref.Key, fp[:], subjectID, int64(token), until, until, until, now, now)
+	if err := db.Classify(err); err != nil {
+		if errors.Is(err, db.ErrDuplicate) {
+			return idemkeys.ErrExists
+		}
+		return err
+	}
+	return nil
+}
 
 // claimPayment inserts c's key and payment. With render, the key is
 // completed at once with render's answer and nothing may be sent for it
@@ -124,25 +136,24 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 			return err
 		}
 		p.CreatedAt, p.UpdatedAt, p.Status, p.ExpiresAt = now, now, payments.Processing, time.Time{}
-		var err error
 		if render == nil {
-			until := now.Add(c.Lease)
-			_, err = tx.ExecContext(ctx, insertKeyInProgress, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
-				int64(c.Token), until, until, until, now, now)
+			if err := claimKey(ctx, tx, ref, c.Fingerprint, p.ID, c.Token, now, c.Lease); err != nil {
+				return err
+			}
 		} else {
 			p.Status, p.ExpiresAt = payments.RequiresConfirmation, now.Add(expiry).Truncate(time.Microsecond)
 			resp = render(p)
-			_, err = tx.ExecContext(ctx, insertKeyCompleted, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
+			_, err := tx.ExecContext(ctx, insertKeyCompleted, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
 				int64(c.Token), resp.Status, resp.Body, now, now, now)
-		}
-		if err := db.Classify(err); err != nil {
-			if errors.Is(err, db.ErrDuplicate) {
-				return idemkeys.ErrExists
+			if err := db.Classify(err); err != nil {
+				if errors.Is(err, db.ErrDuplicate) {
+					return idemkeys.ErrExists
+				}
+				return err
 			}
-			return err
 		}
 		expires := sql.NullTime{Time: p.ExpiresAt, Valid: !p.ExpiresAt.IsZero()}
-		_, err = tx.ExecContext(ctx, insertPayment,
+		_, err := tx.ExecContext(ctx, insertPayment,
 			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
 			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, now, now)
 		return err

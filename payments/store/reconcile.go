@@ -411,13 +411,5 @@ func (s *Store) ListPayments(ctx context.Context, status payments.Status, limit 
 	if err := s.db.SelectContext(ctx, &rows, q, string(status), limit); err != nil {
 		return nil, fmt.Errorf("store.ListPayments: %w", db.Classify(err))
 	}
-	out := make([]payments.Payment, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.toDomain()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return paymentsOf(rows)
 }

@@ -73,11 +73,6 @@ func (s *Store) ClaimRefund(ctx context.Context, c payments.RefundClaim, decide 
 	if err != nil {
 		return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: %w", err)
 	}
-	const insertKey = `
-INSERT INTO idempotency_keys
-    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
-     locked_until, may_charge_until, reconcile_after, charge_attempts, charges_not_sent, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
 	const insertRefund = `
 INSERT INTO refunds (merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency,
     reason, metadata, psp, created_at, updated_at)
@@ -88,18 +83,11 @@ VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`
 		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
 			return err
 		}
-		until := now.Add(c.Lease)
-		ref := c.Ref
-		_, err := tx.ExecContext(ctx, insertKey, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], r.ID,
-			int64(c.Token), until, until, until, now, now)
-		if err := db.Classify(err); err != nil {
-			if errors.Is(err, db.ErrDuplicate) {
-				return idemkeys.ErrExists
-			}
+		if err := claimKey(ctx, tx, c.Ref, c.Fingerprint, r.ID, c.Token, now, c.Lease); err != nil {
 			return err
 		}
 		var pr paymentRow
-		err = tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, r.MerchantID, r.PaymentID)
+		err := tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, r.MerchantID, r.PaymentID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return payments.ErrNotFound
 		}

@@ -131,6 +131,19 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 	return p, nil
 }
 
+// paymentsOf decodes rows, failing on the first that cannot be.
+func paymentsOf(rows []paymentRow) ([]payments.Payment, error) {
+	out := make([]payments.Payment, 0, len(rows))
+	for _, r := range rows {
+		p, err := r.toDomain()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
 // nextActionJSON is how next_action is stored: NULL for none.
 func nextActionJSON(na *payments.NextAction) (sql.NullString, error) {
 	if na == nil {
