@@ -87,6 +87,9 @@ func TestConfigValidation(t *testing.T) {
 		{"psp url not a url", []string{"GATEWAY_PSP", "fakehttp", "GATEWAY_PSP_URL", "localhost:9090"}, []string{"GATEWAY_PSP_URL"}},
 		{"bad dsn", []string{"GATEWAY_DATABASE_DSN", "mysql://x"}, []string{"GATEWAY_DATABASE_DSN"}},
 		{"several at once", []string{"GATEWAY_DB_MAX_OPEN_CONNS", "0", "GATEWAY_LOG_FORMAT", "xml"}, []string{"GATEWAY_DB_MAX_OPEN_CONNS", "GATEWAY_LOG_FORMAT"}},
+		{"a secret key as the publishable key", []string{"GATEWAY_STRIPE_PUBLISHABLE_KEY", "sk_live_x"}, []string{"GATEWAY_STRIPE_PUBLISHABLE_KEY"}},
+		{"a webhook secret without stripe", []string{"GATEWAY_STRIPE_WEBHOOK_SECRET", "whsec_x"}, []string{"GATEWAY_STRIPE_WEBHOOK_SECRET", "GATEWAY_STRIPE_SECRET_KEY"}},
+		{"confirm expiry not a duration", []string{"GATEWAY_CONFIRM_EXPIRY", "an hour"}, []string{"GATEWAY_CONFIRM_EXPIRY"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runCmd(t, env(tc.env...), "serve")
