@@ -162,7 +162,9 @@ func TestNotificationRacesTheActionLook(t *testing.T) {
 // staticNotice reads every request as the same notice.
 type staticNotice struct{ n psp.Notice }
 
-func (s staticNotice) ReadNotice(context.Context, http.Header, []byte) (psp.Notice, error) { return s.n, nil }
+func (s staticNotice) ReadNotice(context.Context, http.Header, []byte) (psp.Notice, error) {
+	return s.n, nil
+}
 
 // A confirm and the expiry racing for one payment: whichever locks it
 // first wins and the other finds nothing to do.
