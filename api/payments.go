@@ -231,6 +231,10 @@ func (s *Server) handleReadyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 	defer cancel()
 	if err := s.db.Ping(ctx); err != nil {
+		var pe *payments.Error
+		if errors.As(err, &pe) {
+			return pe // the Pinger said why (a schema this release cannot use, say)
+		}
 		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database does not answer", Err: err}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})

@@ -17,4 +17,10 @@ func (s *Server) routes(e *echo.Echo) {
 	e.POST("/payments", s.handleCreatePayment, merchant...)
 	e.GET("/payments", s.handleFindPayment, merchant...)
 	e.GET("/payments/:id", s.handleGetPayment, merchant...)
+
+	// Echo hands a path below a payment (/payments/{id}/anything) to the
+	// route above with the rest folded into the id, which would answer
+	// "payment not found" for a path that does not exist. Claim them here so
+	// they are an unknown route, before any authentication.
+	e.RouteNotFound("/payments/:id/*", func(echo.Context) error { return echo.ErrNotFound })
 }
