@@ -154,7 +154,7 @@ func (mg *Migrator) Down() error {
 	if err := mg.m.Steps(-1); err != nil {
 		return fmt.Errorf("db: migrate down: %w", err)
 	}
-	mig, _ := migrationOf(v)
+	mig, _ := FindMigration(v)
 	if mg.Progress != nil {
 		mg.Progress(Step{Migration: mig, Up: false, Took: time.Since(start)})
 	}
@@ -184,13 +184,14 @@ func (mg *Migrator) report(up bool, took time.Duration) error {
 	if err != nil {
 		return err
 	}
-	mig, _ := migrationOf(v)
+	mig, _ := FindMigration(v)
 	mg.Progress(Step{Migration: mig, Up: up, Took: took})
 	return nil
 }
 
-// migrationOf finds an embedded migration by version.
-func migrationOf(v uint) (Migration, bool) {
+// FindMigration finds an embedded migration by version; one not embedded
+// has only its version.
+func FindMigration(v uint) (Migration, bool) {
 	ms, err := Migrations()
 	if err != nil {
 		return Migration{Version: v}, false

@@ -229,6 +229,7 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 	doc = nil
 	decodeOne(t, out, &doc)
 	wantKeys(t, "resolve", doc, "payment", "resolution")
+	wantKeys(t, "resolve's resolution", doc["resolution"], "to", "reason", "actor", "psp_reference", "force")
 	if p := doc["payment"].(map[string]any); p["status"] != "succeeded" || p["psp_reference"] != "ch_42" {
 		t.Fatalf("resolved payment: %v", p)
 	}

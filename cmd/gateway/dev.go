@@ -71,9 +71,7 @@ func (c *devCmd) Run(ctx context.Context, a *app) error {
 		return err
 	}
 	prog := a.progress(false)
-	mg.Progress = func(s db.Step) {
-		prog.linef("applied %06d_%s (%s)", s.Migration.Version, s.Migration.Name, s.Took.Round(time.Millisecond))
-	}
+	mg.Progress = func(s db.Step) { prog.linef("%s", stepLine(s)) }
 	if err := errors.Join(mg.Up(), mg.Close()); err != nil {
 		return err
 	}

@@ -41,6 +41,20 @@ type migrationStep struct {
 	Seconds float64 `json:"seconds"`
 }
 
+// run opens the migrator, lets act change the schema, and reports where it stands.
+func (c *migrateCmd) run(a *app, act func(*db.Migrator) error) error {
+	var rep schemaReport
+	mg, err := c.migrator(a, &rep)
+	if err != nil {
+		return err
+	}
+	defer mg.Close()
+	if err := act(mg); err != nil {
+		return err
+	}
+	return c.finish(a, mg, &rep)
+}
+
 // migrator opens the migrator and reports its steps on a terminal.
 func (c *migrateCmd) migrator(a *app, rep *schemaReport) (*db.Migrator, error) {
 	mg, err := db.NewMigrator(c.DB.DSN)
@@ -50,16 +64,23 @@ func (c *migrateCmd) migrator(a *app, rep *schemaReport) (*db.Migrator, error) {
 	prog := a.progress(c.JSON)
 	mg.Progress = func(s db.Step) {
 		step := migrationStep{Version: s.Migration.Version, Name: s.Migration.Name, Seconds: s.Took.Seconds()}
-		verb := "applied "
 		if s.Up {
 			rep.Applied = append(rep.Applied, step)
 		} else {
 			rep.Reverted = append(rep.Reverted, step)
-			verb = "reverted"
 		}
-		prog.linef("%s %06d_%s (%s)", verb, s.Migration.Version, s.Migration.Name, s.Took.Round(time.Millisecond))
+		prog.linef("%s", stepLine(s))
 	}
 	return mg, nil
+}
+
+// stepLine is how a terminal is told of one migration.
+func stepLine(s db.Step) string {
+	verb := "reverted"
+	if s.Up {
+		verb = "applied "
+	}
+	return fmt.Sprintf("%s %06d_%s (%s)", verb, s.Migration.Version, s.Migration.Name, s.Took.Round(time.Millisecond))
 }
 
 // finish reads the version the command left and prints the report.
@@ -100,19 +121,12 @@ func (c *migrateCmd) finish(a *app, mg *db.Migrator, rep *schemaReport) error {
 type migrateUpCmd struct{}
 
 func (*migrateUpCmd) Run(a *app, c *migrateCmd) error {
-	var rep schemaReport
-	mg, err := c.migrator(a, &rep)
-	if err != nil {
-		return err
-	}
-	defer mg.Close()
-	if v, _, err := mg.Version(); err == nil && v < db.LatestVersion() {
-		a.progress(c.JSON).linef("migrating %s from version %d to %d", maskDSN(c.DB.DSN), v, db.LatestVersion())
-	}
-	if err := mg.Up(); err != nil {
-		return err
-	}
-	return c.finish(a, mg, &rep)
+	return c.run(a, func(mg *db.Migrator) error {
+		if v, _, err := mg.Version(); err == nil && v < db.LatestVersion() {
+			a.progress(c.JSON).linef("migrating %s from version %d to %d", maskDSN(c.DB.DSN), v, db.LatestVersion())
+		}
+		return mg.Up()
+	})
 }
 
 type migrateDownCmd struct {
@@ -120,12 +134,10 @@ type migrateDownCmd struct {
 }
 
 func (d *migrateDownCmd) Run(a *app, c *migrateCmd) error {
-	var rep schemaReport
-	mg, err := c.migrator(a, &rep)
-	if err != nil {
-		return err
-	}
-	defer mg.Close()
+	return c.run(a, func(mg *db.Migrator) error { return d.revert(a, c, mg) })
+}
+
+func (d *migrateDownCmd) revert(a *app, c *migrateCmd, mg *db.Migrator) error {
 	v, dirty, err := mg.Version()
 	if err != nil {
 		return err
@@ -137,7 +149,7 @@ func (d *migrateDownCmd) Run(a *app, c *migrateCmd) error {
 		return fmt.Errorf("schema version %d is dirty; repair it and record it with gateway migrate force first", v)
 	}
 	what := fmt.Sprintf("migrate down reverts migration %d", v)
-	if m, ok := migrationOf(v); ok {
+	if m, ok := db.FindMigration(v); ok {
 		what = fmt.Sprintf("migrate down reverts migration %06d_%s", v, m.Name)
 		switch tables := droppedTables(m.Down); len(tables) {
 		case 0:
@@ -153,22 +165,13 @@ func (d *migrateDownCmd) Run(a *app, c *migrateCmd) error {
 			return err
 		}
 	}
-	if err := mg.Down(); err != nil {
-		return err
-	}
-	return c.finish(a, mg, &rep)
+	return mg.Down()
 }
 
 type migrateVersionCmd struct{}
 
 func (*migrateVersionCmd) Run(a *app, c *migrateCmd) error {
-	var rep schemaReport
-	mg, err := c.migrator(a, &rep)
-	if err != nil {
-		return err
-	}
-	defer mg.Close()
-	return c.finish(a, mg, &rep)
+	return c.run(a, func(*db.Migrator) error { return nil })
 }
 
 type migrateForceCmd struct {
@@ -183,30 +186,7 @@ func (f *migrateForceCmd) check() []error {
 }
 
 func (f *migrateForceCmd) Run(a *app, c *migrateCmd) error {
-	var rep schemaReport
-	mg, err := c.migrator(a, &rep)
-	if err != nil {
-		return err
-	}
-	defer mg.Close()
-	if err := mg.Force(f.Version); err != nil {
-		return err
-	}
-	return c.finish(a, mg, &rep)
-}
-
-// migrationOf finds an embedded migration by version.
-func migrationOf(v uint) (db.Migration, bool) {
-	ms, err := db.Migrations()
-	if err != nil {
-		return db.Migration{}, false
-	}
-	for _, m := range ms {
-		if m.Version == v {
-			return m, true
-		}
-	}
-	return db.Migration{}, false
+	return c.run(a, func(mg *db.Migrator) error { return mg.Force(f.Version) })
 }
 
 var dropTable = regexp.MustCompile("(?i)DROP\\s+TABLE\\s+(?:IF\\s+EXISTS\\s+)?`?(\\w+)`?")

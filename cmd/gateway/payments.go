@@ -260,11 +260,21 @@ func (r *paymentsResolveCmd) Run(ctx context.Context, a *app, c *paymentsCmd) er
 			return adminError(err)
 		}
 		if r.JSON {
-			return writeJSON(a.stdout, map[string]any{
-				"payment": toPaymentJSON(p),
-				"resolution": map[string]any{"to": r.As, "reason": r.Reason, "actor": r.Actor,
-					"psp_reference": r.PSPReference, "force": r.Force},
-			})
+			type resolutionOut struct {
+				To           string  `json:"to"`
+				Reason       string  `json:"reason"`
+				Actor        string  `json:"actor"`
+				PSPReference *string `json:"psp_reference"`
+				Force        bool    `json:"force"`
+			}
+			out := struct {
+				Payment    paymentJSON   `json:"payment"`
+				Resolution resolutionOut `json:"resolution"`
+			}{toPaymentJSON(p), resolutionOut{To: r.As, Reason: r.Reason, Actor: r.Actor, Force: r.Force}}
+			if r.PSPReference != "" {
+				out.Resolution.PSPReference = &r.PSPReference
+			}
+			return writeJSON(a.stdout, out)
 		}
 		fmt.Fprintf(a.stdout, "payment %s is now %s (recorded: %s by %s)\n", p.ID, p.Status, res.Reason, res.Actor)
 		return nil
