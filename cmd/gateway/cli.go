@@ -139,7 +139,7 @@ func (a *app) parser(ctx context.Context, root *commandLine) (*kong.Kong, error)
 		kong.Resolvers(envResolver(a.getenv, &root.envErrs)),
 		kong.ValueFormatter(helpValue),
 		kong.Help(printHelp),
-		kong.ConfigureHelp(kong.HelpOptions{NoExpandSubcommands: false, WrapUpperBound: 100}),
+		kong.ConfigureHelp(kong.HelpOptions{WrapUpperBound: 100}),
 		kong.ExplicitGroups(flagGroups),
 		kong.BindTo(ctx, (*context.Context)(nil)),
 		kong.Bind(a),
