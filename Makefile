@@ -8,7 +8,13 @@ RACE := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzParseCreate ./idemkeys:FuzzValidateKey ./idemkeys:FuzzFingerprint
 
-.PHONY: run test fuzz build vet bench chaos
+# Stripe's own mock, built with go install into a cache directory (never a
+# dependency in go.mod).
+STRIPE_MOCK_VERSION := v0.203.0
+STRIPE_MOCK_DIR := $(CURDIR)/.cache/bin
+STRIPE_MOCK := $(STRIPE_MOCK_DIR)/stripe-mock
+
+.PHONY: run test fuzz build vet bench chaos stripe-mock-test
 
 ## run: start the gateway with a private MariaDB, the fake PSP and a demo merchant
 run:
@@ -17,6 +23,7 @@ run:
 ## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one), then the fuzzers
 test: vet
 	$(GO) run ./cmd/withdb -- $(GO) test $(RACE) -count=1 -timeout 15m ./...
+	$(MAKE) --no-print-directory stripe-mock-test
 	$(MAKE) --no-print-directory fuzz
 
 vet:
@@ -29,6 +36,20 @@ fuzz:
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
 	done
+
+## stripe-mock-test: every request the Stripe adapter sends, checked against stripe-mock (Stripe's mock
+## generated from its OpenAPI specification), built once into .cache/bin; skipped when it cannot be built
+stripe-mock-test:
+	@if [ ! -x "$(STRIPE_MOCK)" ] || [ "$$(cat "$(STRIPE_MOCK).version" 2>/dev/null)" != "$(STRIPE_MOCK_VERSION)" ]; then \
+		echo "building stripe-mock $(STRIPE_MOCK_VERSION) into $(STRIPE_MOCK_DIR)"; \
+		if GOBIN="$(STRIPE_MOCK_DIR)" $(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION); then \
+			echo "$(STRIPE_MOCK_VERSION)" > "$(STRIPE_MOCK).version"; \
+		else \
+			echo "SKIP stripe-mock-test: stripe-mock $(STRIPE_MOCK_VERSION) could not be built (is the Go module proxy reachable?)"; \
+			exit 0; \
+		fi; \
+	fi; \
+	STRIPE_MOCK_BIN="$(STRIPE_MOCK)" $(GO) test -count=1 -run '^TestStripeMock$$' -v ./psp/stripe/
 
 ## bench: the gateway against a raw-SQL floor measured in the same run (private MariaDB unless
 ## $$GATEWAY_BENCH_DSN or $$GATEWAY_TEST_DSN is set); pass flags with BENCH_ARGS='--duration 30s --json bench.json'

@@ -2,13 +2,16 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"gateway/db"
 	"gateway/idemkeys"
 	"gateway/payments"
+	"gateway/psp"
 )
 
 // lostAck commits through the real store, then reports the commit's fate as
@@ -19,19 +22,19 @@ type lostAck struct {
 	dropped         atomic.Int32 // how many claims to fail with an unknown fate without committing
 }
 
-func (s *lostAck) Claim(ctx context.Context, rec idemkeys.Record, p payments.Payment) error {
+func (s *lostAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
 	if s.dropped.Add(-1) >= 0 {
-		return payments.ErrWriteUnknown
+		return time.Time{}, payments.ErrWriteUnknown
 	}
-	err := s.FlowStore.Claim(ctx, rec, p)
+	now, err := s.FlowStore.Claim(ctx, c)
 	if err == nil && s.claims.Add(-1) >= 0 {
-		return payments.ErrWriteUnknown
+		return now, payments.ErrWriteUnknown
 	}
-	return err
+	return now, err
 }
 
-func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
-	err := s.FlowStore.Settle(ctx, ref, held, p, resp, now)
+func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
+	err := s.FlowStore.Settle(ctx, ref, token, p, resp)
 	if err == nil && s.settles.Add(-1) >= 0 {
 		return payments.ErrWriteUnknown
 	}
@@ -69,4 +72,48 @@ func TestCommitAcknowledgementLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deadAfterCharge loses the settle's acknowledgement and then the database
+// altogether: the key cannot even be re-read.
+type deadAfterCharge struct {
+	payments.FlowStore
+	down atomic.Bool
+}
+
+var errConnLost = fmt.Errorf("store.Settle: %w: %w", payments.ErrWriteUnknown, db.ErrConnLost)
+
+func (s *deadAfterCharge) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
+	if s.down.Load() {
+		return errConnLost
+	}
+	return s.FlowStore.Settle(ctx, ref, token, p, resp)
+}
+
+func (s *deadAfterCharge) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
+	if s.down.Load() {
+		return idemkeys.Record{}, fmt.Errorf("store: read key: %w", db.ErrConnLost)
+	}
+	return s.FlowStore.Record(ctx, ref)
+}
+
+// A connection lost during the fenced settle, with the database gone for
+// the re-read too, is a 503 with Retry-After, never a 500; the retry, once
+// the database is back, learns the outcome with no second charge.
+func TestSettleLostWithTheDatabaseAnswers503(t *testing.T) {
+	dead := &deadAfterCharge{}
+	e := newEnv(t, func(s *envSetup) {
+		s.wrap = func(st payments.FlowStore) payments.FlowStore { dead.FlowStore = st; return dead }
+	})
+	e.psp.SetChargeHookAfter(func(context.Context, psp.ChargeRequest, psp.Charge) { dead.down.Store(true) })
+	res := e.post("k", okBody)
+	wantProblem(t, res, http.StatusServiceUnavailable, "service-unavailable")
+	if res.header.Get("Retry-After") == "" {
+		t.Fatal("503 without Retry-After")
+	}
+	dead.down.Store(false)
+	e.psp.SetChargeHookAfter(nil)
+	e.advance(31 * time.Second) // the lease the dead database could not release
+	wantStatus(t, e.post("k", okBody), http.StatusCreated)
+	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 1})
 }

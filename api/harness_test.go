@@ -95,7 +95,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	if setup.adapter != nil {
 		adapter = setup.adapter
 	}
-	svc := payments.NewService(svcStore, adapter, setup.cfg)
+	svc := payments.NewService(svcStore, payments.OnePSP(adapter), setup.cfg)
 	apiOpts := api.Options{MaxBodyBytes: 16 << 10}
 	if setup.api != nil {
 		setup.api(&apiOpts)
@@ -121,7 +121,13 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 }
 
 func (e *env) admin() *payments.Admin {
-	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now})
+	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
+}
+
+// advance lets d pass, on the gateway's clock and on the database's.
+func (e *env) advance(d time.Duration) {
+	e.clock.Advance(d)
+	dbtest.Advance(e.t, e.db, d)
 }
 
 func (e *env) newMerchant(name string) (payments.Merchant, string) {

@@ -68,11 +68,9 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// The client may go away; the payment is finished anyway while this
-	// worker holds the lease, so that its retry finds a stored answer.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.opts.FlowTimeout)
-	defer cancel()
-	out, err := s.svc.Create(ctx, req)
+	// The client's context: a wait ends when the client goes away, while a
+	// payment already claimed is finished anyway (the flow detaches it).
+	out, err := s.svc.Create(c.Request().Context(), req)
 	if err != nil {
 		return err
 	}
@@ -233,7 +231,7 @@ func (s *Server) handleReadyz(c echo.Context) error {
 	if err := s.db.Ping(ctx); err != nil {
 		var pe *payments.Error
 		if errors.As(err, &pe) {
-			return pe // the Pinger said why (a schema this release cannot use, say)
+			return pe // says why this replica is not ready
 		}
 		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database does not answer", Err: err}
 	}

@@ -23,18 +23,20 @@ type problemKind struct {
 // problems is the single map from error codes to HTTP. The README's status
 // table lists the same rows.
 var problems = map[payments.Code]problemKind{
-	payments.CodeInvalid:        {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
-	payments.CodeInvalidKey:     {http.StatusBadRequest, "invalid-idempotency-key", "The Idempotency-Key header is missing or invalid"},
-	payments.CodeUnauthorized:   {http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
-	payments.CodeNotFound:       {http.StatusNotFound, "not-found", "Not found"},
-	payments.CodeInFlight:       {http.StatusConflict, "request-in-flight", "A request with this Idempotency-Key is in progress"},
-	payments.CodeKeyMismatch:    {http.StatusUnprocessableEntity, "idempotency-key-mismatch", "The Idempotency-Key was used with a different request"},
-	payments.CodeKeyReused:      {http.StatusConflict, "idempotency-key-reused", "The Idempotency-Key belongs to an existing payment"},
-	payments.CodePSPUnavailable: {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
-	payments.CodePSPUnknown:     {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
-	payments.CodeUnavailable:    {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
-	payments.CodeInternal:       {http.StatusInternalServerError, "internal", "Internal error"},
-	codeRateLimited:             {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
+	payments.CodeInvalid:         {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
+	payments.CodeInvalidKey:      {http.StatusBadRequest, "invalid-idempotency-key", "The Idempotency-Key header is missing or invalid"},
+	payments.CodeUnauthorized:    {http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
+	payments.CodeNotFound:        {http.StatusNotFound, "not-found", "Not found"},
+	payments.CodeInFlight:        {http.StatusConflict, "request-in-flight", "A request with this Idempotency-Key is in progress"},
+	payments.CodeKeyMismatch:     {http.StatusUnprocessableEntity, "idempotency-key-mismatch", "The Idempotency-Key was used with a different request"},
+	payments.CodeKeyReused:       {http.StatusConflict, "idempotency-key-reused", "The Idempotency-Key belongs to an existing payment"},
+	payments.CodePSPUnavailable:  {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
+	payments.CodePSPUnknown:      {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
+	payments.CodeUnavailable:     {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
+	payments.CodeConflict:        {http.StatusConflict, "conflict", "The request conflicts with the current state"},
+	payments.CodePSPCannotAccept: {http.StatusUnprocessableEntity, "psp-cannot-accept", "The payment provider cannot accept this payment"},
+	payments.CodeInternal:        {http.StatusInternalServerError, "internal", "Internal error"},
+	codeRateLimited:              {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
 }
 
 // codeRateLimited is the HTTP layer's own code: a limit is no domain outcome.

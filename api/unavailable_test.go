@@ -35,7 +35,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 	}
 	defer dbx.Close()
 	st := store.New(dbx)
-	svc := payments.NewService(st, fake.New(), payments.Config{Lease: time.Minute, PSPTimeout: time.Second, InFlightWait: time.Second})
+	svc := payments.NewService(st, payments.OnePSP(fake.New()), payments.Config{Lease: time.Minute, PSPTimeout: time.Second, InFlightWait: time.Second})
 	srv := httptest.NewServer(api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{}), st, api.Options{}))
 	defer srv.Close()
 	e := &env{t: t, srv: srv}

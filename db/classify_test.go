@@ -42,6 +42,11 @@ func TestClassify(t *testing.T) {
 		{"wrapped invalid conn", fmt.Errorf("exec: %w", mysql.ErrInvalidConn), db.ErrConnLost},
 		{"wrapped bad conn", fmt.Errorf("exec: %w", driver.ErrBadConn), db.ErrConnLost},
 		{"dial refused", refused, db.ErrUnavailable},
+		{"read-only server 1290", mysqlErr(1290, "The MariaDB server is running with the --read-only option"), db.ErrUnavailable},
+		{"read-only mode 1836", mysqlErr(1836, "Running in read-only mode"), db.ErrUnavailable},
+		{"read-only transaction 1792", mysqlErr(1792, "Cannot execute statement in a READ ONLY transaction"), db.ErrUnavailable},
+		{"cluster node not ready 1047", mysqlErr(1047, "WSREP has not yet prepared node for application use"), db.ErrUnavailable},
+		{"statement time limit 1969", mysqlErr(1969, "Query execution was interrupted (max_statement_time exceeded)"), db.ErrUnavailable},
 		{"wrapped dial refused", fmt.Errorf("db: begin: %w", refused), db.ErrUnavailable},
 	}
 	for _, tt := range tests {
@@ -101,4 +106,17 @@ func TestClassifyLeavesOtherErrorsUnchanged(t *testing.T) {
 			t.Errorf("Classify(nil) = %v, want nil", got)
 		}
 	})
+}
+
+// A write whose deadline fires while it is in flight may have reached the
+// server: its outcome is unknown, never a plain failure.
+func TestClassifyWriteDeadlineIsUnknown(t *testing.T) {
+	for _, err := range []error{context.DeadlineExceeded, context.Canceled, fmt.Errorf("exec: %w", context.DeadlineExceeded)} {
+		if got := db.ClassifyWrite(err); !errors.Is(got, db.ErrConnLost) {
+			t.Errorf("ClassifyWrite(%v) = %v, want ErrConnLost", err, got)
+		}
+	}
+	if got := db.ClassifyWrite(mysqlErr(1062, "Duplicate entry")); !errors.Is(got, db.ErrDuplicate) {
+		t.Errorf("ClassifyWrite keeps the other kinds: %v", got)
+	}
 }

@@ -71,7 +71,9 @@ func exported(t *testing.T) map[string]series {
 		m.Settled(o)
 	}
 	m.Purged(3)
-	m.PassDone(2, 5*time.Minute)
+	m.PassDone(payments.Backlog{NeedsReview: 2, OldestUnfinished: 5 * time.Minute, Quarantined: 1, OldestReview: time.Hour})
+	m.UnconfiguredPSP()
+	m.ClockSkew(30 * time.Millisecond)
 
 	// PSP calls go through the real wrapper, so the op and outcome label
 	// values are the ones its classification produces.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gateway/idemkeys"
+	"gateway/psp"
 )
 
 // AdminStore is what merchant and ops administration reads and writes.
@@ -30,10 +31,12 @@ type AdminStore interface {
 	// its resolutions and its key's record (nil once purged). ErrNotFound for
 	// an unknown id.
 	PaymentRecord(ctx context.Context, id string) (PaymentRecord, error)
+	// PaymentByID reads a payment by its id alone; ErrNotFound otherwise.
+	PaymentByID(ctx context.Context, id string) (Payment, error)
 	// Resolve applies decide to the payment with id under a row lock, stores
 	// the result, rewrites its key's stored response and records res in the
 	// audit table, all in one transaction. ErrNotFound for an unknown id.
-	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution, now time.Time) (Payment, error)
+	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution) (Payment, error)
 }
 
 // AdminConfig tunes administration.
@@ -44,16 +47,23 @@ type AdminConfig struct {
 	Logger *slog.Logger
 	// Hasher names keys and merchants in logs.
 	Hasher *idemkeys.Hasher
+	// PSPs are asked before an operator's decision is recorded; a payment
+	// whose PSP is not among them can only be resolved with Force.
+	PSPs *PSPs
+	// PSPTimeout bounds that lookup (DefaultPSPTimeout when zero).
+	PSPTimeout time.Duration
 }
 
 // Admin is merchant and ops administration: merchants, their API keys,
 // listings, and operators' decisions on payments nobody could settle. It
 // never charges.
 type Admin struct {
-	store AdminStore
-	now   func() time.Time
-	log   *slog.Logger
-	hash  *idemkeys.Hasher
+	store      AdminStore
+	now        func() time.Time
+	log        *slog.Logger
+	hash       *idemkeys.Hasher
+	psps       *PSPs
+	pspTimeout time.Duration
 }
 
 // NewAdmin returns an Admin over store.
@@ -67,7 +77,13 @@ func NewAdmin(store AdminStore, cfg AdminConfig) *Admin {
 	if cfg.Hasher == nil {
 		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
-	return &Admin{store: store, now: cfg.Now, log: cfg.Logger, hash: cfg.Hasher}
+	if cfg.PSPs == nil {
+		cfg.PSPs = &PSPs{}
+	}
+	if cfg.PSPTimeout <= 0 {
+		cfg.PSPTimeout = DefaultPSPTimeout
+	}
+	return &Admin{store: store, now: cfg.Now, log: cfg.Logger, hash: cfg.Hasher, psps: cfg.PSPs, pspTimeout: cfg.PSPTimeout}
 }
 
 // CreateMerchant validates name, mints the merchant and its first API key,
@@ -121,29 +137,58 @@ func (a *Admin) APIKeys(ctx context.Context, merchantID string) ([]StoredKey, er
 	return keys, nil
 }
 
-// Resolve records an operator's decision on a payment in requires_review.
-// The payment's key, if still retained, replays the resolved payment from
-// then on; the decision is kept in the audit table.
+// Resolve records an operator's decision on a payment in requires_review,
+// or, with Force, corrects the outcome of a settled one. It asks the
+// payment's own PSP first and refuses a decision the PSP's answer
+// contradicts — "failed" while the PSP holds the charge, "succeeded" while
+// it declined the charge or authoritatively has none — and any decision
+// when the PSP cannot be asked; Force records it anyway, and Reason says
+// why. The decision, the PSP's answer, the operator and the reason are kept
+// in the audit table and logged; the payment's key, if still retained,
+// replays the resolved payment from then on.
 func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 	if err := r.Validate(); err != nil {
 		return Payment{}, err
 	}
-	now := a.now().UTC().Truncate(time.Microsecond)
+	current, err := a.store.PaymentByID(ctx, r.PaymentID)
+	if errors.Is(err, ErrNotFound) {
+		return Payment{}, Errorf(CodeNotFound, "no payment %s", r.PaymentID)
+	}
+	if err != nil {
+		return Payment{}, internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
+	}
+	evidence := a.evidence(ctx, current, r)
+	if evidence.refuse != "" && !r.Force {
+		return Payment{}, Errorf(CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", evidence.refuse)
+	}
+	r.Reason = r.Reason + " [PSP: " + evidence.said + "]"
+	if len(r.Reason) > 1000 {
+		r.Reason = r.Reason[:1000]
+	}
 	p, err := a.store.Resolve(ctx, r.PaymentID, func(p Payment) (Payment, error) {
 		r.From = p.Status
-		if p.Status != RequiresReview {
-			return p, Errorf(CodeInvalid, "payment %s is %s; only payments in requires_review can be resolved", p.ID, p.Status)
+		switch {
+		case p.Status == RequiresReview:
+		case r.Force && p.Status.Final():
+			// A correction of an earlier outcome, audited like any decision.
+		case p.Status.Final():
+			return p, Errorf(CodeConflict, "payment %s is already %s; correcting a settled payment needs --force and a reason", p.ID, p.Status)
+		default:
+			return p, Errorf(CodeConflict, "payment %s is %s: the payment flow or the reconciler is still settling it", p.ID, p.Status)
 		}
-		p.Status = r.To
-		if r.PSPReference != "" {
+		p.Status, p.ReviewReason = r.To, ""
+		switch {
+		case r.PSPReference != "":
 			p.PSPReference = r.PSPReference
+		case r.To == Succeeded && evidence.charge.Reference != "":
+			p.PSPReference = evidence.charge.Reference
 		}
+		p.DeclineCode = ""
 		if r.To == Failed {
 			p.DeclineCode = DeclineNotProcessed
 		}
-		p.UpdatedAt = now
 		return p, nil
-	}, r, now)
+	}, r)
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, Errorf(CodeNotFound, "no payment %s", r.PaymentID)
 	}
@@ -156,9 +201,55 @@ func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 	}
 	a.log.InfoContext(ctx, "payment resolved by hand", "payment_id", p.ID, a.hash.Attr(idemkeys.Ref{
 		MerchantID: p.MerchantID, Endpoint: EndpointCreatePayment, Key: p.IdempotencyKey,
-	}), "from", string(r.From), "to", string(p.Status),
+	}), "from", string(r.From), "to", string(p.Status), "forced", r.Force, "psp_said", evidence.said,
 		"actor", r.Actor, "reason", r.Reason)
 	return p, nil
+}
+
+// evidence is what the payment's PSP says about a decision.
+type evidence struct {
+	said   string // for the audit trail
+	refuse string // why the decision contradicts the PSP; empty when it does not
+	charge psp.Charge
+}
+
+func (a *Admin) evidence(ctx context.Context, p Payment, r Resolution) evidence {
+	adapter, ok := a.psps.For(p.PSP)
+	if !ok {
+		e := fmt.Sprintf("not asked: PSP %q is not configured here", p.PSP)
+		return evidence{said: e, refuse: "the payment's PSP cannot be asked (" + e + ")"}
+	}
+	lctx, cancel := context.WithTimeout(ctx, a.pspTimeout)
+	c, err := adapter.Lookup(lctx, p.MerchantOrderID)
+	cancel()
+	caps := adapter.Capabilities()
+	switch {
+	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
+		ev := evidence{said: "no charge for this order"}
+		if r.To == Succeeded {
+			ev.refuse = "the PSP says it holds no charge for this payment"
+		}
+		return ev
+	case err != nil:
+		e := "no authoritative answer: " + err.Error()
+		if errors.Is(err, psp.ErrNotFound) {
+			e = "not found, but its lookups are not authoritative"
+		}
+		return evidence{said: e, refuse: "the PSP gave " + e}
+	}
+	settled, err := ApplyCharge(p, c)
+	ev := evidence{charge: c, said: fmt.Sprintf("charge %s %s, %d %s", c.Reference, c.Status, c.Amount, c.Currency)}
+	switch {
+	case err != nil:
+		ev.refuse = "the PSP's answer is unreadable (" + err.Error() + ")"
+	case settled.Status == RequiresReview:
+		ev.refuse = settled.ReviewReason
+	case settled.Status == Succeeded && r.To == Failed:
+		ev.refuse = "the PSP holds a successful charge " + c.Reference + " for this payment"
+	case settled.Status == Declined && r.To == Succeeded:
+		ev.refuse = "the PSP declined this payment's charge"
+	}
+	return ev
 }
 
 // Statuses lists every status in the order of a payment's life.

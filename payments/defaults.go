@@ -17,4 +17,11 @@ const (
 	DefaultAuthCacheTTL = 10 * time.Second
 	// DefaultReplayCacheSize is how many final answers a replica keeps for replays.
 	DefaultReplayCacheSize = 10_000
+	// ReviewFirstLook is how soon after a payment enters review the review
+	// queue first asks its PSP again.
+	ReviewFirstLook = 5 * time.Minute
+	// DefaultWriteTimeout bounds a write made after a PSP call, whatever the
+	// request's own deadline: the PSP's answer must reach the database even
+	// when the client has gone.
+	DefaultWriteTimeout = 5 * time.Second
 )

@@ -31,6 +31,12 @@ const (
 	CodePSPUnavailable Code = "psp_unavailable"
 	// CodePSPUnknown: the PSP may or may not have acted; retry with the same key.
 	CodePSPUnknown Code = "psp_outcome_unknown"
+	// CodePSPCannotAccept: the request is valid but the configured PSP can
+	// never accept it (currency, amount); nothing stored, nothing sent.
+	CodePSPCannotAccept Code = "psp_cannot_accept"
+	// CodeConflict: the request contradicts the current state (or the PSP's
+	// evidence); nothing was changed.
+	CodeConflict Code = "conflict"
 	// CodeUnavailable: the gateway cannot serve now (database down, shutting down).
 	CodeUnavailable Code = "service_unavailable"
 	// CodeInternal: a bug or an unexpected failure; details are logged, not shown.

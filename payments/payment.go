@@ -8,7 +8,11 @@ package payments
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"time"
+
+	"gateway/psp"
 )
 
 // Status is where a payment is in its life.
@@ -52,8 +56,18 @@ type Payment struct {
 	Metadata        map[string]string
 	PSPReference    string
 	DeclineCode     string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	// PSPCode is the PSP's own raw code for a decline or refusal, verbatim.
+	PSPCode string
+	// PSP names the adapter (and account) the payment was sent to; its
+	// lookups go there and nowhere else. Empty for payments older than the
+	// record: no PSP can be known to be theirs.
+	PSP string
+	// ReviewReason says why the payment needs a person (requires_review).
+	ReviewReason string
+	// Review is the review queue's schedule of a payment in requires_review.
+	Review    Review
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // MerchantOrderID derives the order id the PSP sees from the merchant and the
@@ -64,4 +78,62 @@ type Payment struct {
 func MerchantOrderID(merchantID, key string) string {
 	sum := sha256.Sum256([]byte(merchantID + "\x00" + key))
 	return "ord_" + hex.EncodeToString(sum[:12])
+}
+
+// Review is where a payment in requires_review is in the review queue,
+// which keeps asking the PSP on a long back-off. Times are the database's.
+type Review struct {
+	// Since is when the payment entered review.
+	Since time.Time
+	// After is when the queue looks at it next (or, while a reconciler looks,
+	// the end of that look's claim).
+	After time.Time
+	// Attempts counts the looks that learned nothing.
+	Attempts int
+	// NotFoundAt is the first authoritative "no such charge" in review.
+	NotFoundAt time.Time
+}
+
+// ErrChargePending: the PSP accepted the charge and waits for the customer
+// or for itself (a deposit, 3-D Secure); the payment is not settled yet.
+var ErrChargePending = errors.New("payments: the PSP's charge is pending")
+
+// ErrChargeUnreadable: the PSP answered with a charge status the gateway
+// does not know; the answer proves nothing.
+var ErrChargeUnreadable = errors.New("payments: the PSP's charge has an unknown status")
+
+// ApplyCharge is the one rule turning the PSP's record of a payment's charge
+// into the payment's state, for the live flow, the reconciler and the review
+// queue alike. A charge that is not this payment's (another order id,
+// amount or currency: a foreign charge under our order id, a restored
+// database, a confused adapter) is never believed: the payment goes to
+// requires_review with the reason. ErrChargeUnreadable for a status it does
+// not know.
+func ApplyCharge(p Payment, c psp.Charge) (Payment, error) {
+	if reason := chargeMismatch(p, c); reason != "" {
+		p.Status, p.ReviewReason = RequiresReview, reason
+		return p, nil
+	}
+	switch c.Status {
+	case psp.Succeeded:
+		p.Status = Succeeded
+	case psp.Declined:
+		p.Status = Declined
+	case psp.Pending:
+		return p, ErrChargePending
+	default:
+		return p, fmt.Errorf("%w: %q", ErrChargeUnreadable, c.Status)
+	}
+	p.PSPReference, p.DeclineCode, p.PSPCode, p.ReviewReason = c.Reference, c.DeclineCode, c.Code, ""
+	return p, nil
+}
+
+func chargeMismatch(p Payment, c psp.Charge) string {
+	switch {
+	case c.MerchantOrderID != p.MerchantOrderID:
+		return fmt.Sprintf("the PSP answered for order %q, not this payment's %q", c.MerchantOrderID, p.MerchantOrderID)
+	case c.Amount != p.Amount.Minor || c.Currency != p.Amount.Currency:
+		return fmt.Sprintf("the PSP holds %d %s for this order, the payment is %d %s", c.Amount, c.Currency, p.Amount.Minor, p.Amount.Currency)
+	}
+	return ""
 }

@@ -38,6 +38,11 @@ func (r Resolution) Validate() error {
 	return nil
 }
 
-// DeclineNotProcessed is the decline code of a payment that failed because
-// the PSP never processed it.
-const DeclineNotProcessed = "not_processed"
+// Decline codes of payments that failed without a business refusal.
+const (
+	// DeclineNotProcessed: the PSP never processed the payment.
+	DeclineNotProcessed = "not_processed"
+	// DeclineRejected: the PSP refused the request as one it can never
+	// accept (payments.Payment.PSPCode says how it put it).
+	DeclineRejected = "rejected_by_psp"
+)

@@ -12,42 +12,75 @@ import (
 // own short transaction and holds no connection once it returns, so no
 // transaction ever spans a call to the PSP.
 type FlowStore interface {
-	// Claim inserts the idempotency record and the payment together, or neither.
+	// Claim inserts the key's record (IN_PROGRESS, c.Token, a lease of
+	// c.Lease that is also the window to send the charge in) and the payment
+	// together, or neither, and returns the database's clock at the claim
+	// (the payment's created_at; every lease time derives from it).
 	// Errors: idemkeys.ErrExists when the key is already claimed (read it to
 	// learn what to do); *Error CodeKeyReused when the key's record was purged
 	// but its payment exists; ErrWriteUnknown when the commit's fate is unknown
 	// (re-read the key, never re-insert blindly).
-	Claim(ctx context.Context, rec idemkeys.Record, p Payment) error
+	Claim(ctx context.Context, c Claim) (time.Time, error)
 
-	// Record reads a key's record alone (one primary-key read); idemkeys.ErrNotFound when absent.
+	// Record reads a key's record alone (one primary-key read) with the
+	// database's clock; idemkeys.ErrNotFound when absent.
 	Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error)
 	// LoadKey reads a key's record and its payment; idemkeys.ErrNotFound when absent.
 	LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, Payment, error)
 
-	// TakeOver moves an expired lease from version seen to seen+1 (the new
-	// fencing token, returned) with a lease ending at until. idemkeys.ErrFenced
-	// when the lease is alive, the key completed, or another worker won.
-	TakeOver(ctx context.Context, ref idemkeys.Ref, seen int64, now, until time.Time) (int64, error)
+	// TakeOver moves an expired lease (by the database's clock) from token
+	// seen to a new token, returned, with a lease of `lease` from now.
+	// idemkeys.ErrFenced when the lease is alive, the key completed, or
+	// another worker won.
+	TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (idemkeys.Token, error)
 
-	// ArmCharge records that a charge may be sent until `until` and stretches
-	// the lease over it, while the caller holds lease version held; call it
-	// before any charge but the claim's own (whose lease already says so).
-	// idemkeys.ErrFenced when the caller no longer holds the lease.
-	ArmCharge(ctx context.Context, ref idemkeys.Ref, held int64, until, now time.Time) error
+	// ArmCharge records, while the caller holds token, that one more charge
+	// may be sent within `window` from now: it raises may_charge_until and
+	// the lease to cover it and counts the attempt. Call it before any charge
+	// but the claim's own (whose lease already says so). idemkeys.ErrFenced
+	// when the caller no longer holds the lease.
+	ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration) error
 
-	// Settle records p's final state and stores resp for replay, only while the
-	// caller holds lease version held. idemkeys.ErrFenced: nothing was written.
-	// ErrWriteUnknown: the commit's fate is unknown; re-read.
-	Settle(ctx context.Context, ref idemkeys.Ref, held int64, p Payment, resp idemkeys.Response, now time.Time) error
+	// Settle records p's final state (or requires_review) and stores resp for
+	// replay, only while the caller holds token. idemkeys.ErrFenced: nothing
+	// was written. ErrWriteUnknown: the write's fate is unknown; re-read.
+	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p Payment, resp idemkeys.Response) error
 
-	// Release ends the caller's lease now without storing a response, so a retry
-	// can resume at once. idemkeys.ErrFenced when the caller no longer holds it.
-	Release(ctx context.Context, ref idemkeys.Ref, held int64, now time.Time) error
+	// Release ends the caller's lease now without storing a response, so a
+	// retry can resume at once; notSent counts the caller's send as one that
+	// certainly did nothing. idemkeys.ErrFenced when the caller no longer
+	// holds it.
+	Release(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, notSent bool) error
 
 	// Payment reads one of the merchant's payments; ErrNotFound otherwise.
 	Payment(ctx context.Context, merchantID, id string) (Payment, error)
 	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
 	PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error)
+}
+
+// Claim is what a fresh request writes: its key's record and its payment.
+type Claim struct {
+	Ref         idemkeys.Ref
+	Fingerprint [32]byte
+	Token       idemkeys.Token
+	// Lease is how long the claimant owns the key and may send its charge.
+	Lease   time.Duration
+	Payment Payment
+}
+
+// Reschedule is how the reconciler gives back a key it could not settle.
+type Reschedule struct {
+	// After and NotBefore: look again no sooner than After from now (by the
+	// database's clock) and no sooner than NotBefore (a database time; zero
+	// for none).
+	After     time.Duration
+	NotBefore time.Time
+	// Attempts is the new count of passes that learned nothing.
+	Attempts int
+	// NotFound records, if none is yet, that the PSP has just said
+	// authoritatively that it has no charge (the first of the two answers a
+	// "failed" needs).
+	NotFound bool
 }
 
 var (
@@ -57,8 +90,44 @@ var (
 	ErrWriteUnknown = errors.New("payments: outcome of the write is unknown")
 )
 
-// Pending is an unfinished key with its payment, as the reconciler claims it.
+// Pending is an unfinished key with its payment, as the reconciler claims
+// it: Key carries the reconciler's new token and the database's clock at the claim.
 type Pending struct {
 	Key     idemkeys.Record
 	Payment Payment
+}
+
+// Quarantined is an unfinished key the reconciler could not read (its
+// payment missing or undecodable): set aside with the reason, counted,
+// never settled by itself.
+type Quarantined struct {
+	Key    idemkeys.Record
+	Reason string
+}
+
+// Claimed is what one reconciler claim took.
+type Claimed struct {
+	Pending     []Pending
+	Quarantined []Quarantined
+}
+
+// InReview is a payment in requires_review that the review queue looks at
+// now; Payment.Review.After is the look's mark, the fence of its writes.
+type InReview struct {
+	Payment Payment
+	// DBNow is the database's clock at the claim.
+	DBNow time.Time
+}
+
+// Backlog is what is left for the reconciler and for people, on the
+// database's clock.
+type Backlog struct {
+	// OldestUnfinished is the age of the oldest key in progress (0: none).
+	OldestUnfinished time.Duration
+	// Quarantined counts unfinished keys set aside as unreadable.
+	Quarantined int
+	// NeedsReview counts payments in requires_review; OldestReview is how
+	// long the oldest has waited.
+	NeedsReview  int
+	OldestReview time.Duration
 }

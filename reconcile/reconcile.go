@@ -1,14 +1,18 @@
 // Package reconcile owns the reconciler: the job that settles every payment
-// a crash, a deploy or a lost PSP response left unfinished, by asking the PSP
-// what really happened, and that purges idempotency keys past retention. It
-// never charges. Any number of replicas may run it at once: rows are claimed
-// with SKIP LOCKED and every write is fenced on the lease version.
+// a crash, a deploy or a lost PSP response left unfinished, by asking the
+// payment's own PSP what really happened; that keeps looking at payments in
+// review until their PSP answers with authority; and that purges idempotency
+// keys past retention. It never charges. Any number of replicas may run it
+// at once: rows are claimed with SKIP LOCKED and every write is fenced.
+// Every time it compares is the database's (design §14).
 package reconcile
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -16,6 +20,33 @@ import (
 	"gateway/payments"
 	"gateway/psp"
 )
+
+// Store is what the reconciler reads and writes. Every write after a claim
+// is fenced on what the claim returned.
+type Store interface {
+	// ClaimStale takes over up to limit unfinished keys whose lease expired
+	// and whose next look is due, with leases of `lease`, and sets aside the
+	// unreadable ones. Rows locked by a concurrent claimer are skipped.
+	ClaimStale(ctx context.Context, lease time.Duration, limit int) (payments.Claimed, error)
+	// Settle records a payment's final state (or its review) and its key's
+	// stored answer while the caller holds token; idemkeys.ErrFenced otherwise.
+	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error
+	// Reschedule gives back a lease without settling; idemkeys.ErrFenced when
+	// the caller no longer holds it.
+	Reschedule(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Reschedule) error
+	// PurgeKeys deletes up to limit completed keys older than retention.
+	PurgeKeys(ctx context.Context, retention time.Duration, limit int) (int64, error)
+	// Backlog reports what is left unfinished and in review.
+	Backlog(ctx context.Context) (payments.Backlog, error)
+	// ClaimReview marks up to limit payments in review, due for a look, as
+	// looked at for `lease`.
+	ClaimReview(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error)
+	// RescheduleReview sets a payment in review's next look, fenced on the
+	// claim's mark; idemkeys.ErrFenced when another look or a person moved it.
+	RescheduleReview(ctx context.Context, p payments.Payment, r payments.Reschedule) error
+	// Resolve applies decide to a payment under its row lock with an audit row.
+	Resolve(ctx context.Context, id string, decide func(payments.Payment) (payments.Payment, error), res payments.Resolution) (payments.Payment, error)
+}
 
 // Config tunes a reconciler.
 type Config struct {
@@ -28,18 +59,28 @@ type Config struct {
 	// Concurrency bounds the lookups in flight.
 	Concurrency int
 	// MaxAttempts is how many passes may fail to learn an outcome before the
-	// payment is handed to ops as requires_review.
+	// payment is handed to the review queue as requires_review.
 	MaxAttempts int
 	// BackoffBase and BackoffMax shape the wait between failed passes on one
-	// key: base, 2×base, 4×base … capped at max.
+	// key: base, 2×base, 4×base … capped at max, each with ±20 % jitter.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// ReviewBackoffBase and ReviewBackoffMax shape the review queue's looks
+	// at one payment the same way.
+	ReviewBackoffBase time.Duration
+	ReviewBackoffMax  time.Duration
 	// Retention is how long a completed key keeps its stored response.
 	Retention time.Duration
-	// PurgeBatch is how many keys one DELETE removes.
+	// PurgeBatch is how many keys one DELETE removes; PurgePause is the rest
+	// between two, so that a large purge never crowds out payments.
 	PurgeBatch int
-	// Now is the clock; time.Now when nil.
+	PurgePause time.Duration
+	// Now is this process's clock, for how much of its own lease is left; the
+	// rest is judged on the database's clock. time.Now when nil.
 	Now func() time.Time
+	// Gate, when set, says whether this replica may claim now (see
+	// payments.Config.Gate); a closed gate skips the pass.
+	Gate func() error
 	// Logger receives one event per settlement; keys are hashed.
 	Logger *slog.Logger
 	// Hasher names keys and merchants in logs and reports.
@@ -48,56 +89,36 @@ type Config struct {
 	Observer Observer
 }
 
-// Store is what the reconciler reads and writes. Every write after a claim
-// is fenced on the lease version the claim returned.
-type Store interface {
-	// ClaimStale takes over up to limit unfinished keys whose lease expired,
-	// with leases ending at until. Rows locked by a concurrent claimer are
-	// skipped, never waited for.
-	ClaimStale(ctx context.Context, now, until time.Time, limit int) ([]payments.Pending, error)
-	// Settle records a payment's final state and its key's stored answer while
-	// the caller holds lease version held; idemkeys.ErrFenced otherwise.
-	Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error
-	// Reschedule gives back a lease without settling: the lease ends now, the
-	// reconciler looks again from after; idemkeys.ErrFenced when the caller
-	// no longer holds it.
-	Reschedule(ctx context.Context, ref idemkeys.Ref, held int64, after time.Time, attempts int, now time.Time) error
-	// PurgeKeys deletes up to limit completed keys finished before `before`.
-	PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error)
-	// CountPayments counts payments in a status across merchants.
-	CountPayments(ctx context.Context, status payments.Status) (int, error)
-	// OldestUnfinished returns when the oldest unfinished key was created; zero when none is.
-	OldestUnfinished(ctx context.Context) (time.Time, error)
-}
-
 // Observer is told what the reconciler does. Implementations must be safe
 // for concurrent use.
 type Observer interface {
-	// Settled counts one key's outcome.
+	// Settled counts one key's (or one reviewed payment's) outcome.
 	Settled(o Outcome)
 	// Purged counts deleted keys.
 	Purged(n int64)
-	// PassDone reports, after a pass, the payments awaiting review and the age
-	// of the oldest unfinished key (0 when there is none).
-	PassDone(needsReview int, oldestUnfinished time.Duration)
+	// PassDone reports, after a pass, what is left unfinished and in review.
+	PassDone(b payments.Backlog)
 }
 
 type noObserver struct{}
 
-func (noObserver) Settled(Outcome)             {}
-func (noObserver) Purged(int64)                {}
-func (noObserver) PassDone(int, time.Duration) {}
+func (noObserver) Settled(Outcome)           {}
+func (noObserver) Purged(int64)              {}
+func (noObserver) PassDone(payments.Backlog) {}
 
 // Defaults of the reconciler's own settings; the flow's (lease, PSP
 // timeout, retention) come from package payments.
 const (
-	DefaultBatchSize   = 100
-	DefaultConcurrency = 16
-	DefaultMaxAttempts = 10
-	DefaultBackoffBase = 30 * time.Second
-	DefaultBackoffMax  = 30 * time.Minute
-	DefaultPurgeBatch  = 500
-	DefaultSchedule    = "@every 30s"
+	DefaultBatchSize         = 100
+	DefaultConcurrency       = 16
+	DefaultMaxAttempts       = 10
+	DefaultBackoffBase       = 30 * time.Second
+	DefaultBackoffMax        = 30 * time.Minute
+	DefaultReviewBackoffBase = payments.ReviewFirstLook
+	DefaultReviewBackoffMax  = time.Hour
+	DefaultPurgeBatch        = 500
+	DefaultPurgePause        = 5 * time.Millisecond
+	DefaultSchedule          = "@every 30s"
 )
 
 // Defaults for fields left zero.
@@ -123,17 +144,26 @@ func (c *Config) setDefaults() {
 	if c.BackoffMax == 0 {
 		c.BackoffMax = DefaultBackoffMax
 	}
+	if c.ReviewBackoffBase == 0 {
+		c.ReviewBackoffBase = DefaultReviewBackoffBase
+	}
+	if c.ReviewBackoffMax == 0 {
+		c.ReviewBackoffMax = DefaultReviewBackoffMax
+	}
 	if c.Retention == 0 {
 		c.Retention = payments.DefaultRetention
 	}
 	if c.PurgeBatch == 0 {
 		c.PurgeBatch = DefaultPurgeBatch
 	}
-	if c.Hasher == nil {
-		c.Hasher = idemkeys.NewHasher(nil)
+	if c.Gate == nil {
+		c.Gate = func() error { return nil }
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Hasher == nil {
+		c.Hasher = idemkeys.NewHasher(nil)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -143,21 +173,33 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Outcome is what one pass did with one key.
+// Outcome is what one pass did with one key or one payment in review.
 type Outcome string
 
 const (
 	// Succeeded, Declined: the PSP had the charge; the payment is settled with it.
 	Succeeded Outcome = "succeeded"
 	Declined  Outcome = "declined"
-	// Failed: the PSP authoritatively never charged and the creation window is over.
+	// Failed: proven never charged (two authoritative "not found" answers a
+	// creation window apart, or every send refused unprocessed).
 	Failed Outcome = "failed"
-	// Deferred: the PSP has no charge yet, but one may still appear; look again later.
+	// Deferred: no charge at the PSP yet, but proof that none will come is
+	// not complete; looked at again when it can be.
 	Deferred Outcome = "deferred"
 	// Retrying: the PSP could not answer; the attempt is counted and backed off.
 	Retrying Outcome = "retrying"
-	// Review: attempts exhausted; the payment is requires_review for ops.
+	// Review: attempts exhausted, or the PSP's answer does not match the
+	// payment; the payment is requires_review and joins the review queue.
 	Review Outcome = "requires_review"
+	// StillInReview: a payment in review whose PSP still gave no answer that
+	// settles it; looked at again later.
+	StillInReview Outcome = "still_in_review"
+	// Unconfigured: the payment's PSP is not configured on this replica; left
+	// alone for a replica that has it, or for a person.
+	Unconfigured Outcome = "psp_not_configured"
+	// Quarantined: the key's row cannot be read (its payment missing or
+	// undecodable); set aside, never settled by itself.
+	Quarantined Outcome = "quarantined"
 	// Fenced: another worker took the key over meanwhile; it owns the outcome.
 	Fenced Outcome = "fenced"
 	// DatabaseError: a database error; the lease will expire and a later pass retries.
@@ -165,17 +207,48 @@ const (
 )
 
 // Outcomes lists every outcome in report order.
-var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, Fenced, DatabaseError}
+var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, StillInReview, Unconfigured, Quarantined, Fenced, DatabaseError}
 
-// Result is one key's outcome in a pass.
+// Meaning says what an outcome means, for reports.
+func Meaning(o Outcome) string {
+	switch o {
+	case Succeeded:
+		return "the PSP had the charge; payment settled succeeded"
+	case Declined:
+		return "the PSP declined it; payment settled declined"
+	case Failed:
+		return "proven never charged; payment failed"
+	case Deferred:
+		return "not at the PSP; proof that it never will be is not complete yet"
+	case Retrying:
+		return "the PSP could not answer; retried with back-off"
+	case Review:
+		return "unresolvable for now; in the review queue (looked at again; gateway payments resolve)"
+	case StillInReview:
+		return "in review; the PSP still gave no settling answer"
+	case Unconfigured:
+		return "the payment's PSP is not configured on this replica; left alone"
+	case Quarantined:
+		return "the row cannot be read; set aside for a person"
+	case Fenced:
+		return "another worker took the payment over meanwhile"
+	case DatabaseError:
+		return "database error; retried on a later pass"
+	}
+	return string(o)
+}
+
+// Result is one key's (or reviewed payment's) outcome in a pass.
 type Result struct {
-	PaymentID  string        `json:"payment_id"`
-	MerchantID string        `json:"merchant_id"`
-	Key        string        `json:"key_hash"`
-	Outcome    Outcome       `json:"outcome"`
-	Attempts   int           `json:"attempts"`
-	Age        time.Duration `json:"age_ns"`
-	Detail     string        `json:"detail,omitempty"`
+	PaymentID  string  `json:"payment_id"`
+	MerchantID string  `json:"merchant_id"`
+	Key        string  `json:"key_hash,omitempty"`
+	Outcome    Outcome `json:"outcome"`
+	Attempts   int     `json:"attempts"`
+	// InReview is true for a payment the review queue looked at.
+	InReview bool          `json:"in_review"`
+	Age      time.Duration `json:"age_ns"`
+	Detail   string        `json:"detail,omitempty"`
 }
 
 // Summary is what a pass did.
@@ -184,72 +257,74 @@ type Summary struct {
 	Counts  map[Outcome]int `json:"counts"`
 	Purged  int64           `json:"purged_keys"`
 	// NeedsReview counts every payment in requires_review after the pass, not only new ones.
-	NeedsReview int           `json:"needs_review"`
-	Elapsed     time.Duration `json:"elapsed_ns"`
+	NeedsReview int `json:"needs_review"`
+	// Backlog is what the pass left unfinished and in review.
+	Backlog payments.Backlog `json:"-"`
+	Elapsed time.Duration    `json:"elapsed_ns"`
 }
 
 // Reconciler settles unfinished payments.
 type Reconciler struct {
 	store Store
-	psp   psp.Adapter
+	psps  *payments.PSPs
 	cfg   Config
 	log   *slog.Logger
+	hash  *idemkeys.Hasher
 }
 
-// New returns a Reconciler asking adapter and writing to store.
-func New(store Store, adapter psp.Adapter, cfg Config) *Reconciler {
+// New returns a Reconciler asking the payments' own PSPs among psps and
+// writing to store.
+func New(store Store, psps *payments.PSPs, cfg Config) *Reconciler {
 	cfg.setDefaults()
-	return &Reconciler{store: store, psp: adapter, cfg: cfg, log: cfg.Logger}
+	return &Reconciler{store: store, psps: psps, cfg: cfg, log: cfg.Logger, hash: cfg.Hasher}
 }
 
 // maxPerPass bounds one pass, so a flood of new stale keys cannot keep it running forever.
 const maxPerPass = 1_000_000
 
-// RunOnce claims and settles stale keys until none is left, then purges keys
-// past retention. Claiming runs one batch ahead of the lookups so the PSP
-// calls never wait on a claim transaction. A key handled in this pass is not
-// claimed again by it: every outcome either completes the key or moves its
-// next look into the future.
+// job is one claimed key or one payment in review.
+type job struct {
+	pending *payments.Pending
+	review  *payments.InReview
+}
+
+// RunOnce claims and settles stale keys until none is left, looks at the
+// payments in review that are due, then purges keys past retention.
+// Claiming runs one batch ahead of the lookups so the PSP calls never wait
+// on a claim transaction. A key handled in this pass is not claimed again by
+// it: every outcome either completes the key or moves its next look into
+// the future. One unreadable row never stops a pass: it is quarantined.
 func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Counts: map[Outcome]int{}}
+	if err := r.cfg.Gate(); err != nil {
+		return sum, fmt.Errorf("reconcile: pass skipped: %w", err)
+	}
 	// Claimed leases tick while they wait: claim no more than the workers can
 	// start at once, hand them over unbuffered, and let a worker skip a key
 	// whose lease ran too short, so a slow PSP cannot make this pass race
 	// its own expired leases.
 	batch := min(r.cfg.BatchSize, r.cfg.Concurrency)
-	work := make(chan payments.Pending)
+	work := make(chan job)
 	results := make(chan Result, batch)
 	var workers sync.WaitGroup
 	for range r.cfg.Concurrency {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			for p := range work {
-				results <- r.settle(ctx, p)
+			for j := range work {
+				if j.pending != nil {
+					results <- r.settle(ctx, *j.pending)
+				} else {
+					results <- r.reexamine(ctx, *j.review)
+				}
 			}
 		}()
 	}
 	claimErr := make(chan error, 1)
 	go func() {
 		defer close(work)
-		claimed := 0
-		for claimed < maxPerPass && ctx.Err() == nil {
-			now := r.now()
-			claimedNow, err := r.store.ClaimStale(ctx, now, now.Add(r.cfg.Lease), batch)
-			if err != nil {
-				claimErr <- err
-				return
-			}
-			if len(claimedNow) == 0 {
-				break
-			}
-			claimed += len(claimedNow)
-			for _, p := range claimedNow {
-				work <- p
-			}
-		}
-		claimErr <- ctx.Err()
+		claimErr <- errors.Join(r.claimUnfinished(ctx, batch, work, results), r.claimReview(ctx, batch, work))
 	}()
 	go func() { workers.Wait(); close(results) }()
 	for res := range results {
@@ -257,121 +332,204 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 		sum.Counts[res.Outcome]++
 		r.cfg.Observer.Settled(res.Outcome)
 	}
-	if err := <-claimErr; err != nil {
-		return r.finish(ctx, sum, start), err
-	}
-	purged, err := r.Purge(ctx)
+	err := <-claimErr
+	// The purge runs whatever the claims met: it needs no row to be readable.
+	purged, perr := r.Purge(ctx)
 	sum.Purged = purged
-	return r.finish(ctx, sum, start), err
+	return r.finish(ctx, sum, start), errors.Join(err, perr)
+}
+
+func (r *Reconciler) claimUnfinished(ctx context.Context, batch int, work chan<- job, results chan<- Result) error {
+	claimed := 0
+	for claimed < maxPerPass && ctx.Err() == nil {
+		readAt := r.cfg.Now()
+		c, err := r.store.ClaimStale(ctx, r.cfg.Lease, batch)
+		if err != nil {
+			return err
+		}
+		for _, q := range c.Quarantined {
+			results <- r.logged(q.Key.Ref, q.Key.Token, Result{
+				PaymentID: q.Key.PaymentID, MerchantID: q.Key.MerchantID, Key: r.hash.Key(q.Key.Ref),
+				Outcome: Quarantined, Detail: q.Reason,
+			})
+		}
+		if len(c.Pending) == 0 && len(c.Quarantined) == 0 {
+			return nil
+		}
+		claimed += len(c.Pending) + len(c.Quarantined)
+		for i := range c.Pending {
+			c.Pending[i].Key.ReadAt = readAt
+			work <- job{pending: &c.Pending[i]}
+		}
+	}
+	return ctx.Err()
+}
+
+func (r *Reconciler) claimReview(ctx context.Context, batch int, work chan<- job) error {
+	claimed := 0
+	for claimed < maxPerPass && ctx.Err() == nil {
+		items, err := r.store.ClaimReview(ctx, r.cfg.Lease, batch)
+		if err != nil || len(items) == 0 {
+			return err
+		}
+		claimed += len(items)
+		for i := range items {
+			work <- job{review: &items[i]}
+		}
+	}
+	return ctx.Err()
 }
 
 func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) Summary {
-	n, err := r.store.CountPayments(ctx, payments.RequiresReview)
+	b, err := r.store.Backlog(ctx)
 	if err != nil {
-		r.log.Error("count payments in review", "err", err)
-	}
-	sum.NeedsReview = n
-	var age time.Duration
-	oldest, oerr := r.store.OldestUnfinished(ctx)
-	if oerr != nil {
-		r.log.Error("find the oldest unfinished key", "err", oerr)
-	} else if !oldest.IsZero() {
-		age = r.now().Sub(oldest)
-	}
-	if err == nil && oerr == nil {
 		// A failed read must not look like "nothing stuck": the gauges keep their last values.
-		r.cfg.Observer.PassDone(n, age)
+		r.log.Error("read the backlog", "err", err)
+	} else {
+		r.cfg.Observer.PassDone(b)
 	}
+	sum.Backlog, sum.NeedsReview = b, b.NeedsReview
 	sum.Elapsed = time.Since(start)
 	return sum
 }
 
-// settle decides one key. The lookup runs outside any transaction; every
-// write after it is fenced on the version ClaimStale gave us.
+// settle decides one unfinished key. The lookup runs outside any
+// transaction; every write after it is fenced on the claim's token.
 func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 	key, pay := p.Key, p.Payment
 	res := Result{
 		PaymentID:  pay.ID,
 		MerchantID: pay.MerchantID,
-		Key:        r.cfg.Hasher.Key(key.Ref),
+		Key:        r.hash.Key(key.Ref),
 		Attempts:   key.ReconcileAttempts,
-		Age:        r.now().Sub(pay.CreatedAt),
+		Age:        key.DBNow.Sub(pay.CreatedAt),
 	}
-	if left := key.LockedUntil.Sub(r.now()); left < r.cfg.PSPTimeout {
+	// The claim's lease ends no earlier, in this process's time, than this.
+	if left := key.ReadAt.Add(r.cfg.Lease).Sub(r.cfg.Now()); left < r.cfg.PSPTimeout {
 		// Not enough lease left to look up and write: leave it to expire and be claimed afresh.
 		res.Outcome, res.Detail = Fenced, "lease ran short before the lookup"
-		return r.logged(key, res)
+		return r.logged(key.Ref, key.Token, res)
+	}
+	adapter, ok := r.psps.For(pay.PSP)
+	if !ok {
+		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", pay.PSP)
+		return r.reschedule(ctx, key, res, payments.Reschedule{After: r.cfg.BackoffMax, Attempts: key.ReconcileAttempts})
+	}
+	if key.NothingSent() {
+		// Every send the key was allowed ended "not processed" or never left.
+		pay.Status, pay.DeclineCode = payments.Failed, payments.DeclineNotProcessed
+		res.Outcome, res.Detail = Failed, fmt.Sprintf("all %d charge attempt(s) certainly did nothing", key.ChargeAttempts)
+		return r.complete(ctx, key, pay, res)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
-	charge, err := r.psp.Lookup(lctx, pay.MerchantOrderID)
+	charge, err := adapter.Lookup(lctx, pay.MerchantOrderID)
 	cancel()
-	caps := r.psp.Capabilities()
-	now := r.now()
+	caps := adapter.Capabilities()
 	switch {
 	case err == nil:
-		switch charge.Status {
-		case psp.Succeeded:
-			pay.Status, res.Outcome = payments.Succeeded, Succeeded
-		case psp.Declined:
-			pay.Status, res.Outcome = payments.Declined, Declined
-		default:
-			return r.retry(ctx, p, res, "psp returned status "+string(charge.Status), now)
+		settled, err := payments.ApplyCharge(pay, charge)
+		if errors.Is(err, payments.ErrChargePending) {
+			// Accepted and waiting (a deposit, the customer): not a failed
+			// look, so no attempt is spent; looked at again on the back-off.
+			res.Outcome, res.Detail = Deferred, "pending at the PSP"
+			return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(r.cfg.BackoffBase), Attempts: key.ReconcileAttempts})
 		}
-		pay.PSPReference, pay.DeclineCode = charge.Reference, charge.DeclineCode
-		return r.complete(ctx, key, pay, res, now)
+		if err != nil {
+			return r.retry(ctx, p, res, err.Error())
+		}
+		res.Outcome = outcomeOf(settled.Status)
+		res.Detail = settled.ReviewReason
+		return r.complete(ctx, key, settled, res)
 	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
-		settleAt := key.MayChargeUntil.Add(caps.CreationWindow)
-		if now.Before(settleAt) {
-			// A charge sent under the last lease may still appear: look again once it cannot.
-			res.Outcome = Deferred
-			res.Detail = "not at the PSP yet; decidable at " + settleAt.UTC().Format(time.RFC3339)
-			return r.reschedule(ctx, key, res, settleAt, key.ReconcileAttempts, now)
-		}
-		pay.Status, pay.DeclineCode = payments.Failed, payments.DeclineNotProcessed
-		res.Outcome = Failed
-		res.Detail = "the PSP never processed it"
-		return r.complete(ctx, key, pay, res, now)
+		return r.notFound(ctx, p, res, caps)
 	case errors.Is(err, psp.ErrNotFound):
-		return r.retry(ctx, p, res, "not found, but the PSP's lookup is not authoritative", now)
+		return r.retry(ctx, p, res, "not found, but the PSP's lookup is not authoritative")
 	}
-	return r.retry(ctx, p, res, err.Error(), now)
+	return r.retry(ctx, p, res, err.Error())
+}
+
+// notFound weighs an authoritative "no such charge". "Failed" needs proof
+// that no charge can still appear: the database's clock at the claim (which
+// preceded the lookup) is past may_charge_until plus the creation window,
+// and an earlier authoritative "not found", recorded under a reconciler's
+// own lease after its lookup, is itself a creation window old. Anything
+// less defers the verdict; nothing is guessed.
+func (r *Reconciler) notFound(ctx context.Context, p payments.Pending, res Result, caps psp.Capabilities) Result {
+	key, pay := p.Key, p.Payment
+	window := caps.CreationWindow
+	switch {
+	case key.MayChargeUntil.IsZero():
+		return r.retry(ctx, p, res, "no record of when the last charge could have been sent")
+	case key.DBNow.Before(key.MayChargeUntil.Add(window)):
+		at := key.MayChargeUntil.Add(window)
+		res.Outcome, res.Detail = Deferred, "not at the PSP yet; a charge may still appear until "+at.UTC().Format(time.RFC3339)
+		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
+	case key.NotFoundAt.IsZero():
+		res.Outcome, res.Detail = Deferred, "first authoritative not-found; confirmed after the creation window"
+		return r.reschedule(ctx, key, res, payments.Reschedule{After: window, Attempts: key.ReconcileAttempts, NotFound: true})
+	case key.DBNow.Before(key.NotFoundAt.Add(window)):
+		at := key.NotFoundAt.Add(window)
+		res.Outcome, res.Detail = Deferred, "second not-found due at "+at.UTC().Format(time.RFC3339)
+		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
+	}
+	pay.Status, pay.DeclineCode = payments.Failed, payments.DeclineNotProcessed
+	res.Outcome, res.Detail = Failed, "the PSP has no charge, twice a creation window apart"
+	return r.complete(ctx, key, pay, res)
+}
+
+func outcomeOf(s payments.Status) Outcome {
+	switch s {
+	case payments.Succeeded:
+		return Succeeded
+	case payments.Declined:
+		return Declined
+	case payments.Failed:
+		return Failed
+	}
+	return Review
 }
 
 // retry counts a pass that learned nothing, backs off, and hands the payment
-// to ops once the attempts are spent. It never guesses an outcome.
-func (r *Reconciler) retry(ctx context.Context, p payments.Pending, res Result, why string, now time.Time) Result {
+// to the review queue once the attempts are spent. It never guesses.
+func (r *Reconciler) retry(ctx context.Context, p payments.Pending, res Result, why string) Result {
 	key, pay := p.Key, p.Payment
 	res.Attempts = key.ReconcileAttempts + 1
 	res.Detail = why
 	if res.Attempts >= r.cfg.MaxAttempts {
 		res.Outcome = Review
 		pay.Status = payments.RequiresReview
-		return r.complete(ctx, key, pay, res, now)
+		pay.ReviewReason = fmt.Sprintf("%d lookups learned nothing; the last: %s", res.Attempts, why)
+		return r.complete(ctx, key, pay, res)
 	}
 	res.Outcome = Retrying
-	return r.reschedule(ctx, key, res, now.Add(r.backoff(res.Attempts)), res.Attempts, now)
+	return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, res.Attempts)), Attempts: res.Attempts})
 }
 
 // backoff is base × 2^(attempts-1), capped.
-func (r *Reconciler) backoff(attempts int) time.Duration {
-	d := r.cfg.BackoffBase
-	for i := 1; i < attempts && d < r.cfg.BackoffMax; i++ {
+func backoff(base, max time.Duration, attempts int) time.Duration {
+	d := base
+	for i := 1; i < attempts && d < max; i++ {
 		d *= 2
 	}
-	return min(d, r.cfg.BackoffMax)
+	return min(d, max)
 }
 
-// complete stores the final state and the response a retry will replay,
-// rendered by the same function as the live path's.
-func (r *Reconciler) complete(ctx context.Context, key idemkeys.Record, pay payments.Payment, res Result, now time.Time) Result {
-	pay.UpdatedAt = now
-	err := r.store.Settle(ctx, key.Ref, key.LeaseVersion, pay, payments.Render(pay), now)
-	return r.logged(key, r.written(res, err))
+// jitter spreads d over ±20 %, so that payments stuck together (a PSP
+// outage) are not all looked at again at the same instant.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-func (r *Reconciler) reschedule(ctx context.Context, key idemkeys.Record, res Result, after time.Time, attempts int, now time.Time) Result {
-	err := r.store.Reschedule(ctx, key.Ref, key.LeaseVersion, after, attempts, now)
-	return r.logged(key, r.written(res, err))
+// complete stores the final state (or the review) and the response a retry
+// will replay, rendered by the same function as the live path's.
+func (r *Reconciler) complete(ctx context.Context, key idemkeys.Record, pay payments.Payment, res Result) Result {
+	err := r.store.Settle(ctx, key.Ref, key.Token, pay, payments.Render(pay))
+	return r.logged(key.Ref, key.Token, r.written(res, err))
+}
+
+func (r *Reconciler) reschedule(ctx context.Context, key idemkeys.Record, res Result, rs payments.Reschedule) Result {
+	err := r.store.Reschedule(ctx, key.Ref, key.Token, rs)
+	return r.logged(key.Ref, key.Token, r.written(res, err))
 }
 
 func (r *Reconciler) written(res Result, err error) Result {
@@ -385,34 +543,42 @@ func (r *Reconciler) written(res Result, err error) Result {
 	return res
 }
 
-func (r *Reconciler) logged(key idemkeys.Record, res Result) Result {
+func (r *Reconciler) logged(ref idemkeys.Ref, token idemkeys.Token, res Result) Result {
 	level := slog.LevelInfo
 	switch res.Outcome {
-	case Review, DatabaseError:
+	case Review, DatabaseError, Quarantined:
 		level = slog.LevelError
-	case Retrying, Fenced:
+	case Retrying, Fenced, Unconfigured, StillInReview:
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "reconcile",
-		"outcome", string(res.Outcome), "payment_id", res.PaymentID, r.cfg.Hasher.Attr(key.Ref), "lease_version", key.LeaseVersion, "attempts", res.Attempts, "detail", res.Detail)
+		"outcome", string(res.Outcome), "payment_id", res.PaymentID, r.hash.Attr(ref),
+		"grant", token.Grant(), "attempts", res.Attempts, "in_review", res.InReview, "detail", res.Detail)
 	return res
 }
 
-// Purge deletes completed keys past retention in small batches.
+// Purge deletes completed keys past retention in small batches, resting
+// between them.
 func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
-	before := r.now().Add(-r.cfg.Retention)
 	var total int64
 	for {
-		n, err := r.store.PurgeKeys(ctx, before, r.cfg.PurgeBatch)
+		n, err := r.store.PurgeKeys(ctx, r.cfg.Retention, r.cfg.PurgeBatch)
 		total += n
 		r.cfg.Observer.Purged(n)
 		if err != nil || n < int64(r.cfg.PurgeBatch) {
 			if total > 0 {
-				r.log.Info("purged idempotency keys", "count", total, "completed_before", before)
+				r.log.Info("purged idempotency keys", "count", total, "retention", r.cfg.Retention.String())
 			}
 			return total, err
 		}
+		if r.cfg.PurgePause > 0 {
+			t := time.NewTimer(r.cfg.PurgePause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return total, ctx.Err()
+			case <-t.C:
+			}
+		}
 	}
 }
-
-func (r *Reconciler) now() time.Time { return r.cfg.Now().UTC().Truncate(time.Microsecond) }

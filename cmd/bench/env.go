@@ -276,7 +276,7 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 	adapter := metrics.InstrumentPSP(g.charges, m)
 	cfg := serviceConfig()
 	cfg.Logger, cfg.Observer = log, m
-	svc := payments.NewService(g.store, adapter, cfg)
+	svc := payments.NewService(g.store, payments.OnePSP(adapter), cfg)
 	auth := payments.NewAuth(g.store, payments.AuthConfig{CacheTTL: payments.DefaultAuthCacheTTL})
 	handler := api.NewHandler(svc, auth, g.store, api.Options{
 		MaxBodyBytes: maxBodyBytes,

@@ -293,7 +293,7 @@ func (e *env) newReplica(i int) (*replica, error) {
 		"GATEWAY_IDEMPOTENCY_RETENTION":  "720h",
 		"GATEWAY_DB_MAX_OPEN_CONNS":      "16",
 		"GATEWAY_DB_MAX_IDLE_CONNS":      "16",
-		"GATEWAY_SHUTDOWN_TIMEOUT":       "5s",
+		"GATEWAY_SHUTDOWN_TIMEOUT":       "8s",
 		"GATEWAY_LOG_FORMAT":             "json",
 		"GATEWAY_LOG_LEVEL":              "info",
 	}

@@ -26,9 +26,12 @@ func newOpsFixture(t *testing.T) opsFixture {
 	dbx := dbtest.MustOpen(t)
 	st := store.New(dbx)
 	ctx := context.Background()
-	clk := &testClock{now: time.Now().UTC().Add(-time.Hour)}
-	m := fake.New(fake.WithCreationWindow(time.Minute))
-	svc := payments.NewService(st, m, payments.Config{Lease: 30 * time.Second, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
+	clk := &testClock{now: time.Now().UTC()}
+	// Time passes on both clocks: the gateway judges leases on the database's.
+	advance := func(d time.Duration) { clk.Advance(d); dbtest.Advance(t, dbx, d) }
+	const lease, window = 30 * time.Second, time.Minute
+	m := fake.New(fake.WithCreationWindow(window))
+	svc := payments.NewService(st, payments.OnePSP(m), payments.Config{Lease: lease, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
 	f := opsFixture{getenv: env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx))}
 	newMerchant := func(name string) payments.Merchant {
 		mer, key, err := payments.NewMerchant(name, clk.Now())
@@ -38,30 +41,27 @@ func newOpsFixture(t *testing.T) opsFixture {
 		if err := st.CreateMerchant(ctx, mer, key); err != nil {
 			t.Fatal(err)
 		}
-		clk.Advance(time.Second)
 		return mer
 	}
 	pay := func(mer payments.Merchant, key, method string) string {
-		p, err := svc.Create(ctx, payments.CreateRequest{MerchantID: mer.ID, IdempotencyKey: key,
+		out, err := svc.Create(ctx, payments.CreateRequest{MerchantID: mer.ID, IdempotencyKey: key,
 			Amount: payments.Money{Minor: 1500, Currency: "USD"}, PaymentMethod: method})
 		if err != nil && payments.ErrorCode(err) != payments.CodePSPUnknown {
 			t.Fatal(err)
 		}
-		clk.Advance(time.Minute)
-		if err != nil {
-			return ""
-		}
-		return p.PaymentID
+		return out.PaymentID
 	}
 	f.acme, f.globex = newMerchant("Acme"), newMerchant("Globex")
 	f.succeeded = pay(f.acme, "a-1", fake.MethodOK)
+	advance(time.Minute)
 	f.declined = pay(f.acme, "a-2", fake.MethodDeclined)
+	advance(time.Minute)
 	// The PSP cannot answer about Globex's payment: one failed lookup sends it to review.
 	m.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	pay(f.globex, "g-1", fake.MethodOK)
-	clk.Advance(2 * time.Minute)
+	advance(lease + window + time.Second)
 	adapter := lookupFails{Adapter: m, orders: map[string]bool{payments.MerchantOrderID(f.globex.ID, "g-1"): true}}
-	r := reconcile.New(st, adapter, reconcile.Config{Lease: 30 * time.Second, PSPTimeout: time.Second, MaxAttempts: 1, Now: clk.Now})
+	r := reconcile.New(st, payments.OnePSP(adapter), reconcile.Config{Lease: lease, PSPTimeout: time.Second, MaxAttempts: 1, Now: clk.Now})
 	if sum, err := r.RunOnce(ctx); err != nil || sum.NeedsReview != 1 {
 		t.Fatalf("reconcile: %+v %v", sum, err)
 	}
@@ -169,7 +169,7 @@ func TestPaymentsList(t *testing.T) {
 	same("by merchant", ids("--merchant", f.acme.ID), f.succeeded, f.declined)
 	same("by merchant and status", ids("--merchant", f.acme.ID, "--status", "declined"), f.declined)
 	same("limited", ids("--limit", "2"), f.succeeded, f.declined, "more")
-	same("since, relative", ids("--since", "59m"), f.declined, f.review)
+	same("since, relative", ids("--since", "3m"), f.declined, f.review)
 	same("since, in the future", ids("--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)))
 
 	out, _, err := runCmd(t, f.getenv, "payments", "list", "--limit", "1")
@@ -204,7 +204,7 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 	wantKeys(t, "payments show", doc, "payment", "key", "resolutions")
 	wantKeys(t, "payment", doc["payment"], "id", "merchant_id", "status", "amount", "currency", "payment_method",
 		"merchant_order_id", "psp_reference", "decline_code", "description", "metadata", "created_at", "updated_at")
-	wantKeys(t, "key", doc["key"], "state", "lease_version", "locked_until", "reconcile_after", "reconcile_attempts", "completed_at", "response_status")
+	wantKeys(t, "key", doc["key"], "state", "fencing_token", "charge_attempts", "charges_not_sent", "locked_until", "reconcile_after", "reconcile_attempts", "completed_at", "response_status")
 	if rs := doc["resolutions"].([]any); len(rs) != 0 {
 		t.Fatalf("resolutions before any: %v", rs)
 	}
@@ -221,8 +221,13 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 		}
 		return f.getenv(k)
 	}
+	// This process cannot ask the payment's PSP (an in-process fake of another process): only --force records it.
+	_, _, err = runCmd(t, withActor, "payments", "resolve", f.review, "--as", "succeeded", "--reason", "found")
+	if exitCode(err) != exitError || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("resolve without the PSP's word: %v", err)
+	}
 	out, _, err := runCmd(t, withActor, "payments", "resolve", "--as", "succeeded", "--psp-reference", "ch_42",
-		"--reason", "found in the PSP dashboard", f.review, "--json")
+		"--reason", "found in the PSP dashboard", "--force", f.review, "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +245,7 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 		t.Fatalf("resolutions: %v", rs)
 	}
 	wantKeys(t, "resolution", rs[0], "id", "from", "to", "psp_reference", "reason", "actor", "at")
-	if r := rs[0].(map[string]any); r["from"] != "requires_review" || r["to"] != "succeeded" || r["actor"] != "alice" || r["reason"] != "found in the PSP dashboard" {
+	if r := rs[0].(map[string]any); r["from"] != "requires_review" || r["to"] != "succeeded" || r["actor"] != "alice" || !strings.HasPrefix(r["reason"].(string), "found in the PSP dashboard") {
 		t.Fatalf("resolution: %v", r)
 	}
 	out, _, err = runCmd(t, f.getenv, "payments", "show", f.review)
@@ -248,10 +253,16 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 		t.Fatalf("show: %v\n%s", err, out)
 	}
 
-	// A settled payment cannot be resolved again without --force; an unknown one is not found.
+	// A settled payment is corrected only with --force, and the correction joins its history.
 	_, _, err = runCmd(t, withActor, "payments", "resolve", f.succeeded, "--as", "failed", "--reason", "x")
-	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), "only payments in requires_review") {
+	if exitCode(err) != exitError || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("resolving a settled payment: %v", err)
+	}
+	if _, _, err := runCmd(t, withActor, "payments", "resolve", f.succeeded, "--as", "failed", "--reason", "refunded outside the gateway", "--force"); err != nil {
+		t.Fatalf("a forced correction: %v", err)
+	}
+	if rs := show(f.succeeded)["resolutions"].([]any); len(rs) != 1 || rs[0].(map[string]any)["from"] != "succeeded" {
+		t.Fatalf("the correction's history: %v", rs)
 	}
 	if _, _, err := runCmd(t, f.getenv, "payments", "show", "pay_nope"); exitCode(err) != exitError || !strings.Contains(err.Error(), "no payment pay_nope") {
 		t.Fatalf("show unknown: %v", err)

@@ -251,7 +251,7 @@ func TestDefaultsComeFromTheConstants(t *testing.T) {
 // beats the default, and the process's own environment is never read.
 func TestFlagsAndVariablesAreOneConfiguration(t *testing.T) {
 	t.Setenv("GATEWAY_LEASE", "99s") // the process's environment: must not leak in
-	s, err := parseServe(t, env("GATEWAY_DATABASE_DSN", someDSN, "GATEWAY_PSP_TIMEOUT", "20s", "GATEWAY_PSP", "mock"))
+	s, err := parseServe(t, env("GATEWAY_DATABASE_DSN", someDSN, "GATEWAY_PSP_TIMEOUT", "20s", "GATEWAY_SHUTDOWN_TIMEOUT", "50s", "GATEWAY_PSP", "mock"))
 	if err != nil {
 		t.Fatal(err)
 	}

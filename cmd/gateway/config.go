@@ -32,6 +32,7 @@ func defaultVars() map[string]string {
 		"inflight_wait":          durationDefault(payments.DefaultInFlightWait),
 		"retention":              durationDefault(payments.DefaultRetention),
 		"auth_cache_ttl":         durationDefault(payments.DefaultAuthCacheTTL),
+		"max_clock_skew":         durationDefault(db.DefaultMaxClockSkew),
 		"reconcile_schedule":     reconcile.DefaultSchedule,
 		"reconcile_max_attempts": fmt.Sprint(reconcile.DefaultMaxAttempts),
 		"reconcile_batch":        fmt.Sprint(reconcile.DefaultBatchSize),
@@ -118,7 +119,7 @@ type httpConfig struct {
 	RateBurst       int           `name:"rate-burst" env:"GATEWAY_RATE_BURST" default:"200" group:"http" help:"requests a merchant may send at once above the rate"`
 	InFlightWait    time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"${inflight_wait}" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
 	MaxBodyBytes    int64         `name:"max-body-bytes" env:"GATEWAY_MAX_BODY_BYTES" default:"65536" group:"http" help:"largest accepted request body"`
-	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"15s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM"`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"30s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM; at least twice GATEWAY_PSP_TIMEOUT plus 5s"`
 }
 
 func (c *httpConfig) check() []error {
@@ -270,13 +271,22 @@ func (c *logConfig) hasher() *idemkeys.Hasher {
 
 // serverConfig is everything a serving process reads: serve and dev.
 type serverConfig struct {
-	DB        dsnConfig       `embed:""`
-	Pool      poolConfig      `embed:""`
-	HTTP      httpConfig      `embed:""`
-	Flow      flowConfig      `embed:""`
-	PSP       pspConfig       `embed:""`
-	Reconcile reconcileConfig `embed:""`
-	Log       logConfig       `embed:""`
+	DB           dsnConfig       `embed:""`
+	Pool         poolConfig      `embed:""`
+	HTTP         httpConfig      `embed:""`
+	Flow         flowConfig      `embed:""`
+	MaxClockSkew time.Duration   `name:"max-clock-skew" env:"GATEWAY_MAX_CLOCK_SKEW" default:"${max_clock_skew}" group:"flow" help:"how far this replica's clock may stray from the database's before it stops taking payments and reports not ready"`
+	PSP          pspConfig       `embed:""`
+	Reconcile    reconcileConfig `embed:""`
+	Log          logConfig       `embed:""`
+}
+
+func (c *serverConfig) check() []error {
+	errs := positiveDuration(nil, "GATEWAY_MAX_CLOCK_SKEW", c.MaxClockSkew)
+	if least := 2*c.Flow.PSPTimeout + 5*time.Second; c.HTTP.ShutdownTimeout < least {
+		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.HTTP.ShutdownTimeout, least))
+	}
+	return errs
 }
 
 func positive(errs []error, env string, n int) []error {

@@ -79,7 +79,7 @@ func (c *devCmd) Run(ctx context.Context, a *app) error {
 		m   payments.Merchant
 		key payments.APIKey
 	)
-	err = withAdmin(ctx, cfg.DB, func(adm *payments.Admin) (err error) {
+	err = withAdmin(ctx, cfg.DB, payments.AdminConfig{}, func(adm *payments.Admin) (err error) {
 		m, key, err = adm.CreateMerchant(ctx, "Demo merchant")
 		return err
 	})

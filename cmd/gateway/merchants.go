@@ -24,7 +24,7 @@ type merchantsCreateCmd struct {
 }
 
 func (m *merchantsCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
 		merchant, key, err := adm.CreateMerchant(ctx, m.Name)
 		if err != nil {
 			return adminError(err)
@@ -49,7 +49,7 @@ type merchantJSON struct {
 }
 
 func (l *merchantsListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
 		ms, err := adm.Merchants(ctx)
 		if err != nil {
 			return adminError(err)
@@ -90,7 +90,7 @@ type keysCreateCmd struct {
 }
 
 func (k *keysCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
 		key, err := adm.CreateAPIKey(ctx, k.Merchant)
 		if err != nil {
 			return adminError(err)
@@ -116,7 +116,7 @@ type keyJSON struct {
 }
 
 func (k *keysListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
 		keys, err := adm.APIKeys(ctx, k.Merchant)
 		if err != nil {
 			return adminError(err)
@@ -159,7 +159,7 @@ type keysRevokeCmd struct {
 }
 
 func (k *keysRevokeCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
 		if err := adm.RevokeAPIKey(ctx, k.Merchant, k.Prefix); err != nil {
 			return adminError(err)
 		}

@@ -80,7 +80,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 func (l *paymentsListCmd) Run(ctx context.Context, a *app, c *paymentsCmd) error {
 	since, _ := parseSince(l.Since, time.Now()) // checked
 	f := payments.PaymentFilter{Status: payments.Status(l.Status), MerchantID: l.Merchant, Since: since, Limit: l.Limit}
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
 		ps, more, err := adm.Payments(ctx, f)
 		if err != nil {
 			return adminError(err)
@@ -120,7 +120,9 @@ type paymentsShowCmd struct {
 
 type keyStateJSON struct {
 	State             string  `json:"state"`
-	LeaseVersion      int64   `json:"lease_version"`
+	FencingToken      int64   `json:"fencing_token"`
+	ChargeAttempts    int     `json:"charge_attempts"`
+	ChargesNotSent    int     `json:"charges_not_sent"`
 	LockedUntil       *string `json:"locked_until"`
 	ReconcileAfter    *string `json:"reconcile_after"`
 	ReconcileAttempts int     `json:"reconcile_attempts"`
@@ -139,7 +141,7 @@ type resolutionJSON struct {
 }
 
 func (s *paymentsShowCmd) Run(ctx context.Context, a *app, c *paymentsCmd) error {
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
 		rec, err := adm.PaymentRecord(ctx, s.ID)
 		if err != nil {
 			return adminError(err)
@@ -159,7 +161,8 @@ func recordJSON(rec payments.PaymentRecord) any {
 		Resolutions []resolutionJSON `json:"resolutions"`
 	}{Payment: toPaymentJSON(rec.Payment), Resolutions: []resolutionJSON{}}
 	if k := rec.Key; k != nil {
-		out.Key = &keyStateJSON{State: string(k.State), LeaseVersion: k.LeaseVersion, LockedUntil: jsonTime(k.LockedUntil),
+		out.Key = &keyStateJSON{State: string(k.State), FencingToken: int64(k.Token), ChargeAttempts: k.ChargeAttempts,
+			ChargesNotSent: k.ChargesNotSent, LockedUntil: jsonTime(k.LockedUntil),
 			ReconcileAfter: jsonTime(k.ReconcileAfter), ReconcileAttempts: k.ReconcileAttempts,
 			CompletedAt: jsonTime(k.CompletedAt), ResponseStatus: k.Response.Status}
 	}
@@ -214,8 +217,8 @@ func keyState(rec payments.PaymentRecord) string {
 	case k == nil:
 		return "purged after retention (a reuse of the key answers 409 naming this payment)"
 	case k.CompletedAt.IsZero():
-		s := fmt.Sprintf("%s, lease version %d until %s, %d failed reconcile attempt(s)", k.State, k.LeaseVersion,
-			timestamp(k.LockedUntil), k.ReconcileAttempts)
+		s := fmt.Sprintf("%s, fencing token %d, lease until %s, %d charge(s) allowed (%d certainly not sent), %d failed reconcile attempt(s)",
+			k.State, k.Token, timestamp(k.LockedUntil), k.ChargeAttempts, k.ChargesNotSent, k.ReconcileAttempts)
 		if !k.ReconcileAfter.IsZero() {
 			s += ", next look " + timestamp(k.ReconcileAfter)
 		}
@@ -229,9 +232,13 @@ type paymentsResolveCmd struct {
 	As           string `name:"as" placeholder:"succeeded|failed" help:"the outcome you established at the PSP (required)"`
 	Reason       string `name:"reason" placeholder:"TEXT" help:"why; kept in the audit table (required)"`
 	PSPReference string `name:"psp-reference" placeholder:"REF" help:"the PSP's id of the charge, when known"`
-	Force        bool   `name:"force" help:"record the decision even where the PSP's own answer contradicts it, or correct an earlier resolution; --reason must say why"`
+	Force        bool   `name:"force" help:"record the decision even when the PSP's answer contradicts it or the PSP cannot be asked, or correct a settled payment; --reason must say why"`
 	Actor        string `name:"actor" env:"GATEWAY_ACTOR" placeholder:"NAME" help:"who decides; kept in the audit table (required)"`
 	JSON         bool   `name:"json" help:"print one JSON document instead of a sentence"`
+
+	// The payment's PSP is asked before the decision is recorded.
+	PSP        pspConfig     `embed:""`
+	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"${psp_timeout}" group:"psp" help:"deadline of the lookup at the payment's PSP"`
 }
 
 func (r *paymentsResolveCmd) check() []error {
@@ -245,7 +252,7 @@ func (r *paymentsResolveCmd) check() []error {
 	if r.Actor == "" {
 		errs = append(errs, errors.New("--actor or GATEWAY_ACTOR must name who decides (it is kept in the audit table)"))
 	}
-	return errs
+	return positiveDuration(errs, "GATEWAY_PSP_TIMEOUT", r.PSPTimeout)
 }
 
 func (r *paymentsResolveCmd) Run(ctx context.Context, a *app, c *paymentsCmd) error {
@@ -254,7 +261,12 @@ func (r *paymentsResolveCmd) Run(ctx context.Context, a *app, c *paymentsCmd) er
 	if err := res.Validate(); err != nil {
 		return adminError(err)
 	}
-	return withAdmin(ctx, c.DB, func(adm *payments.Admin) error {
+	psps, err := newPSPs(r.PSP, noInstrument)
+	if err != nil {
+		return err
+	}
+	cfg := payments.AdminConfig{PSPs: psps, PSPTimeout: r.PSPTimeout}
+	return withAdmin(ctx, c.DB, cfg, func(adm *payments.Admin) error {
 		p, err := adm.Resolve(ctx, res)
 		if err != nil {
 			return adminError(err)

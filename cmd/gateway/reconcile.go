@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gateway/metrics"
+	"gateway/payments"
+	"gateway/psp"
 	"gateway/reconcile"
 )
 
@@ -44,30 +46,35 @@ func (c *reconcileCmd) Run(ctx context.Context, a *app) error {
 	}
 	defer dbx.Close()
 	log := newLogger(c.Log, a.stderr)
-	adapter, err := newPSP(c.PSP)
-	if err != nil {
-		return err
-	}
 	if c.Once {
+		psps, err := newPSPs(c.PSP, noInstrument)
+		if err != nil {
+			return err
+		}
 		prog := a.progress(c.JSON)
-		r := newReconciler(c.Flow, c.Reconcile, &c.Log, dbx, adapter, log, newPassProgress(prog))
+		r := newReconciler(c.Flow, c.Reconcile, &c.Log, dbx, psps, nil, log, newPassProgress(prog))
 		return reconcileOnce(ctx, r, c.JSON, a.stdout, prog)
 	}
 	// The daemon's metrics are served on GATEWAY_ADMIN_ADDR when it is set.
 	var obs reconcile.Observer
+	instrument := noInstrument
 	if c.Admin.AdminAddr != "" {
 		reg := newRegistry()
 		m := metrics.New(reg)
-		adapter, obs = metrics.InstrumentPSP(adapter, m), m
+		instrument, obs = func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) }, m
 		stopAdmin, err := serveAdmin(c.Admin.AdminAddr, metrics.Handler(reg), log)
 		if err != nil {
 			return err
 		}
 		defer stopAdmin()
 	}
+	psps, err := newPSPs(c.PSP, instrument)
+	if err != nil {
+		return err
+	}
 	build := readBuildInfo()
 	log.Info("reconciler starting", "version", build.Version, "revision", build.Revision)
-	stop := startReconciler(c.Reconcile.Schedule, newReconciler(c.Flow, c.Reconcile, &c.Log, dbx, adapter, log, obs), log)
+	stop := startReconciler(c.Reconcile.Schedule, newReconciler(c.Flow, c.Reconcile, &c.Log, dbx, psps, nil, log, obs), log)
 	<-ctx.Done()
 	stop()
 	return nil
@@ -101,7 +108,16 @@ type passJSON struct {
 	PurgedKeys     int64          `json:"purged_keys"`
 	NeedsReview    int            `json:"needs_review"`
 	ElapsedSeconds float64        `json:"elapsed_seconds"`
+	Backlog        backlogJSON    `json:"backlog"`
 	Results        []resultJSON   `json:"results"`
+}
+
+// backlogJSON is what a pass left behind.
+type backlogJSON struct {
+	OldestUnfinishedSeconds float64 `json:"oldest_unfinished_seconds"`
+	Quarantined             int     `json:"quarantined"`
+	NeedsReview             int     `json:"needs_review"`
+	OldestReviewSeconds     float64 `json:"oldest_review_seconds"`
 }
 
 type resultJSON struct {
@@ -110,19 +126,22 @@ type resultJSON struct {
 	KeyHash    string  `json:"key_hash"`
 	Outcome    string  `json:"outcome"`
 	Attempts   int     `json:"attempts"`
+	InReview   bool    `json:"in_review"`
 	AgeSeconds float64 `json:"age_seconds"`
 	Detail     string  `json:"detail"`
 }
 
 func summaryJSON(sum reconcile.Summary) passJSON {
 	out := passJSON{Examined: len(sum.Results), Counts: map[string]int{}, PurgedKeys: sum.Purged,
-		NeedsReview: sum.NeedsReview, ElapsedSeconds: sum.Elapsed.Seconds(), Results: []resultJSON{}}
+		NeedsReview: sum.NeedsReview, ElapsedSeconds: sum.Elapsed.Seconds(), Results: []resultJSON{},
+		Backlog: backlogJSON{OldestUnfinishedSeconds: sum.Backlog.OldestUnfinished.Seconds(), Quarantined: sum.Backlog.Quarantined,
+			NeedsReview: sum.Backlog.NeedsReview, OldestReviewSeconds: sum.Backlog.OldestReview.Seconds()}}
 	for _, o := range reconcile.Outcomes {
 		out.Counts[string(o)] = sum.Counts[o]
 	}
 	for _, r := range sum.Results {
 		out.Results = append(out.Results, resultJSON{PaymentID: r.PaymentID, MerchantID: r.MerchantID, KeyHash: r.Key,
-			Outcome: string(r.Outcome), Attempts: r.Attempts, AgeSeconds: r.Age.Seconds(), Detail: r.Detail})
+			Outcome: string(r.Outcome), Attempts: r.Attempts, InReview: r.InReview, AgeSeconds: r.Age.Seconds(), Detail: r.Detail})
 	}
 	return out
 }
@@ -132,7 +151,7 @@ func printSummary(w io.Writer, sum reconcile.Summary) {
 		len(sum.Results), sum.Elapsed.Round(time.Millisecond), sum.Purged)
 	tw := newTable(w, "OUTCOME", "COUNT", "MEANING")
 	for _, o := range reconcile.Outcomes {
-		row(tw, o, sum.Counts[o], outcomeMeaning[o])
+		row(tw, o, sum.Counts[o], reconcile.Meaning(o))
 	}
 	_ = tw.Flush()
 	if len(sum.Results) > 0 {
@@ -144,17 +163,6 @@ func printSummary(w io.Writer, sum reconcile.Summary) {
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\nPayments needing review: %d\n", sum.NeedsReview)
-}
-
-var outcomeMeaning = map[reconcile.Outcome]string{
-	reconcile.Succeeded:     "the PSP had the charge; payment settled succeeded",
-	reconcile.Declined:      "the PSP declined it; payment settled declined",
-	reconcile.Failed:        "the PSP never processed it; payment failed",
-	reconcile.Deferred:      "not at the PSP yet but may still appear; looked at again later",
-	reconcile.Retrying:      "the PSP could not answer; retried with back-off",
-	reconcile.Review:        "attempts exhausted; needs a person (gateway payments resolve)",
-	reconcile.Fenced:        "another worker took the payment over meanwhile",
-	reconcile.DatabaseError: "database error; retried on a later pass",
 }
 
 // passProgress shows a pass as it goes: one status line of counts, and a
@@ -195,4 +203,4 @@ func (o *passProgress) Purged(n int64) {
 	}
 }
 
-func (o *passProgress) PassDone(int, time.Duration) {}
+func (o *passProgress) PassDone(payments.Backlog) {}

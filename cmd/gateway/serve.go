@@ -9,13 +9,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"gateway/api"
 	"gateway/db"
 	"gateway/metrics"
 	"gateway/payments"
 	"gateway/payments/store"
+	"gateway/psp"
 )
 
 // serveCmd is `gateway serve`.
@@ -51,12 +50,20 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	st := store.New(dbx)
 	reg := newRegistry()
 	m := metrics.New(reg)
-	adapter, err := newPSP(cfg.PSP)
+	psps, err := newPSPs(cfg.PSP, func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) })
 	if err != nil {
 		return err
 	}
-	adapter = metrics.InstrumentPSP(adapter, m)
-	svc := newService(cfg, dbx, adapter, log, m)
+	// Leases are judged on the database's clock; a replica whose own clock
+	// strays from it anyway is taken out of service until it agrees again.
+	guard := db.NewClockGuard(dbx, cfg.MaxClockSkew, nil, m.ClockSkew, log)
+	if err := guard.Check(ctx); err != nil {
+		return err
+	}
+	guardCtx, stopGuard := context.WithCancel(context.Background())
+	defer stopGuard()
+	go guard.Run(guardCtx, clockCheckEvery)
+	svc := newService(cfg, dbx, psps, log, m, guard.Err)
 	apiOpts := api.Options{
 		MaxBodyBytes:  cfg.HTTP.MaxBodyBytes,
 		RatePerSecond: cfg.HTTP.RateLimit,
@@ -75,7 +82,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		defer stopAdmin()
 	}
 	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
-	handler := api.NewHandler(svc, auth, readiness{dbx}, apiOpts)
+	handler := api.NewHandler(svc, auth, readiness{st: st, guard: guard}, apiOpts)
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
@@ -97,7 +104,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		ready(ln.Addr().String())
 	}
 	stopReconciler := startReconciler(cfg.Reconcile.Schedule,
-		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, adapter, log, m), log)
+		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, psps, guard.Err, log, m), log)
 	defer stopReconciler()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -106,6 +113,10 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	// The reconciler first (its pass ends and gives back what it claimed),
+	// then no charge that has not left yet leaves; what is in flight finishes.
+	stopReconciler()
+	svc.Drain()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.HTTP.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownTimeout)
 	defer cancel()
@@ -116,17 +127,33 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	return nil
 }
 
-// readiness is what /readyz asks: the database answers and holds a schema
-// this release can use (one cheap query does both).
-type readiness struct{ dbx *sqlx.DB }
+// clockCheckEvery is how often serve compares its clock with the database's.
+const clockCheckEvery = time.Minute
+
+// readiness is /readyz: the database answers and takes writes, holds a
+// schema this release can use, and this replica's clock agrees with it.
+type readiness struct {
+	st    *store.Store
+	guard *db.ClockGuard
+}
 
 func (r readiness) Ping(ctx context.Context) error {
-	err := db.CheckSchema(ctx, r.dbx)
+	// Reading the schema's version proves the database answers, too.
+	err := db.CheckSchema(ctx, r.st.DB())
 	var se *db.SchemaError
-	if errors.As(err, &se) {
+	switch {
+	case errors.As(err, &se):
 		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database schema is not the one this release needs", Err: err}
+	case err != nil:
+		return err
 	}
-	return err
+	if err := db.Writable(ctx, r.st.DB()); err != nil {
+		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database is read-only", Err: err}
+	}
+	if err := r.guard.Err(); err != nil {
+		return &payments.Error{Code: payments.CodeUnavailable, Message: err.Error(), Err: err}
+	}
+	return nil
 }
 
 // schemaAdvice turns a schema this release cannot use into the commands that fix it.

@@ -196,7 +196,7 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startServe(t, env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0",
-		"GATEWAY_FAKE_PSP_LATENCY", "300ms", "GATEWAY_SHUTDOWN_TIMEOUT", "20s"))
+		"GATEWAY_FAKE_PSP_LATENCY", "300ms", "GATEWAY_SHUTDOWN_TIMEOUT", "30s"))
 
 	type result struct {
 		status int

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -95,8 +97,57 @@ func newPSP(cfg pspConfig) (psp.Adapter, error) {
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
 }
 
-func newService(cfg *serverConfig, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs payments.Observer) *payments.Service {
-	return payments.NewService(store.New(dbx), adapter, payments.Config{
+// noInstrument leaves an adapter as it is.
+func noInstrument(a psp.Adapter) psp.Adapter { return a }
+
+// newPSPs builds the configured adapters: GATEWAY_PSP's for new payments,
+// and every other one whose credentials are configured, so that payments
+// sent to it earlier can still be looked up and resumed. The in-process fake
+// knows only this process's charges: it is named for this process, so that
+// no other process ever takes its "not found" for an answer.
+func newPSPs(cfg pspConfig, instrument func(psp.Adapter) psp.Adapter) (*payments.PSPs, error) {
+	byName := map[string]psp.Adapter{}
+	add := func(kind string) (string, error) {
+		c := cfg
+		c.PSP = kind
+		a, err := newPSP(c)
+		if err != nil {
+			return "", err
+		}
+		name := payments.PSPName(a.Capabilities())
+		if kind == "fake" {
+			name += ":" + processID()
+		}
+		byName[name] = instrument(a)
+		return name, nil
+	}
+	def, err := add(cfg.adapter())
+	if err != nil {
+		return nil, err
+	}
+	if cfg.adapter() != "toss" && cfg.TossSecretKey != "" {
+		if _, err := add("toss"); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.adapter() != "stripe" && cfg.StripeSecretKey != "" {
+		if _, err := add("stripe"); err != nil {
+			return nil, err
+		}
+	}
+	return payments.NewPSPs(def, byName)
+}
+
+// processID names this process among others, for the in-process fake PSP.
+func processID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func newService(cfg *serverConfig, dbx *sqlx.DB, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
+	return payments.NewService(store.New(dbx), psps, payments.Config{
+		Gate:            gate,
 		Lease:           cfg.Flow.Lease,
 		PSPTimeout:      cfg.Flow.PSPTimeout,
 		InFlightWait:    cfg.HTTP.InFlightWait,
@@ -108,8 +159,11 @@ func newService(cfg *serverConfig, dbx *sqlx.DB, adapter psp.Adapter, log *slog.
 	})
 }
 
-func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
-	return reconcile.New(store.New(dbx), adapter, reconcile.Config{
+// newReconciler builds the reconciler; gate, when set, stops it while this
+// replica must not act (its clock strays from the database's).
+func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
+	return reconcile.New(store.New(dbx), psps, reconcile.Config{
+		Gate:        gate,
 		Lease:       flow.Lease,
 		PSPTimeout:  flow.PSPTimeout,
 		BatchSize:   rc.Batch,
@@ -139,8 +193,8 @@ func startReconciler(schedule string, r *reconcile.Reconciler, log *slog.Logger)
 }
 
 // withAdmin runs fn with merchant and ops administration on the database,
-// for one-shot commands.
-func withAdmin(ctx context.Context, dsn dsnConfig, fn func(*payments.Admin) error) error {
+// for one-shot commands; cfg says which PSPs a decision is checked with.
+func withAdmin(ctx context.Context, dsn dsnConfig, cfg payments.AdminConfig, fn func(*payments.Admin) error) error {
 	dbx, err := db.Open(ctx, dsn.DSN, db.PoolOptions{MaxOpen: 2, MaxIdle: 2})
 	if err != nil {
 		return err
@@ -149,5 +203,5 @@ func withAdmin(ctx context.Context, dsn dsnConfig, fn func(*payments.Admin) erro
 	if err := db.CheckSchema(ctx, dbx); err != nil {
 		return schemaAdvice(err)
 	}
-	return fn(payments.NewAdmin(store.New(dbx), payments.AdminConfig{}))
+	return fn(payments.NewAdmin(store.New(dbx), cfg))
 }

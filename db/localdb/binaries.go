@@ -69,8 +69,11 @@ func findBinary(names ...string) string {
 // there is no server at all. A machine that has a server but no installer is
 // left alone: installing mariadb-server next to Oracle MySQL would make apt
 // remove MySQL, and MySQL can initialise a data dir by itself.
-func ensureBinaries(ctx context.Context, logw io.Writer) (binaries, error) {
+func ensureBinaries(ctx context.Context, logw io.Writer, install bool) (binaries, error) {
 	server, installer, err := FindBinaries()
+	if server == "" && !install {
+		return binaries{}, fmt.Errorf("%w; install it with: sudo apt-get install -y mariadb-server (make test and make run do that for you)", err)
+	}
 	if server == "" {
 		fmt.Fprintf(logw, "%v\n", err)
 		if err := installMariaDB(ctx, logw); err != nil {

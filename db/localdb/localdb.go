@@ -31,6 +31,9 @@ type Options struct {
 	DataDir string    // required; created if missing; initialised with mariadb-install-db if it holds no `mysql` system dir
 	Port    int       // 0 = pick a free 127.0.0.1 port (3306 may be taken by another server)
 	Log     io.Writer // progress lines for humans; nil = io.Discard
+	// NoInstall refuses to install a missing server: the error says what
+	// to install instead (tests use it; make test and make run install).
+	NoInstall bool
 }
 
 // Server is a running private server. Stop it when done: it is deliberately
@@ -92,7 +95,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("localdb: data dir: %w", err)
 	}
 
-	bins, err := ensureBinaries(ctx, logw)
+	bins, err := ensureBinaries(ctx, logw, !opts.NoInstall)
 	if err != nil {
 		return nil, err
 	}

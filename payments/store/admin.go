@@ -85,8 +85,7 @@ func (s *Store) FindPayments(ctx context.Context, f payments.PaymentFilter) ([]p
 
 // PaymentRecord implements payments.AdminStore.
 func (s *Store) PaymentRecord(ctx context.Context, id string) (payments.PaymentRecord, error) {
-	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`
-	p, err := s.getPayment(ctx, q, id)
+	p, err := s.PaymentByID(ctx, id)
 	if err != nil {
 		return payments.PaymentRecord{}, err
 	}

@@ -21,8 +21,13 @@ import (
 //
 // Test PaymentMethods behave as Stripe's: pm_card_visa succeeds,
 // pm_card_chargeDeclined is declined (generic_decline),
-// pm_card_chargeDeclinedInsufficientFunds for insufficient_funds; any other
-// id does not exist.
+// pm_card_chargeDeclinedInsufficientFunds for insufficient_funds,
+// pm_card_chargeDeclinedLostCard for lost_card, pm_card_authenticationRequired
+// needs 3-D Secure (requires_action, or a 402 authentication_required under
+// error_on_requires_action); pm_fake_amountTooSmall stands for a request
+// Stripe refuses as invalid (amount_too_small); any other id does not exist.
+// Amounts follow Stripe's units: ISK and UGX must be multiples of 100 and the
+// three-decimal currencies end in 0 (invalid_charge_amount otherwise).
 type fakeStripe struct {
 	key string
 
@@ -117,20 +122,34 @@ func (f *fakeStripe) createPI(form url.Values) (int, []byte, bool) {
 		s, b := errorBody(400, "invalid_request_error", "parameter_invalid_integer", "amount", "Invalid amount or currency")
 		return s, b, false
 	}
-	if form.Get("confirm") != "true" || form.Get("error_on_requires_action") != "true" ||
-		form.Get("automatic_payment_methods[allow_redirects]") != "never" {
-		s, b := errorBody(400, "invalid_request_error", "parameter_missing", "return_url",
-			"confirm=true needs error_on_requires_action and automatic_payment_methods[allow_redirects]=never here")
+	switch cur := form.Get("currency"); {
+	case (cur == "isk" || cur == "ugx") && amount%100 != 0,
+		(cur == "bhd" || cur == "jod" || cur == "kwd" || cur == "omr" || cur == "tnd") && amount%10 != 0:
+		s, b := errorBody(400, "invalid_request_error", "invalid_charge_amount", "amount", "Invalid amount for "+cur)
 		return s, b, false
 	}
+	if form.Get("confirm") != "true" || form.Get("automatic_payment_methods[allow_redirects]") != "never" {
+		s, b := errorBody(400, "invalid_request_error", "parameter_missing", "return_url",
+			"confirm=true needs automatic_payment_methods[allow_redirects]=never here")
+		return s, b, false
+	}
+	errorOnAction := form.Get("error_on_requires_action") == "true"
 	pm := form.Get("payment_method")
 	var declineCode, message string
+	needsAction := false
 	switch pm {
 	case "pm_card_visa":
 	case "pm_card_chargeDeclined":
 		declineCode, message = "generic_decline", "Your card was declined."
 	case "pm_card_chargeDeclinedInsufficientFunds":
 		declineCode, message = "insufficient_funds", "Your card has insufficient funds."
+	case "pm_card_chargeDeclinedLostCard":
+		declineCode, message = "lost_card", "Your card was declined."
+	case "pm_card_authenticationRequired":
+		needsAction = true
+	case "pm_fake_amountTooSmall":
+		s, b := errorBody(400, "invalid_request_error", "amount_too_small", "amount", "Amount must be at least $0.50 usd")
+		return s, b, false
 	default:
 		s, b := errorBody(400, "invalid_request_error", "resource_missing", "payment_method", "No such PaymentMethod: '"+pm+"'")
 		return s, b, false
@@ -151,11 +170,22 @@ func (f *fakeStripe) createPI(form url.Values) (int, []byte, bool) {
 		s, b := errorBody(500, "api_error", "", "", "An unknown error occurred")
 		return s, b, true
 	}
+	pi["client_secret"] = pi["id"].(string) + "_secret_fake"
+	if needsAction && !errorOnAction {
+		pi["status"] = "requires_action"
+		pi["next_action"] = map[string]any{"type": "use_stripe_sdk", "use_stripe_sdk": map[string]any{"type": "three_d_secure_redirect"}}
+		b, _ := json.Marshal(pi)
+		return 200, b, true
+	}
+	code := "card_declined"
+	if needsAction {
+		code, declineCode, message = "authentication_required", "authentication_required", "Your card was declined. This transaction requires authentication."
+	}
 	if declineCode == "" {
 		b, _ := json.Marshal(pi)
 		return 200, b, true
 	}
-	lpe := map[string]any{"type": "card_error", "code": "card_declined", "decline_code": declineCode, "message": message, "charge": pi["latest_charge"]}
+	lpe := map[string]any{"type": "card_error", "code": code, "decline_code": declineCode, "message": message, "charge": pi["latest_charge"]}
 	pi["status"], pi["last_payment_error"] = "requires_payment_method", lpe
 	e := map[string]any{}
 	for k, v := range lpe {
@@ -267,6 +297,32 @@ func (f *fakeStripe) refundCount(refundOrderID string) int {
 		}
 	}
 	return n
+}
+
+// authenticate finishes 3-D Secure for the order's PaymentIntent, as the
+// customer does in Stripe.js.
+func (f *fakeStripe) authenticate(orderID string, passed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pi := range f.pis {
+		if pi["metadata"].(map[string]any)["merchant_order_id"] != orderID || pi["status"] != "requires_action" {
+			continue
+		}
+		delete(pi, "next_action")
+		pi["status"] = "succeeded"
+		if !passed {
+			pi["status"] = "requires_payment_method"
+			pi["last_payment_error"] = map[string]any{"type": "card_error", "code": "payment_intent_authentication_failure",
+				"message": "We are unable to authenticate your payment method."}
+		}
+		return
+	}
+	panic("no payment intent waits for " + orderID)
+}
+
+// forgetIdempotencyKeys models Stripe's 24-hour key lifetime.
+func (f *fakeStripe) forgetIdempotencyKeys() {
+	f.set(func(f *fakeStripe) { f.idem = map[string]idemRecord{} })
 }
 
 // index makes every PaymentIntent searchable, as time does.

@@ -13,14 +13,18 @@ import (
 )
 
 // fakeToss reproduces the part of Toss Payments' core API the adapter uses,
-// as documented: confirm, lookup by orderId and by paymentKey, cancel, Basic
-// auth with the secret key, Idempotency-Key replay and the {code, message}
-// error bodies.
+// as documented for API version 2022-11-16: confirm, lookup by orderId and
+// by paymentKey, cancel, Basic auth with the secret key, the version header,
+// Idempotency-Key replay, the {code, message} error bodies, and amounts
+// written as numbers with a fraction part ("15000.0").
 //
 // Payments are created by the widget in real life; here a confirm for an
 // unknown paymentKey that starts with "tgen_" creates it, and the paymentKey
-// decides the card's answer: "_declined_" is refused by the card company,
-// "_nofunds_" for lack of funds, anything else is approved.
+// decides the answer: "_declined_" is refused by the card company,
+// "_nofunds_" for lack of funds, "_points_" for card points the card cannot
+// use, "_belowmin_" is refused as below Toss's minimum (nothing recorded),
+// "_vbank_" issues a virtual account that waits for its deposit, anything
+// else is approved.
 type fakeToss struct {
 	secret string
 
@@ -33,24 +37,43 @@ type fakeToss struct {
 }
 
 type fakePayment struct {
-	PaymentKey    string       `json:"paymentKey"`
-	OrderID       string       `json:"orderId"`
-	Status        string       `json:"status"`
-	Method        string       `json:"method"`
-	TotalAmount   int64        `json:"totalAmount"`
-	BalanceAmount int64        `json:"balanceAmount"`
-	Currency      string       `json:"currency"`
-	ApprovedAt    string       `json:"approvedAt,omitempty"`
-	Cancels       []fakeCancel `json:"cancels"`
-	Failure       *fakeError   `json:"failure"`
+	Version        string       `json:"version"`
+	PaymentKey     string       `json:"paymentKey"`
+	OrderID        string       `json:"orderId"`
+	Status         string       `json:"status"`
+	Method         string       `json:"method"`
+	TotalAmount    wonAmount    `json:"totalAmount"`
+	BalanceAmount  wonAmount    `json:"balanceAmount"`
+	Currency       string       `json:"currency"`
+	ApprovedAt     *string      `json:"approvedAt"`
+	VirtualAccount *fakeVA      `json:"virtualAccount"`
+	Cancels        []fakeCancel `json:"cancels"`
+	Failure        *fakeError   `json:"failure"`
+}
+
+type fakeVA struct {
+	AccountNumber string `json:"accountNumber"`
+	DueDate       string `json:"dueDate"`
+	Expired       bool   `json:"expired"`
 }
 
 type fakeCancel struct {
-	TransactionKey string `json:"transactionKey"`
-	CancelReason   string `json:"cancelReason"`
-	CancelAmount   int64  `json:"cancelAmount"`
-	CanceledAt     string `json:"canceledAt"`
-	CancelStatus   string `json:"cancelStatus"`
+	TransactionKey string    `json:"transactionKey,omitempty"`
+	CancelReason   string    `json:"cancelReason"`
+	CancelAmount   wonAmount `json:"cancelAmount"`
+	CanceledAt     string    `json:"canceledAt"`
+	CancelStatus   string    `json:"cancelStatus,omitempty"`
+}
+
+// wonAmount is written as Toss writes amounts since version 1.4: a JSON
+// number with a fraction part.
+type wonAmount int64
+
+func (a wonAmount) MarshalJSON() ([]byte, error) { return []byte(fmt.Sprintf("%d.0", a)), nil }
+
+func now() *string {
+	t := time.Now().Format(time.RFC3339)
+	return &t
 }
 
 type fakeError struct {
@@ -76,6 +99,12 @@ func (f *fakeToss) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(f.secret+":"))
 	if r.Header.Get("Authorization") != want {
 		writeFake(w, http.StatusUnauthorized, fakeError{"UNAUTHORIZED_KEY", "인증되지 않은 시크릿 키 혹은 클라이언트 키 입니다."})
+		return
+	}
+	if v := r.Header.Get("TossPayments-API-Version"); v != "2022-11-16" {
+		// The fake speaks one version only; answering another's shapes
+		// would prove nothing.
+		writeFake(w, http.StatusBadRequest, fakeError{"INVALID_REQUEST", "unsupported API version " + v})
 		return
 	}
 	key := r.Header.Get("Idempotency-Key")
@@ -129,6 +158,10 @@ func (f *fakeToss) confirm(w http.ResponseWriter, r *http.Request) {
 		writeFake(w, http.StatusNotFound, fakeError{"NOT_FOUND_PAYMENT", "존재하지 않는 결제 정보 입니다."})
 		return
 	}
+	if strings.Contains(req.PaymentKey, "_belowmin_") {
+		writeFake(w, http.StatusBadRequest, fakeError{"BELOW_MINIMUM_AMOUNT", "신용카드는 결제금액이 100원 이상, 계좌는 200원이상부터 결제가 가능합니다."})
+		return
+	}
 	if p, ok := f.byKey[req.PaymentKey]; ok && p.Status != "READY" && p.Status != "IN_PROGRESS" {
 		writeFake(w, http.StatusBadRequest, fakeError{"ALREADY_PROCESSED_PAYMENT", "이미 처리된 결제 입니다."})
 		return
@@ -137,18 +170,28 @@ func (f *fakeToss) confirm(w http.ResponseWriter, r *http.Request) {
 		writeFake(w, http.StatusBadRequest, fakeError{"DUPLICATED_ORDER_ID", "이미 승인 및 취소가 진행된 중복된 주문번호 입니다."})
 		return
 	}
-	p := &fakePayment{PaymentKey: req.PaymentKey, OrderID: req.OrderID, Method: "카드", TotalAmount: req.Amount,
-		BalanceAmount: req.Amount, Currency: "KRW", Cancels: []fakeCancel{}}
+	p := &fakePayment{Version: "2022-11-16", PaymentKey: req.PaymentKey, OrderID: req.OrderID, Method: "카드",
+		TotalAmount: wonAmount(req.Amount), BalanceAmount: wonAmount(req.Amount), Currency: "KRW", Cancels: []fakeCancel{}}
 	f.byKey[p.PaymentKey], f.byOrder[p.OrderID] = p, p.PaymentKey
+	refuse := func(status int, e fakeError) {
+		p.Status, p.Failure = "ABORTED", &e
+		writeFake(w, status, e)
+	}
 	switch {
 	case strings.Contains(req.PaymentKey, "_declined_"):
-		p.Status, p.Failure = "ABORTED", &fakeError{"REJECT_CARD_COMPANY", "결제 승인이 거절되었습니다."}
-		writeFake(w, http.StatusForbidden, *p.Failure)
+		refuse(http.StatusForbidden, fakeError{"REJECT_CARD_COMPANY", "결제 승인이 거절되었습니다."})
 	case strings.Contains(req.PaymentKey, "_nofunds_"):
-		p.Status, p.Failure = "ABORTED", &fakeError{"REJECT_CARD_PAYMENT", "한도초과 혹은 잔액부족으로 결제에 실패했습니다."}
-		writeFake(w, http.StatusForbidden, *p.Failure)
+		refuse(http.StatusForbidden, fakeError{"REJECT_CARD_PAYMENT", "한도초과 혹은 잔액부족으로 결제에 실패했습니다."})
+	case strings.Contains(req.PaymentKey, "_points_"):
+		refuse(http.StatusBadRequest, fakeError{"NOT_ALLOWED_POINT_USE", "포인트 사용이 불가한 카드로 카드 포인트 결제에 실패했습니다."})
+	case strings.Contains(req.PaymentKey, "_newcode_"):
+		refuse(http.StatusForbidden, fakeError{"SOME_NEW_REFUSAL", "새로운 거절 사유"})
+	case strings.Contains(req.PaymentKey, "_vbank_"):
+		p.Method, p.Status = "가상계좌", "WAITING_FOR_DEPOSIT"
+		p.VirtualAccount = &fakeVA{AccountNumber: "X1234567890", DueDate: time.Now().Add(7 * 24 * time.Hour).Format(time.RFC3339)}
+		writeFake(w, http.StatusOK, p)
 	default:
-		p.Status, p.ApprovedAt = "DONE", time.Now().Format(time.RFC3339)
+		p.Status, p.ApprovedAt = "DONE", now()
 		writeFake(w, http.StatusOK, p)
 	}
 }
@@ -185,18 +228,18 @@ func (f *fakeToss) cancel(w http.ResponseWriter, r *http.Request, paymentKey str
 		writeFake(w, http.StatusForbidden, fakeError{"NOT_CANCELABLE_PAYMENT", "취소 할 수 없는 결제 입니다."})
 		return
 	}
-	amount := p.BalanceAmount
+	amount := int64(p.BalanceAmount)
 	if req.CancelAmount != nil {
 		amount = *req.CancelAmount
 	}
-	if amount <= 0 || amount > p.BalanceAmount {
+	if amount <= 0 || amount > int64(p.BalanceAmount) {
 		writeFake(w, http.StatusForbidden, fakeError{"NOT_CANCELABLE_AMOUNT", "취소 할 수 없는 금액 입니다."})
 		return
 	}
 	f.seq++
 	p.Cancels = append(p.Cancels, fakeCancel{TransactionKey: fmt.Sprintf("txk_%d", f.seq), CancelReason: req.CancelReason,
-		CancelAmount: amount, CanceledAt: time.Now().Format(time.RFC3339), CancelStatus: "DONE"})
-	p.BalanceAmount -= amount
+		CancelAmount: wonAmount(amount), CanceledAt: time.Now().Format(time.RFC3339), CancelStatus: "DONE"})
+	p.BalanceAmount -= wonAmount(amount)
 	p.Status = "PARTIAL_CANCELED"
 	if p.BalanceAmount == 0 {
 		p.Status = "CANCELED"
@@ -237,6 +280,22 @@ func (f *fakeToss) forgetIdempotencyKeys() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.idem = map[string]recorded{}
+}
+
+// deposit settles a virtual account as the bank would: the deposit arrived
+// (DONE), or its deadline passed.
+func (f *fakeToss) deposit(orderID string, arrived bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.byKey[f.byOrder[orderID]]
+	if p == nil || p.Status != "WAITING_FOR_DEPOSIT" {
+		panic("no virtual account waits for " + orderID)
+	}
+	if arrived {
+		p.Status, p.ApprovedAt = "DONE", now()
+		return
+	}
+	p.VirtualAccount.Expired = true
 }
 
 // seed puts a payment in a given state, as the widget and time would.
