@@ -12,6 +12,7 @@ import (
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
+	"gateway/psp/fake"
 )
 
 // lostAck commits through the real store, then reports the commit's fate as
@@ -116,4 +117,44 @@ func TestSettleLostWithTheDatabaseAnswers503(t *testing.T) {
 	e.advance(31 * time.Second) // the lease the dead database could not release
 	wantStatus(t, e.post("k", okBody), http.StatusCreated)
 	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 1})
+}
+
+// takeoverCounter tells when a second request has tried to take a key over.
+type takeoverCounter struct {
+	payments.FlowStore
+	tries  atomic.Int32
+	second chan struct{}
+}
+
+func (s *takeoverCounter) TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (idemkeys.Token, error) {
+	tok, err := s.FlowStore.TakeOver(ctx, ref, seen, lease)
+	if s.tries.Add(1) == 2 {
+		close(s.second)
+	}
+	return tok, err
+}
+
+// Two retries race to take an expired key over: the one that loses waits
+// for the winner and is woken when it finishes, getting its answer rather
+// than a 409 once its wait runs out.
+func TestLoserOfATakeoverIsWokenByTheWinner(t *testing.T) {
+	tc := &takeoverCounter{second: make(chan struct{})}
+	e := newEnv(t, func(s *envSetup) {
+		s.wrap = func(st payments.FlowStore) payments.FlowStore { tc.FlowStore = st; return tc }
+	})
+	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
+	wantStatus(t, e.post("k", okBody), http.StatusBadGateway) // the lease is given back
+	// The winner's charge waits until the loser has lost its takeover.
+	e.psp.SetChargeHook(func(context.Context, psp.ChargeRequest) { <-tc.second })
+	answers := make(chan response, 2)
+	for range 2 {
+		go func() { answers <- e.post("k", okBody) }()
+	}
+	for range 2 {
+		res := <-answers
+		if res.status != http.StatusCreated {
+			t.Fatalf("a retry answered %d %s, want the winner's 201", res.status, res.body)
+		}
+	}
+	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 2})
 }

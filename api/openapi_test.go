@@ -476,7 +476,7 @@ func TestOpenAPICheckCatchesDrift(t *testing.T) {
 	}
 	const payment = `{"id":"pay_01KB4ZQ4C9V8X2M3N5P7R9T1W3","status":"succeeded","amount":1000,"currency":"KRW",` +
 		`"payment_method":"pm_card_ok","merchant_order_id":"ord_4756245f0980251a38000acc","psp_reference":"ch_1",` +
-		`"decline_code":null,"description":"","metadata":{},"created_at":"2026-11-30T12:00:00Z"}`
+		`"decline_code":null,"description":"","metadata":{},"amount_refunded":0,"refunded":false,"created_at":"2026-11-30T12:00:00Z"}`
 	post := func() http.Header {
 		return http.Header{"Authorization": {"Bearer sk_abcdefghijkl"}, "Idempotency-Key": {"k"},
 			"Content-Type": {"application/json"}}

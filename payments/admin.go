@@ -33,6 +33,13 @@ type AdminStore interface {
 	PaymentRecord(ctx context.Context, id string) (PaymentRecord, error)
 	// PaymentByID reads a payment by its id alone; ErrNotFound otherwise.
 	PaymentByID(ctx context.Context, id string) (Payment, error)
+	// RefundByID reads a refund by its id alone; ErrNotFound otherwise.
+	RefundByID(ctx context.Context, id string) (Refund, error)
+	// ResolveRefund applies decide to the refund with id under its and its
+	// payment's row locks, moves the payment's amounts with it, rewrites its
+	// key's answer when it leaves review, and records res in the audit
+	// table, all in one transaction. ErrNotFound for an unknown id.
+	ResolveRefund(ctx context.Context, id string, decide func(Refund) (Refund, error), res Resolution) (Refund, error)
 	// Resolve applies decide to the payment with id under a row lock, stores
 	// the result, rewrites its key's stored response and records res in the
 	// audit table, all in one transaction. ErrNotFound for an unknown id.
@@ -339,4 +346,124 @@ func (a *Admin) PaymentRecord(ctx context.Context, id string) (PaymentRecord, er
 		return PaymentRecord{}, internal(fmt.Errorf("payment %s: %w", id, err))
 	}
 	return rec, nil
+}
+
+// RefundResolution is an operator's decision on a refund nobody could settle.
+type RefundResolution struct {
+	RefundID     string
+	To           RefundStatus
+	PSPReference string
+	Reason       string
+	Actor        string
+	// Force records the decision against the PSP's evidence, or corrects an
+	// earlier one; Reason must say why.
+	Force bool
+}
+
+// ResolveRefund records an operator's decision on a refund in review (or,
+// with Force, corrects a settled one), after asking its PSP, like Resolve:
+// "failed" is refused while the PSP holds the refund, "succeeded" while the
+// PSP refused it or authoritatively has none. A failed refund gives its
+// reservation back to the payment; a succeeded one counts as refunded.
+func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, error) {
+	res := Resolution{PaymentID: r.RefundID, To: Status(r.To), PSPReference: r.PSPReference, Reason: r.Reason, Actor: r.Actor, Force: r.Force}
+	if r.To != RefundSucceeded && r.To != RefundFailed {
+		return Refund{}, &Error{Code: CodeInvalid, Message: "invalid resolution", Fields: []FieldError{{Field: "as", Reason: "must be succeeded or failed"}}}
+	}
+	res.To = Succeeded // validated as a payment decision; the refund's status is r.To
+	if err := res.Validate(); err != nil {
+		return Refund{}, err
+	}
+	current, err := a.store.RefundByID(ctx, r.RefundID)
+	if errors.Is(err, ErrNotFound) {
+		return Refund{}, Errorf(CodeNotFound, "no refund %s", r.RefundID)
+	}
+	if err != nil {
+		return Refund{}, internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
+	}
+	said, refuse, found := a.refundEvidence(ctx, current, r.To)
+	if refuse != "" && !r.Force {
+		return Refund{}, Errorf(CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", refuse)
+	}
+	res.Reason = r.Reason + " [PSP: " + said + "]"
+	if len(res.Reason) > 1000 {
+		res.Reason = res.Reason[:1000]
+	}
+	var from RefundStatus
+	out, err := a.store.ResolveRefund(ctx, r.RefundID, func(x Refund) (Refund, error) {
+		from = x.Status
+		switch {
+		case x.Status == RefundRequiresReview:
+		case r.Force && (x.Status == RefundSucceeded || x.Status == RefundFailed):
+		case x.Status == RefundSucceeded || x.Status == RefundFailed:
+			return x, Errorf(CodeConflict, "refund %s is already %s; correcting a settled refund needs --force and a reason", x.ID, x.Status)
+		default:
+			return x, Errorf(CodeConflict, "refund %s is %s: the refund flow or the reconciler is still settling it", x.ID, x.Status)
+		}
+		x.Status, x.ReviewReason = r.To, ""
+		switch {
+		case r.PSPReference != "":
+			x.PSPReference = r.PSPReference
+		case r.To == RefundSucceeded && found.Reference != "":
+			x.PSPReference = found.Reference
+		}
+		x.FailureCode = ""
+		if r.To == RefundFailed {
+			x.FailureCode = RefundFailedNotProcessed
+		}
+		return x, nil
+	}, res)
+	if errors.Is(err, ErrNotFound) {
+		return Refund{}, Errorf(CodeNotFound, "no refund %s", r.RefundID)
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return Refund{}, e
+	}
+	if err != nil {
+		return Refund{}, internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
+	}
+	a.log.InfoContext(ctx, "refund resolved by hand", "refund_id", out.ID, "payment_id", out.PaymentID,
+		a.hash.Attr(idemkeys.Ref{MerchantID: out.MerchantID, Endpoint: EndpointCreateRefund, Key: out.IdempotencyKey}),
+		"from", string(from), "to", string(out.Status), "forced", r.Force, "psp_said", said, "actor", r.Actor, "reason", r.Reason)
+	return out, nil
+}
+
+// refundEvidence is what the refund's PSP says about a decision.
+func (a *Admin) refundEvidence(ctx context.Context, x Refund, to RefundStatus) (said, refuse string, found psp.Refund) {
+	adapter, ok := a.psps.For(x.PSP)
+	if !ok {
+		said = fmt.Sprintf("not asked: PSP %q is not configured here", x.PSP)
+		return said, "the refund's PSP cannot be asked (" + said + ")", psp.Refund{}
+	}
+	p, err := a.store.PaymentByID(ctx, x.PaymentID)
+	if err != nil {
+		return "not asked: " + err.Error(), "the refund's payment cannot be read", psp.Refund{}
+	}
+	lctx, cancel := context.WithTimeout(ctx, a.pspTimeout)
+	got, err := adapter.LookupRefund(lctx, p.PSPReference, x.RefundOrderID)
+	cancel()
+	switch {
+	case errors.Is(err, psp.ErrNotFound) && adapter.Capabilities().AuthoritativeLookup:
+		if to == RefundSucceeded {
+			return "no refund for this order", "the PSP says it holds no such refund", psp.Refund{}
+		}
+		return "no refund for this order", "", psp.Refund{}
+	case err != nil:
+		e := "no authoritative answer: " + err.Error()
+		return e, "the PSP gave " + e, psp.Refund{}
+	}
+	settled, err := ApplyRefund(x, got)
+	said = fmt.Sprintf("refund %s %s, %d %s", got.Reference, got.Status, got.Amount, got.Currency)
+	switch {
+	case err != nil:
+		return said, "the PSP's answer is unreadable (" + err.Error() + ")", got
+	case settled.Status == RefundRequiresReview:
+		return said, settled.ReviewReason, got
+	case settled.Status == RefundSucceeded && to == RefundFailed, settled.Status == RefundPending && to == RefundFailed:
+		return said, "the PSP holds this refund (" + string(got.Status) + ")", got
+	case settled.Status == RefundFailed && to == RefundSucceeded:
+		return said, "the PSP refused this refund", got
+	}
+	return said, "", got
 }

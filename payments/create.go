@@ -69,11 +69,25 @@ func (r CreateRequest) Validate() error {
 	if utf8.RuneCountInString(r.Description) > MaxDescriptionLen || !printable(r.Description) {
 		add("description", "must be at most %d printable characters", MaxDescriptionLen)
 	}
-	if len(r.Metadata) > MaxMetadataKeys {
+	fields = append(fields, validateMetadata(r.Metadata)...)
+	if len(fields) > 0 {
+		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
+	}
+	return nil
+}
+
+// validateMetadata checks a request's metadata: the same rules for every
+// object that carries some.
+func validateMetadata(md map[string]string) []FieldError {
+	var fields []FieldError
+	add := func(field, format string, args ...any) {
+		fields = append(fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	if len(md) > MaxMetadataKeys {
 		add("metadata", "must have at most %d keys", MaxMetadataKeys)
 	}
-	for _, k := range sortedKeys(r.Metadata) {
-		v := r.Metadata[k]
+	for _, k := range sortedKeys(md) {
+		v := md[k]
 		switch {
 		case k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen || !printable(k):
 			add("metadata", "key %q must be 1 to %d printable characters", k, MaxMetadataKeyLen)
@@ -81,10 +95,7 @@ func (r CreateRequest) Validate() error {
 			add("metadata."+k, "must be at most %d printable characters", MaxMetadataValueLen)
 		}
 	}
-	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
-	}
-	return nil
+	return fields
 }
 
 // Fingerprint identifies the command, not its bytes: a client that sends the

@@ -20,6 +20,9 @@ const (
 	// ReviewFirstLook is how soon after a payment enters review the review
 	// queue first asks its PSP again.
 	ReviewFirstLook = 5 * time.Minute
+	// RefundFirstCheck is how soon after the PSP accepted a refund it will
+	// finish later (pending) the refund queue first asks about it.
+	RefundFirstCheck = time.Minute
 	// DefaultWriteTimeout bounds a write made after a PSP call, whatever the
 	// request's own deadline: the PSP's answer must reach the database even
 	// when the client has gone.

@@ -34,6 +34,12 @@ const (
 	// CodePSPCannotAccept: the request is valid but the configured PSP can
 	// never accept it (currency, amount); nothing stored, nothing sent.
 	CodePSPCannotAccept Code = "psp_cannot_accept"
+	// CodeNotRefundable: the payment cannot be refunded now (not succeeded,
+	// or nothing left to refund); nothing stored, the key stays free.
+	CodeNotRefundable Code = "payment_not_refundable"
+	// CodeRefundExceeds: the refund asks more than is left to refund;
+	// nothing stored, the key stays free.
+	CodeRefundExceeds Code = "refund_exceeds_refundable"
 	// CodeConflict: the request contradicts the current state (or the PSP's
 	// evidence); nothing was changed.
 	CodeConflict Code = "conflict"
@@ -50,8 +56,10 @@ type Error struct {
 	Message string
 	// Fields lists per-field validation failures (CodeInvalid).
 	Fields []FieldError
-	// PaymentID names the existing payment (CodeKeyReused).
+	// PaymentID names the existing payment (CodeKeyReused, refusals of a refund).
 	PaymentID string
+	// RefundID names the existing refund (CodeKeyReused on a refund's key).
+	RefundID string
 	// RetryAfter is how long the client should wait before retrying, when it may.
 	RetryAfter time.Duration
 	// Err is the cause, for logs only.

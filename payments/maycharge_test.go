@@ -52,7 +52,7 @@ func TestMayChargeAgain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := payments.MayChargeAgain(tt.rec, p, tt.caps, pspTimeout, local.Add(tt.later)); got != tt.want {
+			if got := payments.MayChargeAgain(tt.rec, p.CreatedAt, tt.caps, pspTimeout, local.Add(tt.later)); got != tt.want {
 				t.Errorf("MayChargeAgain = %v, want %v", got, tt.want)
 			}
 		})

@@ -62,6 +62,11 @@ type Payment struct {
 	// lookups go there and nowhere else. Empty for payments older than the
 	// record: no PSP can be known to be theirs.
 	PSP string
+	// AmountRefunded is what succeeded refunds gave back; AmountReserved is
+	// what its pending, succeeded and in-review refunds hold together, never
+	// more than Amount.
+	AmountRefunded int64
+	AmountReserved int64
 	// ReviewReason says why the payment needs a person (requires_review).
 	ReviewReason string
 	// Review is the review queue's schedule of a payment in requires_review.

@@ -20,7 +20,11 @@ type View struct {
 	DeclineCode     *string           `json:"decline_code"`
 	Description     string            `json:"description"`
 	Metadata        map[string]string `json:"metadata"`
-	CreatedAt       string            `json:"created_at"`
+	// AmountRefunded is what succeeded refunds gave back; Refunded says it
+	// is all of it.
+	AmountRefunded int64  `json:"amount_refunded"`
+	Refunded       bool   `json:"refunded"`
+	CreatedAt      string `json:"created_at"`
 }
 
 // ToView renders p for the public API.
@@ -40,6 +44,8 @@ func ToView(p Payment) View {
 		DeclineCode:     nullable(p.DeclineCode),
 		Description:     p.Description,
 		Metadata:        md,
+		AmountRefunded:  p.AmountRefunded,
+		Refunded:        p.AmountRefunded > 0 && p.AmountRefunded >= p.Amount.Minor,
 		CreatedAt:       p.CreatedAt.UTC().Format(time.RFC3339Nano),
 	}
 }

@@ -52,6 +52,24 @@ type FlowStore interface {
 	// holds it.
 	Release(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, notSent bool) error
 
+	// ClaimRefund inserts a refund's key (IN_PROGRESS, c.Token, a lease that
+	// is also the window to send the refund in), then, under the payment's
+	// row lock, lets decide turn the payment into the refund's amount,
+	// reserves it on the payment and inserts the refund, all or nothing. It
+	// returns the refund as inserted and the payment as locked. Errors:
+	// idemkeys.ErrExists (the key is claimed: read it); ErrNotFound (no such
+	// payment for the merchant); decide's own error (nothing stored); *Error
+	// CodeKeyReused (the key's record was purged but its refund exists);
+	// ErrWriteUnknown (re-read the key).
+	ClaimRefund(ctx context.Context, c RefundClaim, decide func(Payment) (int64, error)) (Refund, Payment, error)
+	// Refund reads one of the merchant's refunds; ErrNotFound otherwise.
+	Refund(ctx context.Context, merchantID, id string) (Refund, error)
+	// SettleRefund records r's state (succeeded, failed, pending at the PSP,
+	// or requires_review), moves its payment's amounts with it, and stores
+	// resp for replay, only while the caller holds token.
+	// idemkeys.ErrFenced: nothing was written. ErrWriteUnknown: re-read.
+	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r Refund, resp idemkeys.Response) error
+
 	// Payment reads one of the merchant's payments; ErrNotFound otherwise.
 	Payment(ctx context.Context, merchantID, id string) (Payment, error)
 	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
@@ -90,11 +108,24 @@ var (
 	ErrWriteUnknown = errors.New("payments: outcome of the write is unknown")
 )
 
-// Pending is an unfinished key with its payment, as the reconciler claims
-// it: Key carries the reconciler's new token and the database's clock at the claim.
+// Pending is an unfinished key with what it created, as the reconciler
+// claims it: Key carries the reconciler's new token and the database's
+// clock at the claim. Payment is the key's payment, or the payment of its
+// refund when Refund is set.
 type Pending struct {
 	Key     idemkeys.Record
 	Payment Payment
+	Refund  *Refund
+}
+
+// RefundCheck is a refund pending at its PSP or in review that the refund
+// queue looks at now, with its payment; Refund.Review.After is the look's
+// mark, the fence of its writes.
+type RefundCheck struct {
+	Refund  Refund
+	Payment Payment
+	// DBNow is the database's clock at the claim.
+	DBNow time.Time
 }
 
 // Quarantined is an unfinished key the reconciler could not read (its

@@ -46,6 +46,18 @@ type Store interface {
 	RescheduleReview(ctx context.Context, p payments.Payment, r payments.Reschedule) error
 	// Resolve applies decide to a payment under its row lock with an audit row.
 	Resolve(ctx context.Context, id string, decide func(payments.Payment) (payments.Payment, error), res payments.Resolution) (payments.Payment, error)
+
+	// SettleRefund records an unfinished refund's state and its key's answer
+	// while the caller holds token; idemkeys.ErrFenced otherwise.
+	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Refund, resp idemkeys.Response) error
+	// ClaimRefundChecks marks up to limit refunds pending at their PSP or in
+	// review, due for a look, as looked at for `lease`.
+	ClaimRefundChecks(ctx context.Context, lease time.Duration, limit int) ([]payments.RefundCheck, error)
+	// RescheduleRefundCheck sets such a refund's next look, fenced on the claim's mark.
+	RescheduleRefundCheck(ctx context.Context, r payments.Refund, rs payments.Reschedule) error
+	// ResolveRefund applies decide to a refund under its and its payment's
+	// row locks, moving the payment's amounts with it, with an audit row.
+	ResolveRefund(ctx context.Context, id string, decide func(payments.Refund) (payments.Refund, error), res payments.Resolution) (payments.Refund, error)
 }
 
 // Config tunes a reconciler.
@@ -241,6 +253,7 @@ func Meaning(o Outcome) string {
 // Result is one key's (or reviewed payment's) outcome in a pass.
 type Result struct {
 	PaymentID  string  `json:"payment_id"`
+	RefundID   string  `json:"refund_id,omitempty"`
 	MerchantID string  `json:"merchant_id"`
 	Key        string  `json:"key_hash,omitempty"`
 	Outcome    Outcome `json:"outcome"`
@@ -286,6 +299,7 @@ const maxPerPass = 1_000_000
 type job struct {
 	pending *payments.Pending
 	review  *payments.InReview
+	refund  *payments.RefundCheck
 }
 
 // RunOnce claims and settles stale keys until none is left, looks at the
@@ -313,10 +327,13 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 		go func() {
 			defer workers.Done()
 			for j := range work {
-				if j.pending != nil {
+				switch {
+				case j.pending != nil:
 					results <- r.settle(ctx, *j.pending)
-				} else {
+				case j.review != nil:
 					results <- r.reexamine(ctx, *j.review)
+				default:
+					results <- r.recheckRefund(ctx, *j.refund)
 				}
 			}
 		}()
@@ -324,7 +341,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	claimErr := make(chan error, 1)
 	go func() {
 		defer close(work)
-		claimErr <- errors.Join(r.claimUnfinished(ctx, batch, work, results), r.claimReview(ctx, batch, work))
+		claimErr <- errors.Join(r.claimUnfinished(ctx, batch, work, results), r.claimReview(ctx, batch, work),
+			r.claimRefundChecks(ctx, batch, work))
 	}()
 	go func() { workers.Wait(); close(results) }()
 	for res := range results {
@@ -393,10 +411,67 @@ func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) S
 	return sum
 }
 
+// subject is what an unfinished key created, in the terms the reconciler
+// settles it in: a payment's charge, or a refund.
+type subject struct {
+	id  string
+	psp string
+	// lookup asks the PSP and says what to record: the write of the
+	// subject's new state (final, or requires_review) and its outcome; or,
+	// pending, that the PSP holds it and it is to be looked at later. err is
+	// the lookup's own (psp.ErrNotFound, a failure) or an unreadable answer.
+	lookup func(ctx context.Context, a psp.Adapter) (record func(context.Context) error, o Outcome, detail string, pending bool, err error)
+	// fail is the write of "proven never sent"; review that of requires_review.
+	fail   func(context.Context) error
+	review func(why string) func(context.Context) error
+}
+
+// subjectOf is what p's key created.
+func (r *Reconciler) subjectOf(p payments.Pending) subject {
+	key, pay := p.Key, p.Payment
+	if p.Refund != nil {
+		return r.refundSubject(key, pay, *p.Refund)
+	}
+	write := func(pay payments.Payment) func(context.Context) error {
+		return func(ctx context.Context) error {
+			return r.store.Settle(ctx, key.Ref, key.Token, pay, payments.Render(pay))
+		}
+	}
+	return subject{
+		id:  pay.ID,
+		psp: pay.PSP,
+		lookup: func(ctx context.Context, a psp.Adapter) (func(context.Context) error, Outcome, string, bool, error) {
+			c, err := a.Lookup(ctx, pay.MerchantOrderID)
+			if err != nil {
+				return nil, "", "", false, err
+			}
+			settled, err := payments.ApplyCharge(pay, c)
+			switch {
+			case errors.Is(err, payments.ErrChargePending):
+				return nil, "", "", true, nil
+			case err != nil:
+				return nil, "", "", false, err
+			}
+			return write(settled), outcomeOf(settled.Status), settled.ReviewReason, false, nil
+		},
+		fail: func(ctx context.Context) error {
+			failed := pay
+			failed.Status, failed.DeclineCode = payments.Failed, payments.DeclineNotProcessed
+			return write(failed)(ctx)
+		},
+		review: func(why string) func(context.Context) error {
+			reviewed := pay
+			reviewed.Status, reviewed.ReviewReason = payments.RequiresReview, why
+			return write(reviewed)
+		},
+	}
+}
+
 // settle decides one unfinished key. The lookup runs outside any
 // transaction; every write after it is fenced on the claim's token.
 func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 	key, pay := p.Key, p.Payment
+	sub := r.subjectOf(p)
 	res := Result{
 		PaymentID:  pay.ID,
 		MerchantID: pay.MerchantID,
@@ -404,65 +479,59 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 		Attempts:   key.ReconcileAttempts,
 		Age:        key.DBNow.Sub(pay.CreatedAt),
 	}
+	if p.Refund != nil {
+		res.RefundID, res.Age = p.Refund.ID, key.DBNow.Sub(p.Refund.CreatedAt)
+	}
 	// The claim's lease ends no earlier, in this process's time, than this.
 	if left := key.ReadAt.Add(r.cfg.Lease).Sub(r.cfg.Now()); left < r.cfg.PSPTimeout {
 		// Not enough lease left to look up and write: leave it to expire and be claimed afresh.
 		res.Outcome, res.Detail = Fenced, "lease ran short before the lookup"
 		return r.logged(key.Ref, key.Token, res)
 	}
-	adapter, ok := r.psps.For(pay.PSP)
+	adapter, ok := r.psps.For(sub.psp)
 	if !ok {
-		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", pay.PSP)
+		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", sub.psp)
 		return r.reschedule(ctx, key, res, payments.Reschedule{After: r.cfg.BackoffMax, Attempts: key.ReconcileAttempts})
 	}
 	if key.NothingSent() {
 		// Every send the key was allowed ended "not processed" or never left.
-		pay.Status, pay.DeclineCode = payments.Failed, payments.DeclineNotProcessed
-		res.Outcome, res.Detail = Failed, fmt.Sprintf("all %d charge attempt(s) certainly did nothing", key.ChargeAttempts)
-		return r.complete(ctx, key, pay, res)
+		res.Outcome, res.Detail = Failed, fmt.Sprintf("all %d attempt(s) to send certainly did nothing", key.ChargeAttempts)
+		return r.written(ctx, key, res, sub.fail)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
-	charge, err := adapter.Lookup(lctx, pay.MerchantOrderID)
+	record, o, detail, pending, err := sub.lookup(lctx, adapter)
 	cancel()
 	caps := adapter.Capabilities()
 	switch {
+	case err == nil && pending:
+		// Accepted and waiting (a deposit, the customer): not a failed
+		// look, so no attempt is spent; looked at again on the back-off.
+		res.Outcome, res.Detail = Deferred, "pending at the PSP"
+		return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(r.cfg.BackoffBase), Attempts: key.ReconcileAttempts})
 	case err == nil:
-		settled, err := payments.ApplyCharge(pay, charge)
-		if errors.Is(err, payments.ErrChargePending) {
-			// Accepted and waiting (a deposit, the customer): not a failed
-			// look, so no attempt is spent; looked at again on the back-off.
-			res.Outcome, res.Detail = Deferred, "pending at the PSP"
-			return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(r.cfg.BackoffBase), Attempts: key.ReconcileAttempts})
-		}
-		if err != nil {
-			return r.retry(ctx, p, res, err.Error())
-		}
-		res.Outcome = outcomeOf(settled.Status)
-		res.Detail = settled.ReviewReason
-		return r.complete(ctx, key, settled, res)
+		res.Outcome, res.Detail = o, detail
+		return r.written(ctx, key, res, record)
 	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
-		return r.notFound(ctx, p, res, caps)
+		return r.notFound(ctx, key, sub, res, caps.CreationWindow)
 	case errors.Is(err, psp.ErrNotFound):
-		return r.retry(ctx, p, res, "not found, but the PSP's lookup is not authoritative")
+		return r.retry(ctx, key, sub, res, "not found, but the PSP's lookup is not authoritative")
 	}
-	return r.retry(ctx, p, res, err.Error())
+	return r.retry(ctx, key, sub, res, err.Error())
 }
 
-// notFound weighs an authoritative "no such charge". "Failed" needs proof
-// that no charge can still appear: the database's clock at the claim (which
-// preceded the lookup) is past may_charge_until plus the creation window,
-// and an earlier authoritative "not found", recorded under a reconciler's
-// own lease after its lookup, is itself a creation window old. Anything
-// less defers the verdict; nothing is guessed.
-func (r *Reconciler) notFound(ctx context.Context, p payments.Pending, res Result, caps psp.Capabilities) Result {
-	key, pay := p.Key, p.Payment
-	window := caps.CreationWindow
+// notFound weighs an authoritative "no such charge" (or refund). "Failed"
+// needs proof that nothing can still appear: the database's clock at the
+// claim (which preceded the lookup) is past may_charge_until plus the
+// creation window, and an earlier authoritative "not found", recorded under
+// a reconciler's own lease after its lookup, is itself a creation window
+// old. Anything less defers the verdict; nothing is guessed.
+func (r *Reconciler) notFound(ctx context.Context, key idemkeys.Record, sub subject, res Result, window time.Duration) Result {
 	switch {
 	case key.MayChargeUntil.IsZero():
-		return r.retry(ctx, p, res, "no record of when the last charge could have been sent")
+		return r.retry(ctx, key, sub, res, "no record of when the last send could have left")
 	case key.DBNow.Before(key.MayChargeUntil.Add(window)):
 		at := key.MayChargeUntil.Add(window)
-		res.Outcome, res.Detail = Deferred, "not at the PSP yet; a charge may still appear until "+at.UTC().Format(time.RFC3339)
+		res.Outcome, res.Detail = Deferred, "not at the PSP yet; it may still appear until "+at.UTC().Format(time.RFC3339)
 		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
 	case key.NotFoundAt.IsZero():
 		res.Outcome, res.Detail = Deferred, "first authoritative not-found; confirmed after the creation window"
@@ -472,9 +541,8 @@ func (r *Reconciler) notFound(ctx context.Context, p payments.Pending, res Resul
 		res.Outcome, res.Detail = Deferred, "second not-found due at "+at.UTC().Format(time.RFC3339)
 		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
 	}
-	pay.Status, pay.DeclineCode = payments.Failed, payments.DeclineNotProcessed
-	res.Outcome, res.Detail = Failed, "the PSP has no charge, twice a creation window apart"
-	return r.complete(ctx, key, pay, res)
+	res.Outcome, res.Detail = Failed, "the PSP has none, twice a creation window apart"
+	return r.written(ctx, key, res, sub.fail)
 }
 
 func outcomeOf(s payments.Status) Outcome {
@@ -489,17 +557,14 @@ func outcomeOf(s payments.Status) Outcome {
 	return Review
 }
 
-// retry counts a pass that learned nothing, backs off, and hands the payment
-// to the review queue once the attempts are spent. It never guesses.
-func (r *Reconciler) retry(ctx context.Context, p payments.Pending, res Result, why string) Result {
-	key, pay := p.Key, p.Payment
+// retry counts a pass that learned nothing, backs off, and hands the
+// subject to the review queue once the attempts are spent. It never guesses.
+func (r *Reconciler) retry(ctx context.Context, key idemkeys.Record, sub subject, res Result, why string) Result {
 	res.Attempts = key.ReconcileAttempts + 1
 	res.Detail = why
 	if res.Attempts >= r.cfg.MaxAttempts {
 		res.Outcome = Review
-		pay.Status = payments.RequiresReview
-		pay.ReviewReason = fmt.Sprintf("%d lookups learned nothing; the last: %s", res.Attempts, why)
-		return r.complete(ctx, key, pay, res)
+		return r.written(ctx, key, res, sub.review(fmt.Sprintf("%d lookups learned nothing; the last: %s", res.Attempts, why)))
 	}
 	res.Outcome = Retrying
 	return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, res.Attempts)), Attempts: res.Attempts})
@@ -520,19 +585,20 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// complete stores the final state (or the review) and the response a retry
-// will replay, rendered by the same function as the live path's.
-func (r *Reconciler) complete(ctx context.Context, key idemkeys.Record, pay payments.Payment, res Result) Result {
-	err := r.store.Settle(ctx, key.Ref, key.Token, pay, payments.Render(pay))
-	return r.logged(key.Ref, key.Token, r.written(res, err))
+// written runs the write that stores a subject's new state and the answer
+// a retry will replay (rendered by the same functions as the live path's),
+// and reports it.
+func (r *Reconciler) written(ctx context.Context, key idemkeys.Record, res Result, write func(context.Context) error) Result {
+	return r.logged(key.Ref, key.Token, r.outcome(res, write(ctx)))
 }
 
 func (r *Reconciler) reschedule(ctx context.Context, key idemkeys.Record, res Result, rs payments.Reschedule) Result {
 	err := r.store.Reschedule(ctx, key.Ref, key.Token, rs)
-	return r.logged(key.Ref, key.Token, r.written(res, err))
+	return r.logged(key.Ref, key.Token, r.outcome(res, err))
 }
 
-func (r *Reconciler) written(res Result, err error) Result {
+// outcome is res as the write that ended it left it.
+func (r *Reconciler) outcome(res Result, err error) Result {
 	switch {
 	case err == nil:
 	case errors.Is(err, idemkeys.ErrFenced):
@@ -552,7 +618,7 @@ func (r *Reconciler) logged(ref idemkeys.Ref, token idemkeys.Token, res Result) 
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "reconcile",
-		"outcome", string(res.Outcome), "payment_id", res.PaymentID, r.hash.Attr(ref),
+		"outcome", string(res.Outcome), "payment_id", res.PaymentID, "refund_id", res.RefundID, r.hash.Attr(ref),
 		"grant", token.Grant(), "attempts", res.Attempts, "in_review", res.InReview, "detail", res.Detail)
 	return res
 }

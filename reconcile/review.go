@@ -76,7 +76,7 @@ func (r *Reconciler) stillInReview(ctx context.Context, ref idemkeys.Ref, item p
 
 func (r *Reconciler) reviewLater(ctx context.Context, ref idemkeys.Ref, item payments.InReview, res Result, rs payments.Reschedule) Result {
 	err := r.store.RescheduleReview(ctx, item.Payment, rs)
-	return r.logged(ref, 0, r.written(res, err))
+	return r.logged(ref, 0, r.outcome(res, err))
 }
 
 // resolve records the review queue's decision the way a person's is
@@ -91,5 +91,5 @@ func (r *Reconciler) resolve(ctx context.Context, ref idemkeys.Ref, item payment
 	}, payments.Resolution{PaymentID: settled.ID, To: settled.Status, PSPReference: settled.PSPReference,
 		Reason: "settled from review: " + why, Actor: reviewActor})
 	res.Detail = why
-	return r.logged(ref, 0, r.written(res, err))
+	return r.logged(ref, 0, r.outcome(res, err))
 }

@@ -42,7 +42,7 @@ FOR UPDATE SKIP LOCKED`
 		if len(rows) == 0 {
 			return nil
 		}
-		byID, bad, err := paymentsOf(ctx, tx, rows)
+		byID, refunds, bad, err := subjectsOf(ctx, tx, rows)
 		if err != nil {
 			return err
 		}
@@ -69,7 +69,12 @@ FOR UPDATE SKIP LOCKED`
 			rec.Token = rec.Token.NextWith(r)
 			rec.LockedUntil = rec.DBNow.Add(lease)
 			rec.ReconcileAfter = rec.LockedUntil
-			out.Pending = append(out.Pending, payments.Pending{Key: rec, Payment: byID[rec.MerchantID+"/"+rec.PaymentID]})
+			pending := payments.Pending{Key: rec, Payment: byID[rec.MerchantID+"/"+rec.PaymentID]}
+			if r, ok := refunds[rec.MerchantID+"/"+rec.PaymentID]; ok {
+				pending.Refund = &r
+				pending.Payment = byID[r.MerchantID+"/"+r.PaymentID]
+			}
+			out.Pending = append(out.Pending, pending)
 		}
 		if len(out.Pending) == 0 {
 			return nil
@@ -96,43 +101,89 @@ WHERE state = 'IN_PROGRESS' AND (` + cond.String() + `)`
 	return out, nil
 }
 
-// paymentsOf reads the payments of locked keys; a key whose payment is
-// missing or cannot be decoded is returned in bad with the reason, so that
-// one broken row never stops a pass.
-func paymentsOf(ctx context.Context, tx *sqlx.Tx, keys []keyRow) (map[string]payments.Payment, map[string]string, error) {
+// subjectsOf reads what locked keys created (a payment, or a refund with
+// its payment); a key whose row is missing or cannot be decoded is returned
+// in bad with the reason, so that one broken row never stops a pass.
+func subjectsOf(ctx context.Context, tx *sqlx.Tx, keys []keyRow) (map[string]payments.Payment, map[string]payments.Refund, map[string]string, error) {
 	var (
-		cond strings.Builder
-		args []any
+		pcond, rcond strings.Builder
+		pargs, rargs []any
 	)
-	for i, k := range keys {
-		if i > 0 {
-			cond.WriteString(" OR ")
+	or := func(b *strings.Builder, clause string) {
+		if b.Len() > 0 {
+			b.WriteString(" OR ")
 		}
-		cond.WriteString("(merchant_id = ? AND id = ?)")
-		args = append(args, k.MerchantID, k.PaymentID)
+		b.WriteString(clause)
 	}
-	var rows []paymentRow
-	if err := tx.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments WHERE `+cond.String(), args...); err != nil {
-		return nil, nil, fmt.Errorf("select payments: %w", err)
+	for _, k := range keys {
+		if k.Endpoint == payments.EndpointCreateRefund {
+			or(&rcond, "(merchant_id = ? AND id = ?)")
+			rargs = append(rargs, k.MerchantID, k.PaymentID)
+		} else {
+			or(&pcond, "(merchant_id = ? AND id = ?)")
+			pargs = append(pargs, k.MerchantID, k.PaymentID)
+		}
 	}
-	byID := make(map[string]payments.Payment, len(rows))
 	bad := map[string]string{}
-	for _, r := range rows {
-		id := r.MerchantID + "/" + r.ID
-		p, err := r.toDomain()
-		if err != nil {
-			bad[id] = "payment row unreadable: " + err.Error()
-			continue
+	refunds := map[string]payments.Refund{}
+	if rcond.Len() > 0 {
+		var rows []refundRow
+		if err := tx.SelectContext(ctx, &rows, `SELECT `+refundColumns+` FROM refunds WHERE `+rcond.String(), rargs...); err != nil {
+			return nil, nil, nil, fmt.Errorf("select refunds: %w", err)
 		}
-		byID[id] = p
+		for _, row := range rows {
+			id := row.MerchantID + "/" + row.ID
+			r, err := row.toDomain()
+			if err != nil {
+				bad[id] = "refund row unreadable: " + err.Error()
+				continue
+			}
+			refunds[id] = r
+			// The refund's payment is read with the others.
+			or(&pcond, "(merchant_id = ? AND id = ?)")
+			pargs = append(pargs, r.MerchantID, r.PaymentID)
+		}
+	}
+	byID := map[string]payments.Payment{}
+	if pcond.Len() > 0 {
+		var rows []paymentRow
+		if err := tx.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments WHERE `+pcond.String(), pargs...); err != nil {
+			return nil, nil, nil, fmt.Errorf("select payments: %w", err)
+		}
+		for _, r := range rows {
+			id := r.MerchantID + "/" + r.ID
+			p, err := r.toDomain()
+			if err != nil {
+				bad[id] = "payment row unreadable: " + err.Error()
+				continue
+			}
+			byID[id] = p
+		}
 	}
 	for _, k := range keys {
 		id := k.MerchantID + "/" + k.PaymentID
-		if _, ok := byID[id]; !ok && bad[id] == "" {
+		if bad[id] != "" {
+			continue
+		}
+		if k.Endpoint == payments.EndpointCreateRefund {
+			r, ok := refunds[id]
+			switch {
+			case !ok:
+				bad[id] = "refund row missing"
+			case bad[r.MerchantID+"/"+r.PaymentID] != "":
+				bad[id] = bad[r.MerchantID+"/"+r.PaymentID]
+			default:
+				if _, ok := byID[r.MerchantID+"/"+r.PaymentID]; !ok {
+					bad[id] = "the refund's payment row is missing"
+				}
+			}
+			continue
+		}
+		if _, ok := byID[id]; !ok {
 			bad[id] = "payment row missing"
 		}
 	}
-	return byID, bad, nil
+	return byID, refunds, bad, nil
 }
 
 func quarantine(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, reason string) error {

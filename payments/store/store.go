@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/oklog/ulid/v2"
 
 	"gateway/db"
 	"gateway/payments"
@@ -32,6 +33,7 @@ var (
 	_ payments.FlowStore  = (*Store)(nil)
 	_ payments.AuthStore  = (*Store)(nil)
 	_ payments.AdminStore = (*Store)(nil)
+	_ payments.ListStore  = (*Store)(nil)
 )
 
 type paymentRow struct {
@@ -41,6 +43,8 @@ type paymentRow struct {
 	MerchantOrderID string         `db:"merchant_order_id"`
 	Status          string         `db:"status"`
 	Amount          int64          `db:"amount"`
+	AmountReserved  int64          `db:"amount_reserved"`
+	AmountRefunded  int64          `db:"amount_refunded"`
 	Currency        string         `db:"currency"`
 	PaymentMethod   string         `db:"payment_method"`
 	Description     string         `db:"description"`
@@ -58,7 +62,7 @@ type paymentRow struct {
 	UpdatedAt       time.Time      `db:"updated_at"`
 }
 
-const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
+const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, created_at, updated_at`
 
@@ -70,6 +74,8 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 		MerchantOrderID: r.MerchantOrderID,
 		Status:          payments.Status(r.Status),
 		Amount:          payments.Money{Minor: r.Amount, Currency: r.Currency},
+		AmountReserved:  r.AmountReserved,
+		AmountRefunded:  r.AmountRefunded,
 		PaymentMethod:   r.PaymentMethod,
 		Description:     r.Description,
 		PSPReference:    r.PSPReference.String,
@@ -93,6 +99,8 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 	}
 	return p, nil
 }
+
+func newULID() string { return ulid.Make().String() }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
