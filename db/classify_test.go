@@ -46,6 +46,7 @@ func TestClassify(t *testing.T) {
 		{"read-only mode 1836", mysqlErr(1836, "Running in read-only mode"), db.ErrUnavailable},
 		{"read-only transaction 1792", mysqlErr(1792, "Cannot execute statement in a READ ONLY transaction"), db.ErrUnavailable},
 		{"cluster node not ready 1047", mysqlErr(1047, "WSREP has not yet prepared node for application use"), db.ErrUnavailable},
+		{"commit outside the primary component 1180", mysqlErr(1180, "Error while appending streaming replication fragment(provider status: Not connected to Primary Component)"), db.ErrConnLost},
 		{"statement time limit 1969", mysqlErr(1969, "Query execution was interrupted (max_statement_time exceeded)"), db.ErrUnavailable},
 		{"wrapped dial refused", fmt.Errorf("db: begin: %w", refused), db.ErrUnavailable},
 	}

@@ -221,6 +221,12 @@ func Classify(err error) error {
 			// statement stopped by max_statement_time: the statement did
 			// nothing; the database cannot serve it now.
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		case ErrNumCommitFailed:
+			if NotPrimary(err) {
+				// A cluster node lost the primary component while committing:
+				// the write may have been replicated before it did, or not.
+				return fmt.Errorf("%w: %v", ErrConnLost, err)
+			}
 		}
 		return err
 	}
@@ -328,7 +334,9 @@ func ExecRetry(ctx context.Context, dbx *sqlx.DB, query string, args ...any) (in
 }
 
 // Writable reports whether the server takes writes: a demoted primary or a
-// replica answers read-only, and a gateway on it must not report ready.
+// replica answers read-only, and a Galera node outside the primary
+// component refuses every statement that reads a table (while answering
+// pings and SELECT NOW(6)); a gateway on either must not report ready.
 func Writable(ctx context.Context, dbx *sqlx.DB) error {
 	var ro int
 	if err := dbx.GetContext(ctx, &ro, `SELECT @@global.read_only`); err != nil {
@@ -336,6 +344,13 @@ func Writable(ctx context.Context, dbx *sqlx.DB) error {
 	}
 	if ro != 0 {
 		return fmt.Errorf("%w: the server is read-only", ErrUnavailable)
+	}
+	st, err := GaleraState(ctx, dbx)
+	if err != nil {
+		return err
+	}
+	if !st.Usable() {
+		return fmt.Errorf("%w: %s", ErrUnavailable, st)
 	}
 	return nil
 }

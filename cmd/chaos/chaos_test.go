@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,9 +64,40 @@ func TestPlanIsSeeded(t *testing.T) {
 			t.Errorf("a 3-minute plan has no %s: %v", k, kinds)
 		}
 	}
+	if kinds["node-kill"]+kinds["node-isolate"] > 0 {
+		t.Errorf("a plan without --cluster has node faults: %v", kinds)
+	}
 	o.seed = 8
 	if c := makePlan(o); len(c) == len(a) && c[0] == a[0] && c[len(c)-1] == a[len(a)-1] {
 		t.Errorf("seeds 7 and 8 drew the same plan")
+	}
+	// A cluster run adds node faults without changing the draws of the others.
+	o.seed, o.cluster, o.nodes, o.nodeFaults = 7, true, 3, true
+	withNodes := makePlan(o)
+	var rest []event
+	var nodeFaults []event
+	for _, ev := range withNodes {
+		if ev.Kind == "node-kill" || ev.Kind == "node-isolate" {
+			nodeFaults = append(nodeFaults, ev)
+			continue
+		}
+		rest = append(rest, ev)
+	}
+	if !slices.Equal(rest, a) {
+		t.Errorf("--cluster changed the plan's other faults")
+	}
+	seen := map[string]bool{}
+	for i, ev := range nodeFaults {
+		seen[ev.Kind] = true
+		if i > 0 && ev.At < nodeFaults[i-1].At+nodeFaults[i-1].For {
+			t.Errorf("node faults overlap: %v and %v", nodeFaults[i-1], ev)
+		}
+		if ev.Kind == "node-isolate" && ev.For < 6*time.Second {
+			t.Errorf("%v is too short to leave the primary component", ev)
+		}
+	}
+	if !seen["node-kill"] || !seen["node-isolate"] {
+		t.Errorf("a 3-minute cluster plan lacks a node kill or a node isolation: %v", nodeFaults)
 	}
 }
 

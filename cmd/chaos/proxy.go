@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"gateway/db/localdb"
 )
 
 // faultProxy is a small TCP proxy that sits between the gateway and one of
@@ -50,6 +50,11 @@ type faultProxy struct {
 
 	wg    sync.WaitGroup
 	stats proxyStats
+
+	// sniff counts the MySQL error packets delivered to clients, by number.
+	sniff     bool
+	errMu     sync.Mutex
+	errCounts map[uint16]int64
 }
 
 // proxyFaults are the per-chunk fault settings.
@@ -91,6 +96,7 @@ type link struct {
 	client, server net.Conn
 	once           sync.Once
 	dropNext       atomic.Bool
+	scan           errScanner // of the server's stream, used by its pump alone
 }
 
 // reset closes both ends with RST, as a crashed peer or a middlebox would.
@@ -208,6 +214,9 @@ func (p *faultProxy) pump(l *link, src, dst net.Conn, toClient bool) {
 				l.close()
 				return
 			}
+			if toClient && p.sniff {
+				l.scan.feed(buf[:n], p.countError)
+			}
 			if !toClient {
 				if drop {
 					l.dropNext.Store(true)
@@ -276,6 +285,27 @@ func (p *faultProxy) decide(toClient bool) (reset, drop bool, delay time.Duratio
 func (p *faultProxy) notifyLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
+}
+
+func (p *faultProxy) countError(code uint16) {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	if p.errCounts == nil {
+		p.errCounts = map[uint16]int64{}
+	}
+	p.errCounts[code]++
+}
+
+// mysqlErrors returns how many MySQL errors of each number the proxy
+// delivered to its clients (sniffing proxies only).
+func (p *faultProxy) mysqlErrors() map[uint16]int64 {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	out := make(map[uint16]int64, len(p.errCounts))
+	for k, v := range p.errCounts {
+		out[k] = v
+	}
+	return out
 }
 
 // setFaults replaces the per-chunk fault settings.
@@ -433,24 +463,9 @@ type nopConn struct{ net.Conn }
 
 func (nopConn) Close() error { return nil }
 
-// listenLowPort listens on a random loopback port below the kernel's
-// ephemeral range, so that the port can be closed during an outage (or by a
-// killed replica) and bound again without an outgoing connection having
-// taken it meanwhile. It falls back to any free port.
-func listenLowPort() (net.Listener, error) {
-	low := ephemeralLow()
-	const floor = 20000
-	if low-floor >= 2000 {
-		for range 40 {
-			port := floor + rand.IntN(low-floor)
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-			if err == nil {
-				return ln, nil
-			}
-		}
-	}
-	return net.Listen("tcp", "127.0.0.1:0")
-}
+// listenLowPort listens on a free loopback port below the ephemeral
+// range, so that it can be bound again after an outage or a kill.
+func listenLowPort() (net.Listener, error) { return localdb.ListenLowPort("127.0.0.1") }
 
 // lowPort returns a free port from listenLowPort, closed for a child to bind.
 func lowPort() (string, error) {
@@ -460,20 +475,4 @@ func lowPort() (string, error) {
 	}
 	addr := ln.Addr().String()
 	return addr, ln.Close()
-}
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 1 {
-		return 32768
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return n
 }

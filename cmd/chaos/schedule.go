@@ -30,6 +30,10 @@ func (ev event) String() string {
 		s += " " + ev.Profile
 	case "kill", "restart":
 		s += fmt.Sprintf(" replica %d, started again after %s", ev.Target, ev.For.Round(time.Millisecond))
+	case "node-kill":
+		s += fmt.Sprintf(" node %d, restarted after %s", ev.Target, ev.For.Round(time.Millisecond))
+	case "node-isolate":
+		s += fmt.Sprintf(" node %d for %s", ev.Target, ev.For.Round(time.Millisecond))
 	case "freeze", "partition":
 		s += fmt.Sprintf(" replica %d for %s", ev.Target, ev.For.Round(time.Millisecond))
 	default:
@@ -142,6 +146,24 @@ func makePlan(o options) []event {
 				at := time.Duration(i)*slot + time.Duration(j)*part + between(part/10, part/4)
 				evs = append(evs, event{At: at, Kind: kind, Target: r.IntN(o.replicas), For: long()})
 			}
+		}
+	}
+	// Cluster faults, one at a time, alternating: SIGKILL a node and
+	// restart it once the others have noticed (they need about 3 s), or
+	// cut a node off the others for longer than that, so that it leaves
+	// the primary component, and heal it.
+	if o.cluster && o.nodeFaults {
+		kinds := []string{"node-kill", "node-isolate"}
+		k := r.IntN(2)
+		for t := between(8*time.Second, 15*time.Second); t < d-10*time.Second; k++ {
+			ev := event{At: t, Kind: kinds[k%2], Target: r.IntN(o.nodes)}
+			if ev.Kind == "node-kill" {
+				ev.For = between(5*time.Second, 9*time.Second)
+			} else {
+				ev.For = between(6*time.Second, 14*time.Second)
+			}
+			evs = append(evs, ev)
+			t += ev.For + between(12*time.Second, 20*time.Second)
 		}
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At < evs[j].At })
@@ -261,6 +283,8 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		thaw()
 	case "kill", "restart":
 		x.kill(ctx, ev)
+	case "node-kill", "node-isolate":
+		x.e.cc.apply(ctx, ev)
 	}
 }
 

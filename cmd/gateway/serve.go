@@ -48,6 +48,9 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		return schemaAdvice(err)
 	}
 	st := store.New(dbx)
+	if err := st.CausalReads(ctx); err != nil {
+		return err
+	}
 	reg := newRegistry()
 	m := metrics.New(reg)
 	psps, err := newPSPs(cfg.PSP, func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) })
@@ -63,7 +66,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	guardCtx, stopGuard := context.WithCancel(context.Background())
 	defer stopGuard()
 	go guard.Run(guardCtx, clockCheckEvery)
-	svc := newService(cfg, dbx, psps, log, m, guard.Err)
+	svc := newService(cfg, st, psps, log, m, guard.Err)
 	apiOpts := api.Options{
 		MaxBodyBytes:  cfg.HTTP.MaxBodyBytes,
 		RatePerSecond: cfg.HTTP.RateLimit,
@@ -130,25 +133,27 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 // clockCheckEvery is how often serve compares its clock with the database's.
 const clockCheckEvery = time.Minute
 
-// readiness is /readyz: the database answers and takes writes, holds a
-// schema this release can use, and this replica's clock agrees with it.
+// readiness is /readyz: the database answers and takes writes (a cluster
+// node in the primary component), holds a schema this release can use, and
+// this replica's clock agrees with it.
 type readiness struct {
 	st    *store.Store
 	guard *db.ClockGuard
 }
 
 func (r readiness) Ping(ctx context.Context) error {
-	// Reading the schema's version proves the database answers, too.
-	err := db.CheckSchema(ctx, r.st.DB())
-	var se *db.SchemaError
-	switch {
-	case errors.As(err, &se):
-		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database schema is not the one this release needs", Err: err}
-	case err != nil:
+	if err := r.st.Ping(ctx); err != nil {
 		return err
 	}
 	if err := db.Writable(ctx, r.st.DB()); err != nil {
 		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database is read-only", Err: err}
+	}
+	if err := db.CheckSchema(ctx, r.st.DB()); err != nil {
+		var se *db.SchemaError
+		if errors.As(err, &se) {
+			return &payments.Error{Code: payments.CodeUnavailable, Message: "the database schema is not the one this release needs", Err: err}
+		}
+		return err
 	}
 	if err := r.guard.Err(); err != nil {
 		return &payments.Error{Code: payments.CodeUnavailable, Message: err.Error(), Err: err}

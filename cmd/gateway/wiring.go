@@ -145,8 +145,8 @@ func processID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func newService(cfg *serverConfig, dbx *sqlx.DB, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
-	return payments.NewService(store.New(dbx), psps, payments.Config{
+func newService(cfg *serverConfig, st *store.Store, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
+	return payments.NewService(st, psps, payments.Config{
 		Gate:            gate,
 		Lease:           cfg.Flow.Lease,
 		PSPTimeout:      cfg.Flow.PSPTimeout,

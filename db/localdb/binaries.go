@@ -11,9 +11,9 @@ import (
 	"strings"
 )
 
-// errCannotInstall reports missing binaries that we lack the rights to
-// install.
-var errCannotInstall = errors.New("localdb: MariaDB server not found and installing it needs root: install it with sudo apt-get install -y mariadb-server")
+// ErrCannotInstall marks missing binaries that we lack the rights to
+// install; the error wrapping it names the command to run. Tests skip on it.
+var ErrCannotInstall = errors.New("localdb: installing the missing packages needs root")
 
 // binaries are the programs a private server needs.
 type binaries struct {
@@ -76,7 +76,7 @@ func ensureBinaries(ctx context.Context, logw io.Writer, install bool) (binaries
 	}
 	if server == "" {
 		fmt.Fprintf(logw, "%v\n", err)
-		if err := installMariaDB(ctx, logw); err != nil {
+		if err := aptInstall(ctx, logw, "mariadb-server"); err != nil {
 			return binaries{}, err
 		}
 		server, installer, err = FindBinaries()
@@ -91,28 +91,29 @@ func ensureBinaries(ctx context.Context, logw io.Writer, install bool) (binaries
 	return binaries{server: server, installer: installer, mariaDB: maria}, nil
 }
 
-// installMariaDB installs mariadb-server with apt-get, as root or through
-// passwordless sudo. The package's own system service may get started by
-// the install; private servers never use it.
-func installMariaDB(ctx context.Context, logw io.Writer) error {
+// aptInstall installs pkgs with apt-get, as root or through passwordless
+// sudo. A package's own system service may get started by the install;
+// private servers never use it.
+func aptInstall(ctx context.Context, logw io.Writer, pkgs ...string) error {
+	list := strings.Join(pkgs, " ")
 	var prefix []string
 	if os.Geteuid() != 0 {
 		if exec.CommandContext(ctx, "sudo", "-n", "true").Run() != nil {
-			return errCannotInstall
+			return fmt.Errorf("%w: install them with sudo apt-get install -y %s", ErrCannotInstall, list)
 		}
 		prefix = []string{"sudo", "-n"}
 	}
 	if _, err := exec.LookPath("apt-get"); err != nil {
-		return errors.New("localdb: MariaDB server not found and apt-get is not available: install MariaDB (mariadbd and mariadb-install-db) with your package manager")
+		return fmt.Errorf("localdb: apt-get is not available: install %s (or your distribution's equivalent) with your package manager", list)
 	}
-	fmt.Fprintln(logw, "installing mariadb-server with apt-get…")
+	fmt.Fprintf(logw, "installing %s with apt-get…\n", list)
 	steps := [][]string{
 		{"apt-get", "update"},
 		// env rather than cmd.Env: sudo would scrub the variable.
 		// The lock timeout lets concurrent test binaries queue up instead
 		// of failing on dpkg's lock.
-		{"env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--no-install-recommends",
-			"-o", "DPkg::Lock::Timeout=300", "mariadb-server"},
+		append([]string{"env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--no-install-recommends",
+			"-o", "DPkg::Lock::Timeout=300"}, pkgs...),
 	}
 	for _, step := range steps {
 		argv := append(append([]string(nil), prefix...), step...)

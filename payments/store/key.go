@@ -115,6 +115,11 @@ VALUES (?, ?, ?, ?, 'processing', ?, ?, ?, ?, ?, ?, ?, ?)`
 	switch {
 	case err == nil, errors.Is(err, idemkeys.ErrExists):
 		return now, err
+	case errors.Is(err, db.ErrRetryable):
+		// Still conflicting after the retries: on a Galera cluster, a claim
+		// of the same key committed on another node. The other request won:
+		// the caller reads the key (and claims again if it is not there).
+		return now, fmt.Errorf("store.Claim: %w: %v", idemkeys.ErrExists, err)
 	case errors.Is(err, db.ErrDuplicate):
 		// The key is free but a payment holds it: its record was purged after
 		// retention. Never run the payment again; name the existing one.
@@ -142,14 +147,16 @@ func writeErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
-// Record implements payments.FlowStore.
+// Record implements payments.FlowStore. What it reads decides a takeover or
+// what a lost acknowledgement did, so on a Galera cluster it is a causal
+// read: the node first applies every write the cluster committed before it.
 func (s *Store) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
-	return getKey(ctx, s.db, ref)
+	return getKey(ctx, s.db, s.causal, ref)
 }
 
-func getKey(ctx context.Context, q sqlx.QueryerContext, ref idemkeys.Ref) (idemkeys.Record, error) {
+func getKey(ctx context.Context, q sqlx.QueryerContext, causal string, ref idemkeys.Ref) (idemkeys.Record, error) {
 	var r keyRow
-	err := sqlx.GetContext(ctx, q, &r, `SELECT `+keyColumns+` FROM idempotency_keys WHERE `+keyWhere, refArgs(ref)...)
+	err := sqlx.GetContext(ctx, q, &r, causal+`SELECT `+keyColumns+` FROM idempotency_keys WHERE `+keyWhere, refArgs(ref)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idemkeys.Record{}, idemkeys.ErrNotFound
 	}
@@ -179,6 +186,11 @@ func (s *Store) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record,
 func (s *Store) fenced(ctx context.Context, op string, stmt string, args ...any) error {
 	n, err := db.ExecRetry(ctx, s.db, stmt, args...)
 	switch {
+	case errors.Is(err, db.ErrRetryable):
+		// Still conflicting after the retries (a certification conflict on a
+		// Galera cluster: another node's writer changed the row): nothing was
+		// written, and another worker's write won. The caller re-reads.
+		return fmt.Errorf("%s: %w: %v", op, idemkeys.ErrFenced, err)
 	case err != nil:
 		return writeErr(op, err)
 	case n == 0:
@@ -250,6 +262,8 @@ WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
 		status, status, micros(payments.ReviewFirstLook),
 		ref.MerchantID, ref.Endpoint, ref.Key, int64(token))
 	switch {
+	case errors.Is(err, db.ErrRetryable):
+		return fmt.Errorf("store.Settle(payment %s): %w: %v", p.ID, idemkeys.ErrFenced, err)
 	case err != nil:
 		return writeErr("store.Settle", err)
 	case n != 2:

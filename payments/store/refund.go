@@ -130,6 +130,8 @@ VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`
 		return r, p, nil
 	case errors.Is(err, idemkeys.ErrExists), errors.Is(err, payments.ErrNotFound):
 		return payments.Refund{}, payments.Payment{}, err
+	case errors.Is(err, db.ErrRetryable):
+		return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: %w: %v", idemkeys.ErrExists, err)
 	case errors.Is(err, db.ErrDuplicate):
 		// The key is free but a refund holds it: its record was purged after
 		// retention. Never send the refund again; name the existing one.
@@ -200,6 +202,8 @@ WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
 		status, status, micros(payments.ReviewFirstLook), micros(payments.RefundFirstCheck), r.UpdatedAt,
 		ref.MerchantID, ref.Endpoint, ref.Key, int64(token))
 	switch {
+	case errors.Is(err, db.ErrRetryable):
+		return fmt.Errorf("store.SettleRefund(refund %s): %w: %v", r.ID, idemkeys.ErrFenced, err)
 	case err != nil:
 		return writeErr("store.SettleRefund", err)
 	case n != 3:

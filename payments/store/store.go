@@ -24,10 +24,29 @@ import (
 // Store runs every method in its own short transaction on a pool.
 type Store struct {
 	db *sqlx.DB
+	// causal prefixes the reads that decide something: on a Galera node,
+	// "SET STATEMENT wsrep_sync_wait = 1 FOR " (a MariaDB form, used only there).
+	causal string
 }
 
 // New returns a Store on dbx.
 func New(dbx *sqlx.DB) *Store { return &Store{db: dbx} }
+
+// CausalReads makes the reads that decide something (a duplicate's look at a
+// key before it takes it over, the re-read after a lost acknowledgement)
+// causal when the server is a Galera node: a node answering them first
+// applies every write the cluster committed before. Elsewhere every read
+// already sees the last commit and nothing changes.
+func (s *Store) CausalReads(ctx context.Context) error {
+	st, err := db.GaleraState(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	if st.Galera {
+		s.causal = "SET STATEMENT wsrep_sync_wait = 1 FOR "
+	}
+	return nil
+}
 
 var (
 	_ payments.FlowStore  = (*Store)(nil)
