@@ -366,21 +366,3 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`,
 	})
 	return out, err
 }
-
-// ListPayments implements payments.AdminStore.
-func (s *Store) ListPayments(ctx context.Context, status payments.Status, limit int) ([]payments.Payment, error) {
-	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE status = ? ORDER BY created_at, id LIMIT ?`
-	var rows []paymentRow
-	if err := s.db.SelectContext(ctx, &rows, q, string(status), limit); err != nil {
-		return nil, fmt.Errorf("store.ListPayments: %w", db.Classify(err))
-	}
-	out := make([]payments.Payment, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.toDomain()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
-}
