@@ -16,7 +16,9 @@ import (
 	"gateway/payments"
 )
 
-// Pinger reports whether the database answers; /readyz uses it.
+// Pinger reports whether the gateway can serve from its database; /readyz
+// uses it. A *payments.Error is answered as it is (a schema this release
+// cannot use, say); any other error means the database does not answer.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }

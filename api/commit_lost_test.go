@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,14 +120,26 @@ func TestSettleLostWithTheDatabaseAnswers503(t *testing.T) {
 	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 1})
 }
 
-// takeoverCounter tells when a second request has tried to take a key over.
-type takeoverCounter struct {
+// takeoverRace makes two retries both see an expired lease before either
+// takes it over (a barrier on their reads), and tells when both have tried.
+type takeoverRace struct {
 	payments.FlowStore
+	armed  atomic.Bool
+	reads  sync.WaitGroup
 	tries  atomic.Int32
 	second chan struct{}
 }
 
-func (s *takeoverCounter) TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (idemkeys.Token, error) {
+func (s *takeoverRace) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
+	rec, err := s.FlowStore.Record(ctx, ref)
+	if s.armed.Load() && err == nil && rec.State == idemkeys.InProgress && !rec.LeaseActive() {
+		s.reads.Done()
+		s.reads.Wait()
+	}
+	return rec, err
+}
+
+func (s *takeoverRace) TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (idemkeys.Token, error) {
 	tok, err := s.FlowStore.TakeOver(ctx, ref, seen, lease)
 	if s.tries.Add(1) == 2 {
 		close(s.second)
@@ -138,14 +151,16 @@ func (s *takeoverCounter) TakeOver(ctx context.Context, ref idemkeys.Ref, seen i
 // for the winner and is woken when it finishes, getting its answer rather
 // than a 409 once its wait runs out.
 func TestLoserOfATakeoverIsWokenByTheWinner(t *testing.T) {
-	tc := &takeoverCounter{second: make(chan struct{})}
+	race := &takeoverRace{second: make(chan struct{})}
 	e := newEnv(t, func(s *envSetup) {
-		s.wrap = func(st payments.FlowStore) payments.FlowStore { tc.FlowStore = st; return tc }
+		s.wrap = func(st payments.FlowStore) payments.FlowStore { race.FlowStore = st; return race }
 	})
 	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	wantStatus(t, e.post("k", okBody), http.StatusBadGateway) // the lease is given back
+	race.reads.Add(2)
+	race.armed.Store(true)
 	// The winner's charge waits until the loser has lost its takeover.
-	e.psp.SetChargeHook(func(context.Context, psp.ChargeRequest) { <-tc.second })
+	e.psp.SetChargeHook(func(context.Context, psp.ChargeRequest) { <-race.second })
 	answers := make(chan response, 2)
 	for range 2 {
 		go func() { answers <- e.post("k", okBody) }()

@@ -48,8 +48,8 @@ type contract struct {
 	doc    *openapi3.T
 	router routers.Router
 	// unrouted describes the answers to requests that match no documented
-	// operation (unknown path or method): components NotFound,
-	// MethodNotAllowed and Unauthorized.
+	// operation (unknown path or method): components NotFound and
+	// MethodNotAllowed, answered before any authentication.
 	unrouted *routers.Route
 }
 
@@ -85,7 +85,6 @@ func loadContract(data []byte) (*contract, error) {
 	unrouted := openapi3.NewOperation()
 	unrouted.Responses = openapi3.NewResponses()
 	for status, name := range map[int]string{
-		http.StatusUnauthorized:     "Unauthorized",
 		http.StatusNotFound:         "NotFound",
 		http.StatusMethodNotAllowed: "MethodNotAllowed",
 	} {
@@ -427,7 +426,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		}
 	}
 	for name, ref := range c.doc.Components.Responses {
-		status := map[string]int{"NotFound": 404, "MethodNotAllowed": 405, "Unauthorized": 401}[name]
+		status := map[string]int{"NotFound": 404, "MethodNotAllowed": 405}[name]
 		checkResponse("components.responses."+name, status, ref.Value)
 	}
 	for ty := range enum {
@@ -567,6 +566,11 @@ func TestOpenAPIUnroutedRequests(t *testing.T) {
 		{http.MethodDelete, "/payments", true, []int{http.StatusMethodNotAllowed}},
 		{http.MethodPut, "/healthz", false, []int{http.StatusMethodNotAllowed}},
 		{http.MethodPost, "/openapi.json", true, []int{http.StatusMethodNotAllowed}},
+		// Below a payment there is no route: not "payment not found".
+		{http.MethodGet, "/payments/pay_x/anything", true, []int{http.StatusNotFound}},
+		{http.MethodGet, "/payments/pay_x/anything", false, []int{http.StatusNotFound}},
+		{http.MethodGet, "/payments/pay_x/", true, []int{http.StatusNotFound}},
+		{http.MethodPost, "/payments/pay_x/refunds/x", true, []int{http.StatusNotFound}},
 	} {
 		key := ""
 		if tc.withKey {
@@ -578,6 +582,10 @@ func TestOpenAPIUnroutedRequests(t *testing.T) {
 		}
 		if !slices.Contains(tc.want, res.status) {
 			t.Errorf("%s %s (API key: %v): %d, want one of %v", tc.method, tc.path, tc.withKey, res.status, tc.want)
+		}
+		// An unknown route has no detail; "payment not found" would mean a handler ran.
+		if res.status == http.StatusNotFound && strings.Contains(string(res.body), `"detail"`) {
+			t.Errorf("%s %s: %s, want the route's 404 without detail", tc.method, tc.path, res.body)
 		}
 	}
 }

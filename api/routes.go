@@ -23,4 +23,10 @@ func (s *Server) routes(e *echo.Echo) {
 	e.POST("/payments/:id/confirm", s.handleConfirmPayment, merchant...)
 	e.POST("/psp/stripe/webhook", s.handlePSPWebhook("stripe"))
 	e.POST("/psp/toss/webhook", s.handlePSPWebhook("toss"))
+
+	// Echo hands a path below a payment (/payments/{id}/anything) to the
+	// route above with the rest folded into the id, which would answer
+	// "payment not found" for a path that does not exist. Claim them here so
+	// they are an unknown route, before any authentication.
+	e.RouteNotFound("/payments/:id/*", func(echo.Context) error { return echo.ErrNotFound })
 }

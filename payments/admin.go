@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"gateway/idemkeys"
@@ -21,8 +22,15 @@ type AdminStore interface {
 	RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error)
 	// APIKeys lists a merchant's keys, revoked ones included.
 	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
-	// ListPayments lists up to limit payments in a status, oldest first, across merchants.
-	ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error)
+	// Merchants lists every merchant with its key counts, oldest first.
+	Merchants(ctx context.Context) ([]MerchantSummary, error)
+	// FindPayments lists up to f.Limit payments matching f across merchants,
+	// oldest first.
+	FindPayments(ctx context.Context, f PaymentFilter) ([]Payment, error)
+	// PaymentRecord returns the payment with id, whatever its merchant, with
+	// its resolutions and its key's record (nil once purged). ErrNotFound for
+	// an unknown id.
+	PaymentRecord(ctx context.Context, id string) (PaymentRecord, error)
 	// PaymentByID reads a payment by its id alone; ErrNotFound otherwise.
 	PaymentByID(ctx context.Context, id string) (Payment, error)
 	// RefundByID reads a refund by its id alone; ErrNotFound otherwise.
@@ -251,13 +259,93 @@ func (a *Admin) evidence(ctx context.Context, p Payment, r Resolution) evidence 
 	return ev
 }
 
-// ListPayments lists payments in a status across merchants, for ops.
-func (a *Admin) ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error) {
-	ps, err := a.store.ListPayments(ctx, status, limit)
+// Statuses lists every status in the order of a payment's life.
+var Statuses = []Status{Processing, Succeeded, Declined, Failed, RequiresReview}
+
+// MerchantSummary is a merchant as ops list it.
+type MerchantSummary struct {
+	Merchant
+	ActiveKeys, RevokedKeys int
+}
+
+// PaymentFilter selects payments for ops; a zero field selects everything.
+type PaymentFilter struct {
+	Status     Status
+	MerchantID string
+	// Since keeps the payments created at or after it.
+	Since time.Time
+	// Limit bounds the listing, 1 … MaxListLimit.
+	Limit int
+}
+
+// MaxListLimit bounds one listing, so an ops command cannot pull a whole table.
+const MaxListLimit = 10_000
+
+// ResolutionRecord is one operator's decision as the audit table keeps it.
+type ResolutionRecord struct {
+	ID           string
+	From, To     Status
+	PSPReference string
+	Reason       string
+	Actor        string
+	At           time.Time
+}
+
+// PaymentRecord is a payment with what ops need to judge it.
+type PaymentRecord struct {
+	Payment Payment
+	// Resolutions are the operators' decisions on it, oldest first.
+	Resolutions []ResolutionRecord
+	// Key is the record of the idempotency key that created it; nil once
+	// the key was purged after retention.
+	Key *idemkeys.Record
+}
+
+// Merchants lists every merchant with its key counts.
+func (a *Admin) Merchants(ctx context.Context) ([]MerchantSummary, error) {
+	ms, err := a.store.Merchants(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal(fmt.Errorf("list merchants: %w", err))
 	}
-	return ps, nil
+	return ms, nil
+}
+
+// Payments lists payments across merchants, oldest first; more reports
+// that further payments match beyond f.Limit.
+func (a *Admin) Payments(ctx context.Context, f PaymentFilter) (ps []Payment, more bool, err error) {
+	var fields []FieldError
+	if f.Status != "" && !slices.Contains(Statuses, f.Status) {
+		fields = append(fields, FieldError{Field: "status", Reason: "must be one of processing, succeeded, declined, failed, requires_review"})
+	}
+	if f.Limit < 1 || f.Limit > MaxListLimit {
+		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})
+	}
+	if len(fields) > 0 {
+		return nil, false, &Error{Code: CodeInvalid, Message: "invalid listing", Fields: fields}
+	}
+	limit := f.Limit
+	f.Limit++ // one more tells whether there are more
+	ps, err = a.store.FindPayments(ctx, f)
+	if err != nil {
+		return nil, false, internal(fmt.Errorf("list payments: %w", err))
+	}
+	if len(ps) > limit {
+		return ps[:limit], true, nil
+	}
+	return ps, false, nil
+}
+
+// PaymentRecord returns a payment by id alone (ops look across merchants),
+// with its resolution history and its key's state.
+func (a *Admin) PaymentRecord(ctx context.Context, id string) (PaymentRecord, error) {
+	rec, err := a.store.PaymentRecord(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return PaymentRecord{}, Errorf(CodeNotFound, "no payment %s", id)
+	}
+	if err != nil {
+		return PaymentRecord{}, internal(fmt.Errorf("payment %s: %w", id, err))
+	}
+	return rec, nil
 }
 
 // RefundResolution is an operator's decision on a refund nobody could settle.

@@ -22,11 +22,11 @@ func TestNoticesFromConfig(t *testing.T) {
 		{"toss", []string{"GATEWAY_PSP", "fake", "GATEWAY_TOSS_SECRET_KEY", "test_sk_x"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := loadConfig(env(tc.env...))
+			s, err := parseServe(t, env(append([]string{"GATEWAY_DATABASE_DSN", someDSN}, tc.env...)...))
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := newNotices(cfg, st, nil)
+			r, err := newNotices(s.Server.PSP, st, s.Server.Flow.PSPTimeout, &s.Server.Log, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

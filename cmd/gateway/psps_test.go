@@ -11,11 +11,8 @@ import (
 // names its fake apart, so a payment made by one is never settled from
 // another's "not found". Every PSP with credentials is kept for lookups.
 func TestNewPSPsNamesTheFakePerProcessAndKeepsOtherPSPs(t *testing.T) {
-	cfg, err := loadConfig(env())
-	if err != nil {
-		t.Fatal(err)
-	}
 	same := func(a psp.Adapter) psp.Adapter { return a }
+	cfg := pspConfig{PSP: "fake"}
 	one, err := newPSPs(cfg, same)
 	if err != nil {
 		t.Fatal(err)
@@ -33,11 +30,11 @@ func TestNewPSPsNamesTheFakePerProcessAndKeepsOtherPSPs(t *testing.T) {
 		t.Fatal("one process's fake answers for another's payments")
 	}
 
-	cfg, err = loadConfig(env("GATEWAY_PSP", "stripe", "GATEWAY_STRIPE_SECRET_KEY", "sk_test_x", "GATEWAY_TOSS_SECRET_KEY", "test_sk_y"))
+	s, err := parseServe(t, env("GATEWAY_DATABASE_DSN", someDSN, "GATEWAY_PSP", "stripe", "GATEWAY_STRIPE_SECRET_KEY", "sk_test_x", "GATEWAY_TOSS_SECRET_KEY", "test_sk_y"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	both, err := newPSPs(cfg, same)
+	both, err := newPSPs(s.Server.PSP, same)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"regexp"
 	"strings"
@@ -79,9 +78,12 @@ func TestReconcileOnceReport(t *testing.T) {
 	advance(lease + time.Second)
 
 	adapter := lookupFails{Adapter: m, orders: map[string]bool{payments.MerchantOrderID(merchant.ID, "unanswerable"): true}}
-	r := reconcile.New(st, payments.OnePSP(adapter), reconcile.Config{Lease: lease, PSPTimeout: time.Second, MaxAttempts: 1, Now: clk.Now})
-	var out bytes.Buffer
-	err = reconcileOnce(context.Background(), r, false, &out)
+	var out, shown bytes.Buffer
+	// On a terminal the pass shows its progress (the reconciler is told through its observer).
+	prog := &progress{w: &shown}
+	r := reconcile.New(st, payments.OnePSP(adapter), reconcile.Config{Lease: lease, PSPTimeout: time.Second, MaxAttempts: 1, Now: clk.Now,
+		Observer: newPassProgress(prog)})
+	err = reconcileOnce(context.Background(), r, false, &out, prog)
 	if exitCode(err) != exitNeedsReview {
 		t.Fatalf("exit %d (%v), want %d", exitCode(err), err, exitNeedsReview)
 	}
@@ -99,19 +101,30 @@ func TestReconcileOnceReport(t *testing.T) {
 	if strings.Count(report, "pay_") != 5 {
 		t.Errorf("report does not list the 5 payments:\n%s", report)
 	}
+	if p := shown.String(); !strings.Contains(p, "reconciling: 1 examined") || !strings.HasSuffix(p, "\r\033[K") {
+		t.Errorf("progress %q: want a status line, cleared before the report", p)
+	}
 
 	// A second pass has nothing to do but still reports the payment in review, as JSON.
 	out.Reset()
-	err = reconcileOnce(context.Background(), r, true, &out)
+	err = reconcileOnce(context.Background(), r, true, &out, nil)
 	if exitCode(err) != exitNeedsReview {
 		t.Fatalf("second pass exit %d", exitCode(err))
 	}
-	var sum reconcile.Summary
-	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
-		t.Fatalf("JSON: %v\n%s", err, out.String())
+	var doc map[string]any
+	decodeOne(t, out.String(), &doc)
+	wantKeys(t, "reconcile --once --json", doc, "examined", "counts", "purged_keys", "needs_review", "elapsed_seconds", "backlog", "results")
+	wantKeys(t, "backlog", doc["backlog"], "oldest_unfinished_seconds", "quarantined", "needs_review", "oldest_review_seconds")
+	var outcomes []string
+	for _, o := range reconcile.Outcomes {
+		outcomes = append(outcomes, string(o))
 	}
-	if len(sum.Results) != 0 || sum.NeedsReview != 1 {
-		t.Fatalf("second pass: %+v", sum)
+	wantKeys(t, "counts (every outcome, zeros included)", doc["counts"], outcomes...)
+	if doc["examined"] != 0.0 || doc["needs_review"] != 1.0 || len(doc["results"].([]any)) != 0 {
+		t.Fatalf("second pass: %v", doc)
+	}
+	if _, ok := doc["elapsed_seconds"].(float64); !ok {
+		t.Fatalf("elapsed_seconds: %v", doc["elapsed_seconds"])
 	}
 
 	// Ops resolve it: the pass is clean again.
@@ -121,7 +134,7 @@ func TestReconcileOnceReport(t *testing.T) {
 		t.Fatalf("list: %v\n%s", err, listed)
 	}
 	id := strings.Fields(strings.Split(listed, "\n")[1])[0]
-	if _, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed"); exitCode(err) != 2 {
+	if _, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed", "--actor", "alice"); exitCode(err) != 2 {
 		t.Fatalf("resolve without a reason: %v", err)
 	}
 	// This process cannot ask the payment's PSP (an in-process fake of another process): only --force records it.
@@ -133,7 +146,7 @@ func TestReconcileOnceReport(t *testing.T) {
 		t.Fatalf("resolve: %v %s", err, done)
 	}
 	out.Reset()
-	if err := reconcileOnce(context.Background(), r, false, &out); err != nil {
+	if err := reconcileOnce(context.Background(), r, false, &out, nil); err != nil {
 		t.Fatalf("after resolution: %v\n%s", err, out.String())
 	}
 	if m.ChargeCalls() != 5 {

@@ -403,13 +403,3 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`,
 	})
 	return out, err
 }
-
-// ListPayments implements payments.AdminStore.
-func (s *Store) ListPayments(ctx context.Context, status payments.Status, limit int) ([]payments.Payment, error) {
-	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE status = ? ORDER BY created_at, id LIMIT ?`
-	var rows []paymentRow
-	if err := s.db.SelectContext(ctx, &rows, q, string(status), limit); err != nil {
-		return nil, fmt.Errorf("store.ListPayments: %w", db.Classify(err))
-	}
-	return paymentsOf(rows)
-}
