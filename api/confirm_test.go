@@ -430,3 +430,19 @@ func decodeJSON(t *testing.T, body []byte, v any) {
 		t.Fatalf("%v: %s", err, body)
 	}
 }
+
+// A replica that cannot reach the payment's PSP refuses the confirm before
+// it takes the payment: nothing changes, and a replica that can confirms it.
+func TestConfirmWithoutThePaymentsPSP(t *testing.T) {
+	e := newEnv(t)
+	v := e.createLater("k", laterBody)
+	if _, err := e.db.Exec(`UPDATE payments SET psp = 'fake:elsewhere' WHERE id = ?`, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	res := e.confirm(v.ID, "c", `{"payment_method": "pm_card_ok"}`)
+	wantProblem(t, res, http.StatusServiceUnavailable, "service-unavailable")
+	if got := decodeView(t, e.get("/payments/"+v.ID).body); got.Status != payments.RequiresConfirmation {
+		t.Fatalf("status %s after a refused confirm", got.Status)
+	}
+	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 0, chargeCalls: 0})
+}

@@ -155,6 +155,16 @@ func (s *Service) claimConfirm(a attempt, req ConfirmRequest) (Outcome, error) {
 	if out, err, closed := s.whenClosed(a); closed {
 		return out, err
 	}
+	// A confirm this replica could not send changes nothing: refused before
+	// its claim takes the payment out of requires_confirmation. (A payment's
+	// PSP never changes; the claim reads the payment again under its lock.)
+	if p, err := s.store.Payment(a.work, req.MerchantID, req.PaymentID); err == nil && p.Status == RequiresConfirmation {
+		if _, ok := s.psps.For(p.PSP); !ok {
+			s.obs.UnconfiguredPSP()
+			return Outcome{}, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second, PaymentID: p.ID,
+				Message: "this payment cannot be confirmed from here right now; retry with the same Idempotency-Key"}
+		}
+	}
 	h := holding{token: idemkeys.FirstToken()}
 	// The database stamps the claim after this instant (see claim).
 	start := s.cfg.Now()
