@@ -127,36 +127,41 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	return req, nil
 }
 
-// decodeCreate reads one JSON object, refusing unknown fields, trailing
-// data and bodies over the limit.
+// decodeCreate reads the body of POST /payments.
 func (s *Server) decodeCreate(c echo.Context) (createPaymentBody, error) {
 	var body createPaymentBody
+	return body, s.decodeBody(c, &body)
+}
+
+// decodeBody reads one JSON object into body, refusing unknown fields,
+// trailing data and bodies over the limit: every request body is read so.
+func (s *Server) decodeBody(c echo.Context, body any) error {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
+			return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
 		}
 	}
 	r := http.MaxBytesReader(c.Response(), c.Request().Body, s.opts.MaxBodyBytes)
 	raw, err := io.ReadAll(r)
 	if err != nil {
-		return body, err // *http.MaxBytesError → 413
+		return err // *http.MaxBytesError → 413
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return body, invalidJSON(err)
+	if err := dec.Decode(body); err != nil {
+		return invalidJSON(err)
 	}
 	if dec.More() {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
 	}
-	return body, nil
+	return nil
 }
 
 // invalidJSON explains a decoding failure without echoing the body.
@@ -208,10 +213,15 @@ func (s *Server) handleGetPayment(c echo.Context) error {
 	return c.JSON(http.StatusOK, payments.ToView(p))
 }
 
+// handleFindPayment answers GET /payments: the payment an idempotency key
+// created (with ?idempotency_key=), or else a page of the merchant's payments.
 func (s *Server) handleFindPayment(c echo.Context) error {
 	q := c.QueryParams()
 	keys, ok := q["idempotency_key"]
-	if !ok || len(keys) != 1 {
+	if !ok {
+		return s.handleListPayments(c)
+	}
+	if len(keys) != 1 {
 		return &payments.Error{Code: payments.CodeInvalid, Message: "pass exactly one idempotency_key query parameter to find the payment it created"}
 	}
 	p, err := s.svc.PaymentByKey(c.Request().Context(), merchantOf(c).ID, keys[0])
