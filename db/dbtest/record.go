@@ -107,15 +107,7 @@ func MustOpenRecorded(tb testing.TB) (*sqlx.DB, *Recorder) {
 		_ = dbx.Close()
 		tb.Fatalf("dbtest: open: %v", err)
 	}
-	mu.Lock()
-	dsns[dbx] = dsn
-	mu.Unlock()
-	tb.Cleanup(func() {
-		mu.Lock()
-		delete(dsns, dbx)
-		mu.Unlock()
-		dbx.Close()
-	})
+	keep(tb, dbx, dsn)
 	return dbx, rec
 }
 
