@@ -14,6 +14,7 @@ require (
 	github.com/robfig/cron/v3 v3.0.1
 	github.com/stripe/stripe-go/v82 v82.5.1
 	golang.org/x/time v0.16.0
+	vitess.io/vitess v0.24.4
 )
 
 require (
@@ -44,5 +45,4 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260630182238-925bb5da69e7 // indirect
 	google.golang.org/grpc v1.82.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
-	vitess.io/vitess v0.24.4 // indirect
 )
