@@ -51,10 +51,11 @@ var scatters = []scatter{
 	{"the refund check queue's scan: refunds pending or in review due for a look", "ClaimRefundChecks", "SELECT", "refunds", ""},
 	{"backlog gauges: oldest unfinished key, quarantined keys", "Backlog", "SELECT", "idempotency_keys", ""},
 	{"backlog gauges: payments in review", "Backlog", "SELECT", "payments", ""},
-	{"ops: payments in a status, counted", "CountPayments", "SELECT", "payments", ""},
-	{"ops: payments in a status, listed", "ListPayments", "SELECT", "payments", ""},
+	{"ops: merchants with their API key counts", "Merchants", "SELECT", "merchants", ""},
+	{"ops: payments by status, merchant and age, across merchants", "FindPayments", "SELECT", "payments", ""},
 	{"the purge of completed keys past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeKeys", "DELETE", "idempotency_keys", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
+	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, locked to resolve it", "Resolve", "SELECT", "payments", "payments.id"},
 	{"ops: a refund by its id", "RefundByID", "SELECT", "refunds", "refunds.id"},
 	{"ops: a refund by its id, locked to resolve it", "ResolveRefund", "SELECT", "refunds", "refunds.id"},
@@ -473,10 +474,12 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 	// Gauges and ops' lists.
 	_, err = s.Backlog(ctx)
 	sc.must(err, "Backlog")
-	_, err = s.CountPayments(ctx, payments.RequiresReview)
-	sc.must(err, "CountPayments")
-	_, err = s.ListPayments(ctx, payments.RequiresReview, 10)
-	sc.must(err, "ListPayments")
+	_, err = s.Merchants(ctx)
+	sc.must(err, "Merchants")
+	_, err = s.FindPayments(ctx, payments.PaymentFilter{Status: payments.RequiresReview, Since: time.Now().Add(-time.Hour), Limit: 10})
+	sc.must(err, "FindPayments")
+	_, err = s.PaymentRecord(ctx, p4.ID)
+	sc.must(err, "PaymentRecord")
 
 	// Merchants' listings, with every filter and both cursors.
 	now := time.Now().UTC()
