@@ -53,6 +53,7 @@ var scatters = []scatter{
 	{"backlog gauges: payments in review", "Backlog", "SELECT", "payments", ""},
 	{"ops: merchants with their API key counts", "Merchants", "SELECT", "merchants", ""},
 	{"ops: payments by status, merchant and age, across merchants", "FindPayments", "SELECT", "payments", ""},
+	{"ops: refunds by status, merchant or payment, across merchants", "FindRefunds", "SELECT", "refunds", ""},
 	{"the purge of completed keys past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeKeys", "DELETE", "idempotency_keys", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
@@ -480,6 +481,8 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 	sc.must(err, "FindPayments")
 	_, err = s.PaymentRecord(ctx, p4.ID)
 	sc.must(err, "PaymentRecord")
+	_, err = s.FindRefunds(ctx, payments.RefundFilter{Status: payments.RefundRequiresReview, Limit: 10})
+	sc.must(err, "FindRefunds")
 
 	// Merchants' listings, with every filter and both cursors.
 	now := time.Now().UTC()
