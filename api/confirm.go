@@ -28,6 +28,8 @@ func (s *Server) handleConfirmPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The answer may hold the PSP's client secret for the customer's browser.
+	c.Response().Header().Set("Cache-Control", "no-store")
 	return answer(c, out)
 }
 
@@ -39,7 +41,7 @@ func (s *Server) parseConfirm(c echo.Context) (payments.ConfirmRequest, error) {
 		return payments.ConfirmRequest{}, err
 	}
 	var body confirmBody
-	if err := s.decodeObject(c, &body); err != nil {
+	if err := s.decodeBody(c, &body); err != nil {
 		return payments.ConfirmRequest{}, err
 	}
 	req := payments.ConfirmRequest{MerchantID: merchantOf(c).ID, PaymentID: c.Param("id"), IdempotencyKey: key, Amount: body.Amount}

@@ -3,7 +3,6 @@ package api_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -421,14 +420,6 @@ func (s secretive) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charg
 		c.NextAction.ClientSecret = secretOf
 	}
 	return c, err
-}
-
-// decodeJSON is for answers that are not payments.
-func decodeJSON(t *testing.T, body []byte, v any) {
-	t.Helper()
-	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("%v: %s", err, body)
-	}
 }
 
 // A replica that cannot reach the payment's PSP refuses the confirm before

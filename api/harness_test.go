@@ -98,7 +98,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		adapter = setup.adapter
 	}
 	svc := payments.NewService(svcStore, payments.OnePSP(adapter), setup.cfg)
-	apiOpts := api.Options{MaxBodyBytes: 16 << 10}
+	apiOpts := api.Options{MaxBodyBytes: 16 << 10, Listings: payments.NewListings(st)}
 	if setup.api != nil {
 		setup.api(&apiOpts)
 	}

@@ -211,8 +211,12 @@ func (c *contract) check(x exchange) []string {
 		var p struct {
 			ID string `json:"id"`
 		}
-		if json.Unmarshal(x.body, &p) == nil && x.header.Get("Location") != "/payments/"+p.ID {
-			findings = append(findings, fmt.Sprintf("Location %q does not name payment %q", x.header.Get("Location"), p.ID))
+		collection := "/payments/"
+		if json.Unmarshal(x.body, &p) == nil && strings.HasPrefix(p.ID, "re_") {
+			collection = "/refunds/"
+		}
+		if p.ID != "" && x.header.Get("Location") != collection+p.ID {
+			findings = append(findings, fmt.Sprintf("Location %q does not name the created object %q", x.header.Get("Location"), p.ID))
 		}
 	}
 	return findings

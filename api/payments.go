@@ -148,16 +148,15 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	return req, nil
 }
 
-// decodeCreate reads one JSON object, refusing unknown fields, trailing
-// data and bodies over the limit.
+// decodeCreate reads the body of POST /payments.
 func (s *Server) decodeCreate(c echo.Context) (createPaymentBody, error) {
 	var body createPaymentBody
-	return body, s.decodeObject(c, &body)
+	return body, s.decodeBody(c, &body)
 }
 
-// decodeObject reads the request body as one JSON object into body,
-// refusing unknown fields, trailing data and bodies over the limit.
-func (s *Server) decodeObject(c echo.Context, body any) error {
+// decodeBody reads one JSON object into body, refusing unknown fields,
+// trailing data and bodies over the limit: every request body is read so.
+func (s *Server) decodeBody(c echo.Context, body any) error {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
@@ -237,10 +236,15 @@ func (s *Server) handleGetPayment(c echo.Context) error {
 	return c.JSON(http.StatusOK, payments.ToView(p))
 }
 
+// handleFindPayment answers GET /payments: the payment an idempotency key
+// created (with ?idempotency_key=), or else a page of the merchant's payments.
 func (s *Server) handleFindPayment(c echo.Context) error {
 	q := c.QueryParams()
 	keys, ok := q["idempotency_key"]
-	if !ok || len(keys) != 1 {
+	if !ok {
+		return s.handleListPayments(c)
+	}
+	if len(keys) != 1 {
 		return &payments.Error{Code: payments.CodeInvalid, Message: "pass exactly one idempotency_key query parameter to find the payment it created"}
 	}
 	p, err := s.svc.PaymentByKey(c.Request().Context(), merchantOf(c).ID, keys[0])

@@ -33,6 +33,8 @@ var problems = map[payments.Code]problemKind{
 	payments.CodePSPUnavailable:  {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
 	payments.CodePSPUnknown:      {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
 	payments.CodeUnavailable:     {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
+	payments.CodeNotRefundable:   {http.StatusConflict, "payment-not-refundable", "The payment cannot be refunded now"},
+	payments.CodeRefundExceeds:   {http.StatusUnprocessableEntity, "refund-exceeds-refundable", "The refund exceeds what is left to refund"},
 	payments.CodeConflict:        {http.StatusConflict, "conflict", "The request conflicts with the current state"},
 	payments.CodePSPCannotAccept: {http.StatusUnprocessableEntity, "psp-cannot-accept", "The payment provider cannot accept this payment"},
 	payments.CodeNotConfirmable:  {http.StatusConflict, "payment-not-confirmable", "The payment is not awaiting confirmation"},
@@ -65,6 +67,7 @@ type problem struct {
 	RequestID string                `json:"request_id,omitempty"`
 	Errors    []payments.FieldError `json:"errors,omitempty"`
 	PaymentID string                `json:"payment_id,omitempty"`
+	RefundID  string                `json:"refund_id,omitempty"`
 }
 
 // handleError is echo's error handler: every error a handler returns, and
@@ -98,7 +101,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		if pe.Code == payments.CodeUnauthorized {
 			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="gateway"`)
 		}
-		s.writeProblem(c, kind, problem{Detail: detail, Errors: pe.Fields, PaymentID: pe.PaymentID})
+		s.writeProblem(c, kind, problem{Detail: detail, Errors: pe.Fields, PaymentID: pe.PaymentID, RefundID: pe.RefundID})
 	case errors.As(err, &mb):
 		s.writeProblem(c, problemBodyTooLarge, problem{Detail: "the limit is " + strconv.FormatInt(mb.Limit, 10) + " bytes"})
 	case errors.As(err, &he):

@@ -92,9 +92,7 @@ func (e *stripeEnv) signed(body []byte) response {
 func wantReceived(t *testing.T, res response) {
 	t.Helper()
 	wantStatus(t, res, http.StatusOK)
-	var got map[string]bool
-	decodeJSON(t, res.body, &got)
-	if !got["received"] {
+	if got := decodeJSON[map[string]bool](t, res.body); !got["received"] {
 		t.Fatalf("answer %s", res.body)
 	}
 }

@@ -17,6 +17,10 @@ func (s *Server) routes(e *echo.Echo) {
 	e.POST("/payments", s.handleCreatePayment, merchant...)
 	e.GET("/payments", s.handleFindPayment, merchant...)
 	e.GET("/payments/:id", s.handleGetPayment, merchant...)
+	e.POST("/payments/:id/refunds", s.handleCreateRefund, merchant...)
+	e.GET("/payments/:id/refunds", s.handleListRefunds, merchant...)
+	e.GET("/refunds", s.handleListRefunds, merchant...)
+	e.GET("/refunds/:id", s.handleGetRefund, merchant...)
 
 	// Two-step checkout, and the PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).

@@ -33,6 +33,8 @@ type AdminStore interface {
 	PaymentRecord(ctx context.Context, id string) (PaymentRecord, error)
 	// PaymentByID reads a payment by its id alone; ErrNotFound otherwise.
 	PaymentByID(ctx context.Context, id string) (Payment, error)
+	// FindRefunds lists refunds across merchants, oldest first, by f.
+	FindRefunds(ctx context.Context, f RefundFilter) ([]Refund, error)
 	// RefundByID reads a refund by its id alone; ErrNotFound otherwise.
 	RefundByID(ctx context.Context, id string) (Refund, error)
 	// ResolveRefund applies decide to the refund with id under its and its
@@ -466,4 +468,38 @@ func (a *Admin) refundEvidence(ctx context.Context, x Refund, to RefundStatus) (
 		return said, "the PSP refused this refund", got
 	}
 	return said, "", got
+}
+
+// RefundFilter narrows ops' listing of refunds.
+type RefundFilter struct {
+	Status     RefundStatus
+	MerchantID string
+	PaymentID  string
+	// Limit bounds the listing, 1 … MaxListLimit.
+	Limit int
+}
+
+// Refunds lists refunds across merchants, oldest first, for ops; more
+// says whether more match than the limit.
+func (a *Admin) Refunds(ctx context.Context, f RefundFilter) (rs []Refund, more bool, err error) {
+	var fields []FieldError
+	if f.Status != "" && !slices.Contains(RefundStatuses, string(f.Status)) {
+		fields = append(fields, FieldError{Field: "status", Reason: "must be one of pending, succeeded, failed, requires_review"})
+	}
+	if f.Limit < 1 || f.Limit > MaxListLimit {
+		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})
+	}
+	if len(fields) > 0 {
+		return nil, false, &Error{Code: CodeInvalid, Message: "invalid listing", Fields: fields}
+	}
+	limit := f.Limit
+	f.Limit++
+	rs, err = a.store.FindRefunds(ctx, f)
+	if err != nil {
+		return nil, false, internal(fmt.Errorf("list refunds: %w", err))
+	}
+	if len(rs) > limit {
+		return rs[:limit], true, nil
+	}
+	return rs, false, nil
 }

@@ -187,12 +187,11 @@ func (s *Service) join(a attempt) (Outcome, error) {
 			stop()
 			waited()
 			s.obs.KeyOutcome(OutcomeInFlight)
-			return Outcome{}, &Error{
+			return Outcome{}, named(&Error{
 				Code:       CodeInFlight,
 				Message:    "a request with this Idempotency-Key is still being processed; retry later with the same key",
-				PaymentID:  rec.PaymentID,
 				RetryAfter: time.Second,
-			}
+			}, rec.PaymentID)
 		}
 		if timer != nil {
 			timer.Stop()
@@ -218,8 +217,8 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 		s.obs.UnconfiguredPSP()
 		s.log.WarnContext(a.client, "the PSP it was sent to is not configured on this replica", s.hash.Attr(a.ref),
 			"object_id", sub.id(), "psp", sub.pspName())
-		return Outcome{}, &Error{Code: CodeUnavailable, PaymentID: sub.id(), RetryAfter: 5 * time.Second,
-			Message: "this request cannot be resumed here right now; retry with the same Idempotency-Key"}, false
+		return Outcome{}, named(&Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
+			Message: "this request cannot be resumed here right now; retry with the same Idempotency-Key"}, sub.id()), false
 	}
 	token, err := s.store.TakeOver(a.work, a.ref, rec.Token, s.cfg.Lease)
 	if errors.Is(err, idemkeys.ErrFenced) {
@@ -309,10 +308,7 @@ func (s *Service) release(a attempt, h holding, id string, notSent bool, cause *
 	if cause == nil {
 		return Outcome{}, nil
 	}
-	if cause.PaymentID == "" {
-		cause.PaymentID = id
-	}
-	return Outcome{}, cause
+	return Outcome{}, named(cause, id)
 }
 
 // rejectionCode is the PSP's own code for a refusal, when it gave one.
@@ -357,4 +353,17 @@ func settledEvent(id string) string {
 		return "refund settled"
 	}
 	return "payment settled"
+}
+
+// named names in e the object its request created (a payment or a refund),
+// unless it names one already.
+func named(e *Error, id string) *Error {
+	switch {
+	case e.PaymentID != "" || e.RefundID != "":
+	case strings.HasPrefix(id, "re_"):
+		e.RefundID = id
+	default:
+		e.PaymentID = id
+	}
+	return e
 }

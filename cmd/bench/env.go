@@ -279,6 +279,7 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 	svc := payments.NewService(g.store, payments.OnePSP(adapter), cfg)
 	auth := payments.NewAuth(g.store, payments.AuthConfig{CacheTTL: payments.DefaultAuthCacheTTL})
 	handler := api.NewHandler(svc, auth, g.store, api.Options{
+		Listings:     payments.NewListings(g.store),
 		MaxBodyBytes: maxBodyBytes,
 		Observer:     m,
 		Logger:       log,

@@ -81,6 +81,7 @@ type options struct {
 	reconcileEvery time.Duration
 	partitions     bool
 	freezes        bool
+	halfOpen       bool
 	verbose        bool
 	planOnly       bool
 	// cluster runs against a private Galera cluster of nodes nodes, with
@@ -116,6 +117,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.reconcileEvery, "reconcile-every", time.Second, "the replicas' reconciler runs @every this")
 	fs.BoolVar(&o.partitions, "partitions", true, "cut one replica off the database for longer than lease + creation window, once a minute")
 	fs.BoolVar(&o.freezes, "freezes", true, "pause one replica (SIGSTOP) for longer than lease + creation window, once a minute")
+	fs.BoolVar(&o.halfOpen, "half-open", true, "cut the replicas' side of a database connection mid-transaction, leaving the server's side open, every 15-30s, and measure how long its locks are held (not with --cluster)")
 	fs.BoolVar(&o.verbose, "v", false, "print the fault plan")
 	fs.BoolVar(&o.planOnly, "plan", false, "print the fault plan of --seed and --duration, and exit")
 	fs.BoolVar(&o.cluster, "cluster", false, "run against a private MariaDB Galera cluster, the replicas spread over its nodes, adding node kills and partitions")
@@ -136,6 +138,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.nodes < 3 {
 		o.nodeFaults = false // one node down of two costs the quorum
+	}
+	if o.cluster || o.throughput {
+		// The watch reads innodb_trx of the server behind the cut session,
+		// which on a cluster is one node of several.
+		o.halfOpen = false
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -183,7 +190,8 @@ type report struct {
 	Keys           int            `json:"idempotency_keys"`
 	RequiresReview int            `json:"requires_review"`
 
-	Cluster *clusterReport `json:"cluster,omitempty"`
+	Cluster  *clusterReport  `json:"cluster,omitempty"`
+	HalfOpen *halfOpenReport `json:"half_open,omitempty"`
 
 	Settled    bool         `json:"settled"`
 	SettleTime string       `json:"settle_time"`
@@ -243,7 +251,7 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		urls = append(urls, r.url())
 	}
 	w := newWorkload(opts, e.merchants, urls)
-	x := newInjector(e, plan)
+	x := newInjector(ctx, e, plan)
 
 	say("chaos for %s", opts.duration)
 	chaosCtx, cancel := context.WithTimeout(ctx, opts.duration)
@@ -319,6 +327,10 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	invs, err := c.check(ctx, settled, inProgress, processing)
 	if err != nil {
 		return nil, err
+	}
+	if opts.halfOpen {
+		rep.HalfOpen = x.halfOpenReport(e)
+		invs = append(invs, checkHalfOpen(rep.HalfOpen))
 	}
 	rep.Invariants = invs
 	for _, inv := range invs {
@@ -463,10 +475,14 @@ func (rep *report) print(out io.Writer) {
 	fmt.Fprintf(tw, "idempotency keys\t%d\n", rep.Keys)
 	fmt.Fprintf(tw, "requires_review\t%d (allowed; a person decides)\n", rep.RequiresReview)
 	fmt.Fprintf(tw, "settled\t%v after %s\n", rep.Settled, rep.SettleTime)
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
+	}
+	if rep.HalfOpen != nil {
+		rep.HalfOpen.print(line)
+	}
 	if rep.Cluster != nil {
-		rep.Cluster.print(func(label, format string, args ...any) {
-			fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
-		})
+		rep.Cluster.print(line)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(out)

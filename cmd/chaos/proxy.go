@@ -25,7 +25,12 @@ import (
 //     open connection is reset;
 //   - stall: nothing moves in either direction until the stall ends (a
 //     network partition, or a server that hangs); the bytes are delivered
-//     afterwards, as TCP would after a partition heals.
+//     afterwards, as TCP would after a partition heals;
+//   - half-open: one connection in the middle of a transaction loses its
+//     client side (reset, as a crashed host or a NAT that dropped the flow
+//     leaves it) while its server side stays open and silent: the server
+//     keeps the session, its transaction and its locks until it ends the
+//     session itself (see halfopen.go).
 //
 // It always listens on the same address, also after an outage, so that the
 // gateway's pool reconnects to it.
@@ -47,6 +52,8 @@ type faultProxy struct {
 	// client chunk it matches (one shot): a reproduction's precise partition.
 	stallAfter func([]byte) bool
 	stalledBy  chan struct{} // closed when a stallAfter trigger fired
+	// halfOpenTo, when set, receives the next link cut half-open (one shot).
+	halfOpenTo chan *halfOpenCut
 
 	wg    sync.WaitGroup
 	stats proxyStats
@@ -77,6 +84,7 @@ type proxyStats struct {
 	Downs            atomic.Int64
 	Stalls           atomic.Int64
 	OutageResets     atomic.Int64
+	HalfOpen         atomic.Int64
 }
 
 func (s *proxyStats) snapshot() map[string]int64 {
@@ -88,6 +96,7 @@ func (s *proxyStats) snapshot() map[string]int64 {
 		"outages_down":      s.Downs.Load(),
 		"stalls":            s.Stalls.Load(),
 		"outage_resets":     s.OutageResets.Load(),
+		"half_open":         s.HalfOpen.Load(),
 	}
 }
 
@@ -97,6 +106,15 @@ type link struct {
 	once           sync.Once
 	dropNext       atomic.Bool
 	scan           errScanner // of the server's stream, used by its pump alone
+	// connID is the server's id of the session, read from its greeting by
+	// the server's pump (greeted once it has).
+	connID  atomic.Uint32
+	greeted bool
+	// inTx: the client began a transaction it has not ended (the client's
+	// pump alone writes it).
+	inTx bool
+	// half is set when the client's side was cut half-open.
+	half atomic.Pointer[halfOpenCut]
 }
 
 // reset closes both ends with RST, as a crashed peer or a middlebox would.
@@ -186,7 +204,24 @@ func (p *faultProxy) pump(l *link, src, dst net.Conn, toClient bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if h := l.half.Load(); h != nil {
+			if !toClient {
+				return // the cut client's side: gone, the server's stays
+			}
+			// What the server says goes nowhere; reading on only notices
+			// when the server ends the session.
+			if err != nil {
+				h.serverEnded()
+				_ = src.Close()
+				return
+			}
+			continue
+		}
 		if n > 0 {
+			if toClient && !l.greeted {
+				l.greeted = true
+				l.connID.Store(greetingConnID(buf[:n]))
+			}
 			if !p.gate() {
 				p.stats.OutageResets.Add(1)
 				l.reset()
@@ -210,7 +245,24 @@ func (p *faultProxy) pump(l *link, src, dst net.Conn, toClient bool) {
 					return
 				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			var cut *halfOpenCut
+			if !toClient {
+				// Both before the write: the answer may come back before
+				// the write returns.
+				if drop {
+					l.dropNext.Store(true)
+				}
+				cut = p.prepareHalfOpen(l, buf[:n])
+			}
+			_, werr := dst.Write(buf[:n])
+			if cut != nil {
+				p.cutClient(l, cut)
+				return
+			}
+			if werr != nil {
+				if l.half.Load() != nil {
+					continue // cut meanwhile: the server's side stays open
+				}
 				l.close()
 				return
 			}
@@ -218,13 +270,13 @@ func (p *faultProxy) pump(l *link, src, dst net.Conn, toClient bool) {
 				l.scan.feed(buf[:n], p.countError)
 			}
 			if !toClient {
-				if drop {
-					l.dropNext.Store(true)
-				}
 				p.maybeStallAfter(buf[:n])
 			}
 		}
 		if err != nil {
+			if l.half.Load() != nil {
+				continue // the next read ends the server's side
+			}
 			l.close()
 			return
 		}
@@ -340,7 +392,12 @@ func (p *faultProxy) down() (end func()) {
 	}
 	links := make([]*link, 0, len(p.links))
 	for l := range p.links {
-		links = append(links, l)
+		// A half-open session's client is already gone; its server side is
+		// what is being measured, and an outage cannot reach a peer that
+		// left.
+		if l.half.Load() == nil {
+			links = append(links, l)
+		}
 	}
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -389,6 +446,7 @@ func (p *faultProxy) calm() {
 	p.mu.Lock()
 	p.faults = proxyFaults{}
 	p.stallAfter = nil
+	p.halfOpenTo = nil
 	p.stallDepth = 0
 	down := p.downDepth > 0 || p.ln == nil
 	if down {

@@ -223,6 +223,7 @@ type commandLine struct {
 	Migrate     migrateCmd     `cmd:"" help:"Apply, revert, show or force the database schema version."`
 	Merchants   merchantsCmd   `cmd:"" help:"Create and list merchants; create, list and revoke their API keys."`
 	Payments    paymentsCmd    `cmd:"" help:"List and show payments; record an operator's decision on one in review."`
+	Refunds     refundsCmd     `cmd:"" help:"List refunds; record an operator's decision on one in review."`
 	Reconcile   reconcileCmd   `cmd:"" help:"Settle unfinished payments: a daemon, or one pass with a report (--once)."`
 	Dev         devCmd         `cmd:"" help:"What make run does: a private MariaDB, migrations, a demo merchant, the API."`
 	Healthcheck healthcheckCmd `cmd:"" help:"Exit 0 when the gateway at GATEWAY_ADDR is ready (for container healthchecks)."`

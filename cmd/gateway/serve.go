@@ -74,6 +74,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		FlowTimeout:   cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout,
 		Observer:      m,
 		Logger:        log,
+		Listings:      payments.NewListings(st),
 	}
 	if cfg.HTTP.Admin.AdminAddr == "" {
 		apiOpts.Metrics = metrics.Handler(reg)

@@ -134,6 +134,12 @@ func MustOpen(tb testing.TB) *sqlx.DB {
 	if err != nil {
 		tb.Fatalf("dbtest: open: %v", err)
 	}
+	keep(tb, dbx, dsn)
+	return dbx
+}
+
+// keep remembers dbx's DSN for DSNOf and closes dbx when the test ends.
+func keep(tb testing.TB, dbx *sqlx.DB, dsn string) {
 	mu.Lock()
 	dsns[dbx] = dsn
 	mu.Unlock()
@@ -143,7 +149,6 @@ func MustOpen(tb testing.TB) *sqlx.DB {
 		mu.Unlock()
 		dbx.Close()
 	})
-	return dbx
 }
 
 // Count runs a COUNT(*) query and fails the test on error.

@@ -1,6 +1,7 @@
 -- The unsharded keyspace gateway_lookup: where each sharded row lives, for
--- the two queries that do not name a merchant. Vitess writes these rows in
--- the same transaction as the row they point to (consistent_lookup*).
+-- the ops and authentication queries that do not name a merchant. Vitess
+-- writes these rows in the same transaction as the row they point to
+-- (consistent_lookup*).
 
 -- Ops resolve a payment by its id alone (payments.id is a ULID, unique).
 CREATE TABLE payments_id_lookup (
@@ -15,4 +16,11 @@ CREATE TABLE api_keys_prefix_lookup (
     prefix      VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     keyspace_id VARBINARY(16) NOT NULL,
     PRIMARY KEY (prefix, keyspace_id)
+) ENGINE=InnoDB;
+
+-- Ops resolve a refund by its id alone (refunds.id is a ULID, unique).
+CREATE TABLE refunds_id_lookup (
+    id          VARCHAR(40) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    keyspace_id VARBINARY(16) NOT NULL,
+    PRIMARY KEY (id)
 ) ENGINE=InnoDB;

@@ -121,3 +121,38 @@ ORDER BY created_at, id`
 	}
 	return rec, nil
 }
+
+// FindRefunds implements payments.AdminStore.
+func (s *Store) FindRefunds(ctx context.Context, f payments.RefundFilter) ([]payments.Refund, error) {
+	var (
+		conds []string
+		args  []any
+	)
+	if f.Status != "" {
+		conds, args = append(conds, "status = ?"), append(args, string(f.Status))
+	}
+	if f.MerchantID != "" {
+		conds, args = append(conds, "merchant_id = ?"), append(args, f.MerchantID)
+	}
+	if f.PaymentID != "" {
+		conds, args = append(conds, "payment_id = ?"), append(args, f.PaymentID)
+	}
+	q := `SELECT ` + refundColumns + ` FROM refunds`
+	if len(conds) > 0 {
+		q += ` WHERE ` + strings.Join(conds, " AND ")
+	}
+	q += ` ORDER BY created_at, id LIMIT ?`
+	var rows []refundRow
+	if err := s.db.SelectContext(ctx, &rows, q, append(args, f.Limit)...); err != nil {
+		return nil, fmt.Errorf("store.FindRefunds: %w", db.Classify(err))
+	}
+	out := make([]payments.Refund, 0, len(rows))
+	for _, r := range rows {
+		x, err := r.toDomain()
+		if err != nil {
+			return nil, fmt.Errorf("store.FindRefunds: %w", err)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}

@@ -251,15 +251,6 @@ FROM payments WHERE status = 'requires_review'`
 	return b, nil
 }
 
-// CountPayments counts payments in a status across merchants.
-func (s *Store) CountPayments(ctx context.Context, status payments.Status) (int, error) {
-	var n int
-	if err := s.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM payments WHERE status = ?`, string(status)); err != nil {
-		return 0, fmt.Errorf("store.CountPayments: %w", db.Classify(err))
-	}
-	return n, nil
-}
-
 // ClaimReview implements reconcile.Store: locks up to limit payments in
 // review whose next look is due, and marks them looked at for `lease` (the
 // mark is the fence every later write compares).
