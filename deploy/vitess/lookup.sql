@@ -24,3 +24,19 @@ CREATE TABLE refunds_id_lookup (
     keyspace_id VARBINARY(16) NOT NULL,
     PRIMARY KEY (id)
 ) ENGINE=InnoDB;
+
+-- A PSP's notification names an order id, not a merchant: the payments of a
+-- merchant order id, and the refunds of a refund order id. Both are unique
+-- per merchant only (and, being hashes of the merchant, in practice
+-- everywhere), so the lookups are non-unique.
+CREATE TABLE payments_order_lookup (
+    merchant_order_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    keyspace_id       VARBINARY(16) NOT NULL,
+    PRIMARY KEY (merchant_order_id, keyspace_id)
+) ENGINE=InnoDB;
+
+CREATE TABLE refunds_order_lookup (
+    refund_order_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    keyspace_id     VARBINARY(16) NOT NULL,
+    PRIMARY KEY (refund_order_id, keyspace_id)
+) ENGINE=InnoDB;

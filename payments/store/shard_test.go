@@ -49,6 +49,11 @@ var scatters = []scatter{
 	{"the refunds of the claimed keys, by (merchant_id, id) pairs", "ClaimStale", "SELECT", "refunds", ""},
 	{"the review queue's scan: payments in review due for a look", "ClaimReview", "SELECT", "payments", ""},
 	{"the refund check queue's scan: refunds pending or in review due for a look", "ClaimRefundChecks", "SELECT", "refunds", ""},
+	{"the scan of payments waiting for their customer, due for a look", "ClaimActions", "SELECT", "payments", ""},
+	{"the expiry's scan: payments awaiting confirmation past their expiry", "ExpireUnconfirmed", "SELECT", "payments", ""},
+	{"the expiry's cancel of the payments it just locked, of several merchants", "ExpireUnconfirmed", "UPDATE", "payments", ""},
+	{"a PSP's notification: the payments of the order id it names (a PSP knows no merchant)", "PaymentsByOrder", "SELECT", "payments", "payments.merchant_order_id"},
+	{"a PSP's notification: the refunds of the refund order id it names", "RefundsByOrder", "SELECT", "refunds", "refunds.refund_order_id"},
 	{"backlog gauges: oldest unfinished key, quarantined keys", "Backlog", "SELECT", "idempotency_keys", ""},
 	{"backlog gauges: payments in review", "Backlog", "SELECT", "payments", ""},
 	{"ops: merchants with their API key counts", "Merchants", "SELECT", "merchants", ""},
@@ -471,6 +476,62 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 
 	sc.exec(`UPDATE payments SET metadata = NULL WHERE id = ?`, p4.ID)
 	sc.exec(`UPDATE refunds SET metadata = NULL WHERE id = ?`, r3.ID)
+
+	// Two-step payments: one created to confirm later, confirmed (a second
+	// confirm refused), waiting for its customer and looked at; one nobody
+	// confirmed, canceled. A PSP's notification reads by order id and
+	// hastens the looks.
+	later := payments.Payment{ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "later-1", MerchantOrderID: newID("ord"),
+		Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PSP: "fake"}
+	render := func(payments.Payment) idemkeys.Response { return answer }
+	later, _, err = s.ClaimUnconfirmed(ctx, payments.Claim{Ref: idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-1"},
+		Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: later}, time.Hour, render)
+	sc.must(err, "ClaimUnconfirmed")
+	confirmRef := func(key string) idemkeys.Ref {
+		return idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointConfirmPayment, Key: key}
+	}
+	ctok := idemkeys.FirstToken()
+	_, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: confirmRef("confirm-1"), Token: ctok, Lease: time.Minute, PaymentID: later.ID},
+		func(p payments.Payment, _ time.Time) (payments.Payment, error) {
+			p.Status, p.PaymentMethod = payments.Processing, "pm_card_3ds"
+			return p, nil
+		})
+	sc.must(err, "ClaimConfirm")
+	_, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: confirmRef("confirm-2"), Token: idemkeys.FirstToken(), Lease: time.Minute, PaymentID: later.ID},
+		func(p payments.Payment, _ time.Time) (payments.Payment, error) {
+			return p, &payments.Error{Code: payments.CodeNotConfirmable, Message: string(p.Status)}
+		})
+	sc.mustCode(err, payments.CodeNotConfirmable, "ClaimConfirm of a confirmed payment")
+	if hastened, err := s.HastenKey(ctx, confirmRef("confirm-1")); err != nil || !hastened {
+		t.Fatalf("HastenKey: %v, %v", hastened, err)
+	}
+	later.Status, later.ConfirmKey, later.NextAction = payments.RequiresAction, "confirm-1", &payments.NextAction{Type: "redirect", URL: "https://psp.example/3ds"}
+	sc.must(s.Settle(ctx, confirmRef("confirm-1"), ctok, later, answer), "Settle to requires_action")
+	if ps, err := s.PaymentsByOrder(ctx, later.MerchantOrderID); err != nil || len(ps) != 1 || ps[0].NextAction == nil {
+		t.Fatalf("PaymentsByOrder: %+v, %v", ps, err)
+	}
+	sc.must(s.HastenLook(ctx, later), "HastenLook")
+	if rs, err := s.RefundsByOrder(ctx, r1.RefundOrderID); err != nil || len(rs) != 1 {
+		t.Fatalf("RefundsByOrder: %d, %v", len(rs), err)
+	}
+	sc.must(s.HastenRefundCheck(ctx, r1), "HastenRefundCheck")
+	waiting, err := s.ClaimActions(ctx, time.Minute, 100)
+	sc.must(err, "ClaimActions")
+	if len(waiting) != 1 || waiting[0].Payment.ID != later.ID {
+		t.Fatalf("ClaimActions: %d payments, want the one waiting", len(waiting))
+	}
+	sc.must(s.RescheduleReview(ctx, waiting[0].Payment, payments.Reschedule{After: time.Minute, Attempts: 1}), "RescheduleReview of a payment waiting")
+	for _, m := range []payments.Merchant{m1, m2} { // two merchants' payments expire together
+		unconfirmed := payments.Payment{ID: newID("pay"), MerchantID: m.ID, IdempotencyKey: "later-2", MerchantOrderID: newID("ord"),
+			Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PSP: "fake"}
+		_, _, err = s.ClaimUnconfirmed(ctx, payments.Claim{Ref: idemkeys.Ref{MerchantID: m.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-2"},
+			Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: unconfirmed}, time.Microsecond, render)
+		sc.must(err, "ClaimUnconfirmed (expiring)")
+	}
+	sc.advance(time.Second)
+	if expired, err := s.ExpireUnconfirmed(ctx, 100); err != nil || len(expired) != 2 {
+		t.Fatalf("ExpireUnconfirmed: %d, %v", len(expired), err)
+	}
 
 	// Gauges and ops' lists.
 	_, err = s.Backlog(ctx)
