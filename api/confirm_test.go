@@ -336,6 +336,11 @@ func TestUnconfirmedPaymentsExpire(t *testing.T) {
 		t.Fatalf("expired payment: %+v", got)
 	}
 	wantProblem(t, e.confirm(old.ID, "c-old", `{"payment_method": "pm_card_ok"}`), http.StatusConflict, "payment-not-confirmable")
+	for status, want := range map[string]string{"canceled": old.ID, "requires_confirmation": fresh.ID} {
+		if l := decodeJSON[listOf[payments.View]](t, e.get("/payments?status="+status).body); len(l.Data) != 1 || l.Data[0].ID != want {
+			t.Fatalf("GET /payments?status=%s: %+v", status, l.Data)
+		}
+	}
 	if sum := e.pass(e.reconciler(nil)); sum.Counts[reconcile.Canceled] != 0 {
 		t.Fatalf("a second pass canceled again: %v", sum.Counts)
 	}

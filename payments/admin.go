@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"gateway/idemkeys"
@@ -262,7 +263,16 @@ func (a *Admin) evidence(ctx context.Context, p Payment, r Resolution) evidence 
 }
 
 // Statuses lists every status in the order of a payment's life.
-var Statuses = []Status{Processing, Succeeded, Declined, Failed, RequiresReview}
+var Statuses = []Status{RequiresConfirmation, Processing, RequiresAction, Succeeded, Declined, Failed, Canceled, RequiresReview}
+
+// StatusNames lists Statuses for messages: "a, b or c".
+func StatusNames() string {
+	names := make([]string, len(Statuses))
+	for i, s := range Statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // MerchantSummary is a merchant as ops list it.
 type MerchantSummary struct {
@@ -317,7 +327,7 @@ func (a *Admin) Merchants(ctx context.Context) ([]MerchantSummary, error) {
 func (a *Admin) Payments(ctx context.Context, f PaymentFilter) (ps []Payment, more bool, err error) {
 	var fields []FieldError
 	if f.Status != "" && !slices.Contains(Statuses, f.Status) {
-		fields = append(fields, FieldError{Field: "status", Reason: "must be one of processing, succeeded, declined, failed, requires_review"})
+		fields = append(fields, FieldError{Field: "status", Reason: "must be " + StatusNames()})
 	}
 	if f.Limit < 1 || f.Limit > MaxListLimit {
 		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})

@@ -83,7 +83,13 @@ type ListStore interface {
 }
 
 // PaymentStatuses lists every payment status, for validation.
-var PaymentStatuses = []string{string(Processing), string(Succeeded), string(Declined), string(Failed), string(RequiresReview)}
+var PaymentStatuses = func() []string {
+	out := make([]string, len(Statuses))
+	for i, s := range Statuses {
+		out[i] = string(s)
+	}
+	return out
+}()
 
 // RefundStatuses lists every refund status, for validation.
 var RefundStatuses = []string{string(RefundPending), string(RefundSucceeded), string(RefundFailed), string(RefundRequiresReview)}

@@ -35,7 +35,7 @@ func toPaymentJSON(p payments.Payment) paymentJSON {
 }
 
 type paymentsListCmd struct {
-	Status   string `name:"status" placeholder:"STATUS" help:"only this status: processing, succeeded, declined, failed or requires_review"`
+	Status   string `name:"status" placeholder:"STATUS" help:"only this status: requires_confirmation, processing, requires_action, succeeded, declined, failed, canceled or requires_review"`
 	Merchant string `name:"merchant" placeholder:"ID" help:"only this merchant's payments (mer_…)"`
 	Since    string `name:"since" placeholder:"WHEN" help:"only payments created since then: a time back from now (30m, 24h, 7d) or a date or time (2026-11-30, 2026-11-30T12:00:00Z)"`
 	Limit    int    `name:"limit" default:"100" help:"most payments to list, 1 to ${list_limit_max}"`
@@ -45,7 +45,7 @@ type paymentsListCmd struct {
 func (l *paymentsListCmd) check() []error {
 	var errs []error
 	if l.Status != "" && !slices.Contains(payments.Statuses, payments.Status(l.Status)) {
-		errs = append(errs, fmt.Errorf("--status %q is not a status: use processing, succeeded, declined, failed or requires_review", l.Status))
+		errs = append(errs, fmt.Errorf("--status %q is not a status: use %s", l.Status, payments.StatusNames()))
 	}
 	if l.Limit < 1 || l.Limit > payments.MaxListLimit {
 		errs = append(errs, fmt.Errorf("--limit must be 1 to %d", payments.MaxListLimit))
