@@ -121,3 +121,18 @@ func TestClassifyWriteDeadlineIsUnknown(t *testing.T) {
 		t.Errorf("ClassifyWrite keeps the other kinds: %v", got)
 	}
 }
+
+// A conflict that outlasts the retries, a broken connection and an
+// unreachable server all tell the payment flow "unavailable: retry" (503),
+// never "internal" (500).
+func TestUnavailableKinds(t *testing.T) {
+	for _, err := range []error{
+		db.Classify(mysqlErr(1213, "Deadlock")), db.Classify(mysqlErr(1205, "Lock wait timeout exceeded")),
+		db.Classify(mysqlErr(2013, "Lost connection")), db.Classify(mysqlErr(1047, "WSREP has not yet prepared node")),
+	} {
+		var u interface{ Unavailable() bool }
+		if !errors.As(err, &u) || !u.Unavailable() {
+			t.Errorf("%v does not say unavailable", err)
+		}
+	}
+}

@@ -180,7 +180,7 @@ var (
 	// ErrRetryable is a deadlock (1213, the server rolled the transaction back)
 	// or a lock wait timeout (1205, only the statement was rolled back: the
 	// caller must roll back the rest). Either way the transaction may be run again.
-	ErrRetryable = errors.New("db: transaction rolled back by the server, retry")
+	ErrRetryable error = retryable{}
 	// ErrConnLost is a connection that broke mid-statement or mid-commit: the
 	// outcome is unknown and must be re-read, never blindly retried. It also
 	// says the database is (for now) unavailable.
@@ -195,6 +195,15 @@ type unavailable struct{}
 
 func (unavailable) Error() string     { return "db: database unavailable" }
 func (unavailable) Unavailable() bool { return true }
+
+// retryable is a conflict the server resolved by rolling back: when it
+// outlasts the retries it is, for the request, a database that cannot serve
+// it now (a 503 to retry), not a bug. On a Galera node cut off from the
+// cluster a causal read waits out its lock wait timeout this way too.
+type retryable struct{}
+
+func (retryable) Error() string     { return "db: transaction rolled back by the server, retry" }
+func (retryable) Unavailable() bool { return true }
 
 type connLost struct{}
 
