@@ -66,6 +66,9 @@ type Options struct {
 	// Notices receives the PSPs' notifications (POST /psp/{psp}/webhook);
 	// nil answers them 404.
 	Notices NoticeReceiver
+	// Browser authenticates publishable keys and judges browser origins
+	// (browser.go); nil refuses publishable keys and every CORS preflight.
+	Browser BrowserAuthenticator
 }
 
 // Server holds what the handlers need.

@@ -98,7 +98,8 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		adapter = setup.adapter
 	}
 	svc := payments.NewService(svcStore, payments.OnePSP(adapter), setup.cfg)
-	apiOpts := api.Options{MaxBodyBytes: 16 << 10, Listings: payments.NewListings(st)}
+	apiOpts := api.Options{MaxBodyBytes: 16 << 10, Listings: payments.NewListings(st),
+		Browser: payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now})}
 	if setup.api != nil {
 		setup.api(&apiOpts)
 	}

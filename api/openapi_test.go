@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -118,7 +117,7 @@ func (x exchange) String() string {
 // refusals are the answers to a request the document itself forbids: such a
 // request (a test's deliberately malformed one) is exempt from request
 // validation as long as the gateway refused it.
-var refusals = []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound,
+var refusals = []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
 	http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge}
 
 var plainRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -222,16 +221,25 @@ func (c *contract) check(x exchange) []string {
 	return findings
 }
 
-// bearerAPIKey is the request validator's view of the apiKey scheme: a
-// well-formed bearer API key. Whether the key is valid is the gateway's
-// business (401 is documented).
+// bearerAPIKey is the request validator's view of the security schemes: a
+// well-formed bearer secret key (bearerAuth) or publishable key
+// (publishableKey), and a client secret header (clientSecret). Whether they
+// are valid is the gateway's business (401, 403 and 404 are documented).
 func bearerAPIKey(_ context.Context, in *openapi3filter.AuthenticationInput) error {
-	if in.SecurityScheme.Type != "http" || !strings.EqualFold(in.SecurityScheme.Scheme, "bearer") {
-		return fmt.Errorf("security scheme %q: only http bearer is expected", in.SecuritySchemeName)
+	header := in.RequestValidationInput.Request.Header
+	if in.SecurityScheme.Type == "apiKey" && in.SecurityScheme.In == "header" {
+		if header.Get(in.SecurityScheme.Name) == "" {
+			return fmt.Errorf("no %s header", in.SecurityScheme.Name)
+		}
+		return nil
 	}
-	scheme, key, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || !strings.HasPrefix(key, "sk_") {
-		return errors.New("no Authorization: Bearer sk_... header")
+	if in.SecurityScheme.Type != "http" || !strings.EqualFold(in.SecurityScheme.Scheme, "bearer") {
+		return fmt.Errorf("security scheme %q: only http bearer and header keys are expected", in.SecuritySchemeName)
+	}
+	prefix := map[string]string{"bearerAuth": "sk_", "publishableKey": "pk_"}[in.SecuritySchemeName]
+	scheme, key, ok := strings.Cut(header.Get("Authorization"), " ")
+	if prefix == "" || !ok || !strings.EqualFold(scheme, "Bearer") || !strings.HasPrefix(key, prefix) {
+		return fmt.Errorf("no Authorization: Bearer %s... header", prefix)
 	}
 	return nil
 }

@@ -42,6 +42,8 @@ var problems = map[payments.Code]problemKind{
 	payments.CodeNoticeRejected:  {http.StatusBadRequest, "notice-rejected", "The notification could not be verified"},
 	payments.CodeInternal:        {http.StatusInternalServerError, "internal", "Internal error"},
 	codeRateLimited:              {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
+	codeForbidden:                {http.StatusForbidden, "forbidden", "These credentials cannot do this"},
+	codeOriginNotAllowed:         {http.StatusForbidden, "origin-not-allowed", "Browser requests from this origin are not allowed"},
 }
 
 // codeRateLimited is the HTTP layer's own code: a limit is no domain outcome.

@@ -220,6 +220,9 @@ func (s *Service) createUnconfirmed(a attempt, req CreateRequest) (Outcome, erro
 	if err != nil {
 		return Outcome{}, internal(err)
 	}
+	if p.ClientSecret, p.ClientSecretHash, err = newClientSecret(p.ID); err != nil {
+		return Outcome{}, internal(err)
+	}
 	p, resp, err := s.store.ClaimUnconfirmed(a.work, Claim{Ref: a.ref, Fingerprint: a.fp, Token: idemkeys.FirstToken(), Lease: s.cfg.Lease, Payment: p},
 		s.cfg.ConfirmExpiry, func(p Payment) idemkeys.Response {
 			p.Checkout = checkout

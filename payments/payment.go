@@ -99,6 +99,12 @@ type Payment struct {
 	Checkout  *Checkout
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// ClientSecret lets the customer's browser read and confirm this one
+	// payment with a publishable key (two-step payments only). Set on the
+	// payment being created, rendered in its creation's answer alone, never
+	// stored or logged; ClientSecretHash is what is stored (zero for none).
+	ClientSecret     string
+	ClientSecretHash [32]byte
 }
 
 // OutcomeKey names the idempotency key that answers with p's outcome and

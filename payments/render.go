@@ -31,6 +31,9 @@ type View struct {
 	ExpiresAt  *string     `json:"expires_at,omitempty"`
 	Checkout   *Checkout   `json:"checkout,omitempty"`
 	NextAction *NextAction `json:"next_action,omitempty"`
+	// ClientSecret is in the answer that created a two-step payment, and
+	// nowhere else: the merchant's server hands it to the customer's browser.
+	ClientSecret string `json:"client_secret,omitempty"`
 }
 
 // ToView renders p for the public API.
@@ -53,6 +56,7 @@ func ToView(p Payment) View {
 		AmountRefunded:  p.AmountRefunded,
 		Refunded:        p.AmountRefunded > 0 && p.AmountRefunded >= p.Amount.Minor,
 		CreatedAt:       p.CreatedAt.UTC().Format(time.RFC3339Nano),
+		ClientSecret:    p.ClientSecret,
 	}
 	switch p.Status {
 	case RequiresConfirmation:

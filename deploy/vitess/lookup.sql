@@ -40,3 +40,18 @@ CREATE TABLE refunds_order_lookup (
     keyspace_id     VARBINARY(16) NOT NULL,
     PRIMARY KEY (refund_order_id, keyspace_id)
 ) ENGINE=InnoDB;
+
+-- Browser checkout: a publishable key is found by its visible prefix before
+-- the merchant is known, as an API key is; a CORS preflight asks whether any
+-- merchant allows an origin. Neither is unique.
+CREATE TABLE publishable_keys_prefix_lookup (
+    prefix      VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    keyspace_id VARBINARY(16) NOT NULL,
+    PRIMARY KEY (prefix, keyspace_id)
+) ENGINE=InnoDB;
+
+CREATE TABLE merchant_origins_origin_lookup (
+    origin      VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+    keyspace_id VARBINARY(16) NOT NULL,
+    PRIMARY KEY (origin, keyspace_id)
+) ENGINE=InnoDB;

@@ -126,8 +126,8 @@ INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, 'COMPLETED', ?, ?, 0, 0, ?, ?, ?, ?, ?)`
 	const insertPayment = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp, expires_at, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    payment_method, description, metadata, psp, expires_at, client_secret_hash, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	p, ref := c.Payment, c.Ref
 	var resp idemkeys.Response
 	err = db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
@@ -153,9 +153,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 			}
 		}
 		expires := sql.NullTime{Time: p.ExpiresAt, Valid: !p.ExpiresAt.IsZero()}
+		var secretHash []byte // NULL: no client secret
+		if p.ClientSecretHash != ([32]byte{}) {
+			secretHash = p.ClientSecretHash[:]
+		}
 		_, err := tx.ExecContext(ctx, insertPayment,
 			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
-			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, now, now)
+			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, secretHash, now, now)
 		return err
 	})
 	switch {

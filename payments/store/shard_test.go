@@ -66,6 +66,8 @@ var scatters = []scatter{
 	{"ops: a refund by its id", "RefundByID", "SELECT", "refunds", "refunds.id"},
 	{"ops: a refund by its id, locked to resolve it", "ResolveRefund", "SELECT", "refunds", "refunds.id"},
 	{"authentication: API keys by their visible prefix, before the merchant is known", "ActiveKeysByPrefix", "SELECT", "api_keys", "api_keys.prefix"},
+	{"browser authentication: publishable keys by their visible prefix, before the merchant is known", "ActivePublishableKeysByPrefix", "SELECT", "publishable_keys", "publishable_keys.prefix"},
+	{"a CORS preflight: whether any merchant allows an origin (a preflight carries no key)", "OriginAllowed", "SELECT", "merchant_origins", "merchant_origins.origin"},
 }
 
 // sendsNothing lists the Store's methods that send no statement.
@@ -358,6 +360,38 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 		t.Fatalf("APIKeys: %d keys, %v", len(keys), err)
 	}
 	sc.must(s.CausalReads(ctx), "CausalReads")
+
+	// Browser access: a publishable key found by its prefix, listed and
+	// revoked; an origin allowed (twice), found, listed and removed.
+	pk, err := payments.NewPublishableKey()
+	sc.must(err, "new publishable key")
+	sc.must(s.AddPublishableKey(ctx, m1.ID, pk, time.Now()), "AddPublishableKey")
+	sc.mustIs(s.AddPublishableKey(ctx, "mer_missing", pk, time.Now()), payments.ErrNotFound, "AddPublishableKey of an unknown merchant")
+	if keys, ms, err := s.ActivePublishableKeysByPrefix(ctx, pk.Prefix); err != nil || len(keys) != 1 || ms[0].ID != m1.ID {
+		t.Fatalf("ActivePublishableKeysByPrefix: %d keys, %v", len(keys), err)
+	}
+	if keys, err := s.PublishableKeys(ctx, m1.ID); err != nil || len(keys) != 1 {
+		t.Fatalf("PublishableKeys: %d keys, %v", len(keys), err)
+	}
+	if n, err := s.RevokePublishableKey(ctx, m1.ID, pk.Prefix, time.Now()); err != nil || n != 1 {
+		t.Fatalf("RevokePublishableKey: %d, %v", n, err)
+	}
+	for i, want := range []bool{true, false} {
+		if added, err := s.AddOrigin(ctx, m1.ID, "https://shop.example", time.Now()); err != nil || added != want {
+			t.Fatalf("AddOrigin #%d: %v, %v; want %v", i+1, added, err, want)
+		}
+	}
+	_, err = s.AddOrigin(ctx, "mer_missing", "https://shop.example", time.Now())
+	sc.mustIs(err, payments.ErrNotFound, "AddOrigin of an unknown merchant")
+	if ok, err := s.OriginAllowed(ctx, "https://shop.example"); err != nil || !ok {
+		t.Fatalf("OriginAllowed: %v, %v", ok, err)
+	}
+	if origins, err := s.MerchantOrigins(ctx, m1.ID); err != nil || len(origins) != 1 {
+		t.Fatalf("MerchantOrigins: %v, %v", origins, err)
+	}
+	if removed, err := s.RemoveOrigin(ctx, m1.ID, "https://shop.example"); err != nil || !removed {
+		t.Fatalf("RemoveOrigin: %v, %v", removed, err)
+	}
 
 	// A payment's life on the live path: claimed, a duplicate refused, read,
 	// armed for a second charge, settled.

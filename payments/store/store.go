@@ -81,6 +81,7 @@ type paymentRow struct {
 	ExpiresAt       sql.NullTime   `db:"expires_at"`
 	ConfirmKey      sql.NullString `db:"confirm_key"`
 	NextAction      sql.NullString `db:"next_action"`
+	ClientSecret    []byte         `db:"client_secret_hash"`
 	CreatedAt       time.Time      `db:"created_at"`
 	UpdatedAt       time.Time      `db:"updated_at"`
 }
@@ -88,7 +89,7 @@ type paymentRow struct {
 const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
-    created_at, updated_at`
+    client_secret_hash, created_at, updated_at`
 
 func (r paymentRow) toDomain() (payments.Payment, error) {
 	p := payments.Payment{
@@ -118,6 +119,7 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 		CreatedAt:  r.CreatedAt,
 		UpdatedAt:  r.UpdatedAt,
 	}
+	copy(p.ClientSecretHash[:], r.ClientSecret)
 	if r.Metadata.Valid && r.Metadata.String != "" {
 		if err := json.Unmarshal([]byte(r.Metadata.String), &p.Metadata); err != nil {
 			return payments.Payment{}, fmt.Errorf("payment %s: metadata: %w", r.ID, err)
@@ -229,16 +231,26 @@ func (r apiKeyRow) toDomain() payments.StoredKey {
 	return k
 }
 
-const keyQuery = `
+// apiKeyColumns reads a key with its merchant; keyQuery joins them for API
+// keys (publishableKeyQuery for publishable keys, in browser.go).
+const apiKeyColumns = `
 SELECT k.key_hash, k.merchant_id, k.prefix, k.created_at, k.revoked_at,
-       m.name AS merchant_name, m.created_at AS merchant_created_at
+       m.name AS merchant_name, m.created_at AS merchant_created_at`
+
+const keyQuery = apiKeyColumns + `
 FROM api_keys k JOIN merchants m ON m.id = k.merchant_id`
 
 // ActiveKeysByPrefix implements payments.AuthStore.
 func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]payments.StoredKey, []payments.Merchant, error) {
+	return s.activeKeys(ctx, "store.ActiveKeysByPrefix", keyQuery, prefix)
+}
+
+// activeKeys reads the active keys of query (keyQuery or
+// publishableKeyQuery) with a visible prefix, with their merchants.
+func (s *Store) activeKeys(ctx context.Context, op, query, prefix string) ([]payments.StoredKey, []payments.Merchant, error) {
 	var rows []apiKeyRow
-	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.prefix = ? AND k.revoked_at IS NULL`, prefix); err != nil {
-		return nil, nil, fmt.Errorf("store: keys by prefix: %w", db.Classify(err))
+	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.prefix = ? AND k.revoked_at IS NULL`, prefix); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, db.Classify(err))
 	}
 	keys := make([]payments.StoredKey, len(rows))
 	merchants := make([]payments.Merchant, len(rows))
@@ -251,27 +263,47 @@ func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]paymen
 
 // AddAPIKey implements payments.AdminStore.
 func (s *Store) AddAPIKey(ctx context.Context, merchantID string, key payments.APIKey, now time.Time) error {
+	return s.addKey(ctx, "api_keys", merchantID, key, now)
+}
+
+// addKey stores key in table (api_keys or publishable_keys) for an
+// existing merchant, in one transaction.
+func (s *Store) addKey(ctx context.Context, table, merchantID string, key payments.APIKey, now time.Time) error {
 	return db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		var n int
-		// A locking read, so a merchant cannot vanish between the check and the insert.
-		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM merchants WHERE id = ? FOR UPDATE`, merchantID); err != nil {
+		if err := lockMerchant(ctx, tx, merchantID); err != nil {
 			return err
 		}
-		if n == 0 {
-			return payments.ErrNotFound
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
 			key.Hash[:], merchantID, key.Prefix, now)
 		return err
 	})
 }
 
+// lockMerchant takes a shared look at a merchant's row in tx, so that it
+// cannot vanish before what tx adds for it; payments.ErrNotFound when there
+// is none.
+func lockMerchant(ctx context.Context, tx *sqlx.Tx, merchantID string) error {
+	var n int
+	if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM merchants WHERE id = ? FOR UPDATE`, merchantID); err != nil {
+		return err
+	}
+	if n == 0 {
+		return payments.ErrNotFound
+	}
+	return nil
+}
+
 // RevokeAPIKey implements payments.AdminStore.
 func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE merchant_id = ? AND prefix = ? AND revoked_at IS NULL`,
+	return s.revokeKey(ctx, "store.RevokeAPIKey", "api_keys", merchantID, prefix, now)
+}
+
+// revokeKey revokes the merchant's active keys of table with a prefix.
+func (s *Store) revokeKey(ctx context.Context, op, table, merchantID, prefix string, now time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE `+table+` SET revoked_at = ? WHERE merchant_id = ? AND prefix = ? AND revoked_at IS NULL`,
 		now, merchantID, prefix)
 	if err != nil {
-		return 0, fmt.Errorf("store.RevokeAPIKey: %w", db.Classify(err))
+		return 0, fmt.Errorf("%s: %w", op, db.Classify(err))
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
@@ -279,9 +311,14 @@ func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now
 
 // APIKeys implements payments.AdminStore.
 func (s *Store) APIKeys(ctx context.Context, merchantID string) ([]payments.StoredKey, error) {
+	return s.merchantKeys(ctx, "store.APIKeys", keyQuery, merchantID)
+}
+
+// merchantKeys lists a merchant's keys of query, revoked ones included.
+func (s *Store) merchantKeys(ctx context.Context, op, query, merchantID string) ([]payments.StoredKey, error) {
 	var rows []apiKeyRow
-	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.merchant_id = ? ORDER BY k.created_at, k.prefix`, merchantID); err != nil {
-		return nil, fmt.Errorf("store.APIKeys: %w", db.Classify(err))
+	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.merchant_id = ? ORDER BY k.created_at, k.prefix`, merchantID); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, db.Classify(err))
 	}
 	out := make([]payments.StoredKey, len(rows))
 	for i, r := range rows {
