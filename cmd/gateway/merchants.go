@@ -15,6 +15,10 @@ type merchantsCmd struct {
 	Create merchantsCreateCmd `cmd:"" help:"Create a merchant; prints its id and first API key (shown once) as JSON."`
 	List   merchantsListCmd   `cmd:"" help:"List the merchants with their key counts."`
 	Keys   keysCmd            `cmd:"" help:"Create, list and revoke a merchant's API keys. Rotation: create, deploy, revoke the old one."`
+
+	// Browser checkout (browser.go).
+	PublishableKeys publishableKeysCmd `cmd:"" name:"publishable-keys" help:"Create, list and revoke the publishable keys (pk_…) a merchant's checkout pages confirm payments with."`
+	Origins         originsCmd         `cmd:"" help:"Add, remove and list the browser origins a merchant's checkout pages are served from (CORS)."`
 }
 
 func (c *merchantsCmd) check() []error { return c.DB.require() }
@@ -121,35 +125,41 @@ func (k *keysListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
 		if err != nil {
 			return adminError(err)
 		}
-		active := 0
-		for _, key := range keys {
-			if key.RevokedAt.IsZero() {
-				active++
-			}
-		}
-		if k.JSON {
-			out := struct {
-				MerchantID string    `json:"merchant_id"`
-				Keys       []keyJSON `json:"keys"`
-				Count      int       `json:"count"`
-				Active     int       `json:"active"`
-			}{MerchantID: k.Merchant, Keys: []keyJSON{}, Count: len(keys), Active: active}
-			for _, key := range keys {
-				out.Keys = append(out.Keys, keyJSON{Prefix: key.Prefix, CreatedAt: jsonTime(key.CreatedAt),
-					RevokedAt: jsonTime(key.RevokedAt), Active: key.RevokedAt.IsZero()})
-			}
-			return writeJSON(a.stdout, out)
-		}
-		tw := newTable(a.stdout, "PREFIX", "CREATED", "REVOKED")
-		for _, key := range keys {
-			row(tw, key.Prefix, timestamp(key.CreatedAt), timestamp(key.RevokedAt))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		fmt.Fprintf(a.stdout, "%d key(s), %d active\n", len(keys), active)
-		return nil
+		return writeKeys(a, k.Merchant, keys, k.JSON)
 	})
+}
+
+// writeKeys prints a merchant's keys (API or publishable): a table, or
+// with asJSON one document.
+func writeKeys(a *app, merchantID string, keys []payments.StoredKey, asJSON bool) error {
+	active := 0
+	for _, key := range keys {
+		if key.RevokedAt.IsZero() {
+			active++
+		}
+	}
+	if asJSON {
+		out := struct {
+			MerchantID string    `json:"merchant_id"`
+			Keys       []keyJSON `json:"keys"`
+			Count      int       `json:"count"`
+			Active     int       `json:"active"`
+		}{MerchantID: merchantID, Keys: []keyJSON{}, Count: len(keys), Active: active}
+		for _, key := range keys {
+			out.Keys = append(out.Keys, keyJSON{Prefix: key.Prefix, CreatedAt: jsonTime(key.CreatedAt),
+				RevokedAt: jsonTime(key.RevokedAt), Active: key.RevokedAt.IsZero()})
+		}
+		return writeJSON(a.stdout, out)
+	}
+	tw := newTable(a.stdout, "PREFIX", "CREATED", "REVOKED")
+	for _, key := range keys {
+		row(tw, key.Prefix, timestamp(key.CreatedAt), timestamp(key.RevokedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "%d key(s), %d active\n", len(keys), active)
+	return nil
 }
 
 type keysRevokeCmd struct {

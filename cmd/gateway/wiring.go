@@ -226,6 +226,12 @@ func startReconciler(schedule string, r *reconcile.Reconciler, log *slog.Logger)
 // withAdmin runs fn with merchant and ops administration on the database,
 // for one-shot commands; cfg says which PSPs a decision is checked with.
 func withAdmin(ctx context.Context, dsn dsnConfig, cfg payments.AdminConfig, fn func(*payments.Admin) error) error {
+	return withStore(ctx, dsn, func(st *store.Store) error { return fn(payments.NewAdmin(st, cfg)) })
+}
+
+// withStore runs fn with a store on the database, for one-shot commands,
+// once the schema is known to be this release's.
+func withStore(ctx context.Context, dsn dsnConfig, fn func(*store.Store) error) error {
 	dbx, err := db.Open(ctx, dsn.DSN, db.PoolOptions{MaxOpen: 2, MaxIdle: 2})
 	if err != nil {
 		return err
@@ -234,5 +240,5 @@ func withAdmin(ctx context.Context, dsn dsnConfig, cfg payments.AdminConfig, fn 
 	if err := db.CheckSchema(ctx, dbx); err != nil {
 		return schemaAdvice(err)
 	}
-	return fn(payments.NewAdmin(store.New(dbx), cfg))
+	return fn(store.New(dbx))
 }
