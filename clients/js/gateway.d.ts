@@ -143,6 +143,8 @@ export declare class GatewayClient {
   waitForOutcome(params: { paymentId: string; clientSecret: string }): Promise<Outcome>;
 }
 
+/** The outcome a page shows for a payment as the gateway rendered it. */
+export declare function outcomeOfPayment(payment: Payment, key?: string | null, replayed?: boolean): Outcome;
 export declare function backoffDelay(attempt: number, retry: { baseDelayMs: number; maxDelayMs: number }, random?: () => number): number;
 export declare function retryAfterMs(value: string | null, now?: number): number | null;
 export declare function newIdempotencyKey(): string;

@@ -348,10 +348,14 @@ export class GatewayClient {
 }
 
 /**
- * The outcome a page shows for a payment as the gateway rendered it.
+ * The outcome a page shows for a payment as the gateway rendered it (a
+ * page that reads the payment on load shows it so).
+ * @param {import('./gateway').Payment} p
+ * @param {string | null} [key]
+ * @param {boolean} [replayed]
  * @returns {import('./gateway').Outcome}
  */
-function outcomeOfPayment(p, key, replayed) {
+export function outcomeOfPayment(p, key = null, replayed = false) {
   let status = FINAL_PAYMENT[p.status];
   if (!status) {
     status = { requires_action: 'requires_action', processing: 'processing', requires_review: 'processing' }[p.status] ?? 'unknown';

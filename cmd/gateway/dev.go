@@ -86,6 +86,10 @@ func (c *devCmd) Run(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
+	checkout, err := newDevCheckout(ctx, cfg.DB, m, key.Plaintext)
+	if err != nil {
+		return err
+	}
 	log := newLogger(cfg.Log, stderr)
 	return serve(ctx, &cfg, false, log, func(addr string) {
 		fmt.Fprintf(a.stdout, `
@@ -101,10 +105,14 @@ Try a payment (run it twice: the second answer is a replay, Idempotent-Replayed:
     -d '{"amount": 1000, "currency": "KRW", "payment_method": "pm_card_ok", "description": "demo", "metadata": {"order": "A-1"}}'
 
 Payment methods: pm_card_ok (succeeds), pm_card_declined, pm_card_insufficient_funds (decline).
+
+Checkout demo (confirms in the browser with publishable key %[6]s):
+  %[7]s
+
 Press Ctrl-C to stop.
 
-`, addr, m.ID, key.Plaintext, maskDSN(cfg.DB.DSN), pspName(cfg.PSP))
-	})
+`, addr, m.ID, key.Plaintext, maskDSN(cfg.DB.DSN), pspName(cfg.PSP), checkout.publishableKey, demoURL(addr))
+	}, checkout.mount(ctx, cfg.DB, log))
 }
 
 // createDatabase creates name on the server at serverDSN if it is missing.

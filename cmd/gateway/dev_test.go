@@ -36,27 +36,7 @@ func (s *syncBuffer) String() string {
 // The curl that dev prints, and the README repeats, replays when it is run
 // twice: its key is set once, in a variable.
 func TestDevQuickStartReplays(t *testing.T) {
-	dsn := dbtest.MustDSN(t) // dev starts its own MariaDB only when no DSN is set
-	var out syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"dev"}, env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0"), &out, io.Discard)
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dev: %v", err)
-		}
-	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(out.String(), "Press Ctrl-C") {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev never said it was ready:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond) // polling dev's output, bounded by the deadline
-	}
-	printed := out.String()
+	printed := startDev(t)
 	snippet := regexp.MustCompile(`(?s)  KEY=\$\(cat /proc/sys/kernel/random/uuid\)\n  curl -i -X POST (\S+) \\\n    -H 'Authorization: Bearer (\S+)' \\\n    -H "Idempotency-Key: \$KEY" \\\n    -H 'Content-Type: application/json' \\\n    -d '([^']+)'`).FindStringSubmatch(printed)
 	if snippet == nil {
 		t.Fatalf("dev does not print the quick start's curl with a fixed key:\n%s", printed)
@@ -93,4 +73,31 @@ func TestDevQuickStartReplays(t *testing.T) {
 	if second.StatusCode != http.StatusCreated || second.Header.Get("Idempotent-Replayed") != "true" || again != body {
 		t.Fatalf("second run is no replay: %d %q\n%s\n%s", second.StatusCode, second.Header.Get("Idempotent-Replayed"), body, again)
 	}
+}
+
+// startDev runs `gateway dev` on a test database until the test ends and
+// returns what it printed once ready.
+func startDev(t *testing.T) string {
+	t.Helper()
+	dsn := dbtest.MustDSN(t) // dev starts its own MariaDB only when no DSN is set
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"dev"}, env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0"), &out, io.Discard)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dev: %v", err)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "Press Ctrl-C") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev never said it was ready:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polling dev's output, bounded by the deadline
+	}
+	return out.String()
 }

@@ -30,8 +30,11 @@ func (c *serveCmd) Run(ctx context.Context, a *app) error {
 }
 
 // serve runs the API until ctx ends, then drains in-flight requests. ready,
-// when not nil, receives the bound address once the listener is open.
-func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.Logger, ready func(addr string)) error {
+// when not nil, receives the bound address once the listener is open;
+// mounts, given the API and that address, return what is served instead
+// (dev adds its checkout demo).
+func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.Logger, ready func(addr string),
+	mounts ...func(api http.Handler, addr string) (http.Handler, error)) error {
 	build := readBuildInfo()
 	log.Info("gateway starting", "version", build.Version, "revision", build.Revision, "go", build.GoVersion)
 	if autoMigrate {
@@ -89,11 +92,18 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		return err
 	}
 	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
+	apiOpts.Browser = payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
 	handler := api.NewHandler(svc, auth, readiness{st: st, guard: guard}, apiOpts)
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTP.Addr, err)
+	}
+	for _, mount := range mounts {
+		if handler, err = mount(handler, ln.Addr().String()); err != nil {
+			_ = ln.Close()
+			return err
+		}
 	}
 	srv := &http.Server{
 		Handler:           handler,
