@@ -14,17 +14,25 @@ STRIPE_MOCK_VERSION := v0.203.0
 STRIPE_MOCK_DIR := $(CURDIR)/.cache/bin
 STRIPE_MOCK := $(STRIPE_MOCK_DIR)/stripe-mock
 
-.PHONY: run test fuzz build vet bench chaos chaos-cluster stripe-mock-test
+# Where the browser tests leave their screenshots (in a browser/ directory).
+GATEWAY_ARTIFACTS ?= $(CURDIR)/.artifacts
+
+.PHONY: run test test-frontend fuzz build vet bench chaos chaos-cluster stripe-mock-test
 
 ## run: start the gateway with a private MariaDB, the fake PSP and a demo merchant
 run:
 	$(GO) run ./cmd/gateway dev
 
-## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one), then the fuzzers
+## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one), then the fuzzers;
+## the front ends' tests (node, headless Chromium) among them, skipped with the reason where they cannot run
 test: vet
-	$(GO) run ./cmd/withdb -- $(GO) test $(RACE) -count=1 -timeout 15m ./...
+	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./cmd/withdb -- $(GO) test $(RACE) -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory stripe-mock-test
 	$(MAKE) --no-print-directory fuzz
+
+## test-frontend: the browser client's node tests and the checkout page in headless Chromium, alone
+test-frontend:
+	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./cmd/withdb -- $(GO) test $(RACE) -count=1 -v ./clients/js ./demo
 
 vet:
 	$(GO) vet ./...

@@ -84,6 +84,8 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 // byte for byte, with Location for a created payment and
 // Idempotent-Replayed for a replay.
 func answer(c echo.Context, out payments.Outcome) error {
+	// A creation's answer may hold the payment's client secret.
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 	if out.Response.Status == http.StatusCreated {
 		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
 	}

@@ -239,6 +239,15 @@ func (p *page) shot(name string) {
 	}
 }
 
+// ends waits for the page's final state, leaves its screenshot, and
+// checks the payment (see settled); it returns the attempt's key.
+func (p *page) ends(state, shot string, status payments.Status, charges int) string {
+	p.t.Helper()
+	p.waitState(state)
+	p.shot(shot)
+	return p.settled(status, charges)
+}
+
 // settled checks the database and the ledger for the page's payment: its
 // status, one confirm key (the one the browser sent every time), and the
 // PSP's charges for its order.
@@ -278,9 +287,7 @@ func (p *page) settled(status payments.Status, charges int) string {
 func doubleClick(t *testing.T, w *world) {
 	p := w.open(t, "")
 	p.do(chromedp.DoubleClick(chromedp.CSS("#pay")))
-	p.waitState("succeeded")
-	p.shot("succeeded")
-	p.settled(payments.Succeeded, 1)
+	p.ends("succeeded", "succeeded", payments.Succeeded, 1)
 	if n := len(p.sentConfirms()); n != 1 {
 		t.Errorf("the browser sent %d confirms for a double click, want 1", n)
 	}
@@ -289,9 +296,7 @@ func doubleClick(t *testing.T, w *world) {
 func declined(t *testing.T, w *world) {
 	p := w.open(t, "")
 	p.pay("pm_card_declined")
-	p.waitState("declined")
-	p.shot("declined")
-	p.settled(payments.Declined, 1)
+	p.ends("declined", "declined", payments.Declined, 1)
 	if n := len(p.sentConfirms()); n != 1 {
 		t.Errorf("a decline was sent %d times, want once (never retried)", n)
 	}
@@ -303,9 +308,7 @@ func declined(t *testing.T, w *world) {
 func needsAction(t *testing.T, w *world) {
 	p := w.open(t, "")
 	p.pay("pm_card_3ds")
-	p.waitState("requires_action")
-	p.shot("needs-action")
-	p.settled(payments.RequiresAction, 1)
+	p.ends("requires_action", "needs-action", payments.RequiresAction, 1)
 	href := p.eval(`document.getElementById('next-action').href`)
 	if !strings.Contains(href, "/3ds/") || !strings.HasPrefix(href, "http://127.0.0.1:") {
 		t.Errorf("the 3-D Secure link is %q", href)
@@ -335,9 +338,7 @@ func reloadMidAttempt(t *testing.T, w *world) {
 		t.Fatal("the reloaded page did not resume the attempt")
 	}
 	w.psp.release()
-	p.waitState("succeeded")
-	p.shot("reload-succeeded")
-	if got := p.settled(payments.Succeeded, 1); got != key {
+	if got := p.ends("succeeded", "reload-succeeded", payments.Succeeded, 1); got != key {
 		t.Errorf("the database holds key %q, the page had %q before the reload", got, key)
 	}
 }
@@ -351,9 +352,7 @@ func killedAfterCharging(t *testing.T, w *world) {
 	waitFor(t, charged, "the charge")
 	w.gw.kill()
 	w.gw.start()
-	p.waitState("succeeded")
-	p.shot("restart-succeeded")
-	p.settled(payments.Succeeded, 1)
+	p.ends("succeeded", "restart-succeeded", payments.Succeeded, 1)
 	if n := len(p.sentConfirms()); n < 2 {
 		t.Errorf("the browser sent %d confirm(s), want a retry after the gateway died", n)
 	}
