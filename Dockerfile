@@ -5,9 +5,12 @@
 #     -e GATEWAY_DATABASE_DSN='gateway:gateway@tcp(db:3306)/gateway' gateway
 #
 # The runtime image is a slim Debian with only the binary and CA certificates
-# (for the PSPs' HTTPS APIs); probe GET /healthz and GET /readyz from outside
-# (compose, Kubernetes, a load balancer). `gateway dev` does not work in this image: it
-# needs a local MariaDB server binary; use docker-compose.yml instead.
+# (for the PSPs' HTTPS APIs), and no curl: its HEALTHCHECK is
+# `gateway healthcheck`, which asks the gateway's own GET /readyz. Kubernetes or
+# a load balancer can probe GET /healthz and GET /readyz directly. Apply the
+# schema first (`gateway migrate up`): serve refuses a schema behind its
+# release. `gateway dev` does not work in this image: it needs a local MariaDB
+# server binary; use docker-compose.yml instead.
 
 # ---- build ------------------------------------------------------------------
 FROM golang:1.26-bookworm AS build
@@ -45,6 +48,8 @@ ENV GATEWAY_ADDR=0.0.0.0:8080 \
 EXPOSE 8080
 
 USER 65532:65532
+
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 CMD ["/gateway", "healthcheck"]
 
 ENTRYPOINT ["/gateway"]
 CMD ["serve"]

@@ -16,9 +16,18 @@ import (
 	"gateway/payments"
 )
 
-// Pinger reports whether the database answers; /readyz uses it.
+// Pinger reports whether the gateway can serve from its database; /readyz
+// uses it. A *payments.Error is answered as it is (a schema this release
+// cannot use, say); any other error means the database does not answer.
 type Pinger interface {
 	Ping(ctx context.Context) error
+}
+
+// Authenticator resolves an API key to its merchant; payments.Auth is one.
+type Authenticator interface {
+	// Authenticate returns the merchant owning an active key, or an *payments.Error
+	// with CodeUnauthorized (or CodeUnavailable when it cannot tell).
+	Authenticate(ctx context.Context, apiKey string) (payments.Merchant, error)
 }
 
 // Observer is told about HTTP traffic, for metrics.
@@ -42,6 +51,8 @@ type Options struct {
 	// of 0 turns rate limiting off.
 	RatePerSecond float64
 	RateBurst     int
+	// Listings answers GET /payments, GET /refunds and a payment's refunds.
+	Listings Lister
 	// Metrics, when set, is served at GET /metrics.
 	Metrics  http.Handler
 	Observer Observer
@@ -52,11 +63,18 @@ type Options struct {
 	// does: database calls may not hang forever. One minute when zero; set it
 	// above the lease plus the in-flight wait.
 	FlowTimeout time.Duration
+	// Notices receives the PSPs' notifications (POST /psp/{psp}/webhook);
+	// nil answers them 404.
+	Notices NoticeReceiver
+	// Browser authenticates publishable keys and judges browser origins
+	// (browser.go); nil refuses publishable keys and every CORS preflight.
+	Browser BrowserAuthenticator
 }
 
 // Server holds what the handlers need.
 type Server struct {
 	svc    *payments.Service
+	auth   Authenticator
 	db     Pinger
 	opts   Options
 	log    *slog.Logger
@@ -65,7 +83,7 @@ type Server struct {
 }
 
 // NewHandler returns the gateway's HTTP API.
-func NewHandler(svc *payments.Service, db Pinger, opts Options) http.Handler {
+func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Options) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 64 << 10
 	}
@@ -81,7 +99,7 @@ func NewHandler(svc *payments.Service, db Pinger, opts Options) http.Handler {
 	if opts.FlowTimeout <= 0 {
 		opts.FlowTimeout = time.Minute
 	}
-	s := &Server{svc: svc, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
+	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
 		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1))}
 	e := echo.New()
 	e.HideBanner = true

@@ -61,11 +61,15 @@ type env struct {
 type envSetup struct {
 	cfg payments.Config
 	// wrap, when set, decorates the real store (to lose a commit's acknowledgement, say).
-	wrap func(payments.Store) payments.Store
+	wrap func(payments.FlowStore) payments.FlowStore
 	// adapter, when set, replaces the in-process fake PSP (env.psp stays unused).
 	adapter psp.Adapter
 	// api, when set, adjusts the handler's options (rate limits, say).
 	api func(*api.Options)
+	// authTTL is how long a verified API key is trusted without a read.
+	authTTL time.Duration
+	// notices, when set, receives the PSPs' notifications (webhooks).
+	notices func(*store.Store) api.NoticeReceiver
 }
 
 type envOption func(*envSetup)
@@ -84,7 +88,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&setup)
 	}
-	var svcStore payments.Store = st
+	var svcStore payments.FlowStore = st
 	if setup.wrap != nil {
 		svcStore = setup.wrap(st)
 	}
@@ -93,10 +97,14 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	if setup.adapter != nil {
 		adapter = setup.adapter
 	}
-	svc := payments.NewService(svcStore, adapter, setup.cfg)
-	apiOpts := api.Options{MaxBodyBytes: 16 << 10}
+	svc := payments.NewService(svcStore, payments.OnePSP(adapter), setup.cfg)
+	apiOpts := api.Options{MaxBodyBytes: 16 << 10, Listings: payments.NewListings(st),
+		Browser: payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now})}
 	if setup.api != nil {
 		setup.api(&apiOpts)
+	}
+	if setup.notices != nil {
+		apiOpts.Notices = setup.notices(st)
 	}
 	contract, err := published()
 	if err != nil {
@@ -107,7 +115,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	// checked against the published OpenAPI document; a finding fails the test.
 	var tally exchangeTally
 	t.Cleanup(func() { t.Logf("OpenAPI contract checked %s", tally.String()) }) // after srv.Close: all served
-	e.srv = httptest.NewServer(contract.checked(api.NewHandler(svc, st, apiOpts), func(x exchange, findings []string) {
+	e.srv = httptest.NewServer(contract.checked(api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now}), st, apiOpts), func(x exchange, findings []string) {
 		tally.add(x.status)
 		if len(findings) > 0 {
 			reportFindings(e.t, x, findings)
@@ -116,6 +124,16 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Cleanup(e.srv.Close)
 	e.merch, e.apiKey = e.newMerchant("Test merchant")
 	return e
+}
+
+func (e *env) admin() *payments.Admin {
+	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
+}
+
+// advance lets d pass, on the gateway's clock and on the database's.
+func (e *env) advance(d time.Duration) {
+	e.clock.Advance(d)
+	dbtest.Advance(e.t, e.db, d)
 }
 
 func (e *env) newMerchant(name string) (payments.Merchant, string) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -48,8 +47,8 @@ type contract struct {
 	doc    *openapi3.T
 	router routers.Router
 	// unrouted describes the answers to requests that match no documented
-	// operation (unknown path or method): components NotFound,
-	// MethodNotAllowed and Unauthorized.
+	// operation (unknown path or method): components NotFound and
+	// MethodNotAllowed, answered before any authentication.
 	unrouted *routers.Route
 }
 
@@ -85,7 +84,6 @@ func loadContract(data []byte) (*contract, error) {
 	unrouted := openapi3.NewOperation()
 	unrouted.Responses = openapi3.NewResponses()
 	for status, name := range map[int]string{
-		http.StatusUnauthorized:     "Unauthorized",
 		http.StatusNotFound:         "NotFound",
 		http.StatusMethodNotAllowed: "MethodNotAllowed",
 	} {
@@ -119,7 +117,7 @@ func (x exchange) String() string {
 // refusals are the answers to a request the document itself forbids: such a
 // request (a test's deliberately malformed one) is exempt from request
 // validation as long as the gateway refused it.
-var refusals = []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusNotFound,
+var refusals = []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound,
 	http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge}
 
 var plainRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
@@ -212,23 +210,36 @@ func (c *contract) check(x exchange) []string {
 		var p struct {
 			ID string `json:"id"`
 		}
-		if json.Unmarshal(x.body, &p) == nil && x.header.Get("Location") != "/payments/"+p.ID {
-			findings = append(findings, fmt.Sprintf("Location %q does not name payment %q", x.header.Get("Location"), p.ID))
+		collection := "/payments/"
+		if json.Unmarshal(x.body, &p) == nil && strings.HasPrefix(p.ID, "re_") {
+			collection = "/refunds/"
+		}
+		if p.ID != "" && x.header.Get("Location") != collection+p.ID {
+			findings = append(findings, fmt.Sprintf("Location %q does not name the created object %q", x.header.Get("Location"), p.ID))
 		}
 	}
 	return findings
 }
 
-// bearerAPIKey is the request validator's view of the apiKey scheme: a
-// well-formed bearer API key. Whether the key is valid is the gateway's
-// business (401 is documented).
+// bearerAPIKey is the request validator's view of the security schemes: a
+// well-formed bearer secret key (bearerAuth) or publishable key
+// (publishableKey), and a client secret header (clientSecret). Whether they
+// are valid is the gateway's business (401, 403 and 404 are documented).
 func bearerAPIKey(_ context.Context, in *openapi3filter.AuthenticationInput) error {
-	if in.SecurityScheme.Type != "http" || !strings.EqualFold(in.SecurityScheme.Scheme, "bearer") {
-		return fmt.Errorf("security scheme %q: only http bearer is expected", in.SecuritySchemeName)
+	header := in.RequestValidationInput.Request.Header
+	if in.SecurityScheme.Type == "apiKey" && in.SecurityScheme.In == "header" {
+		if header.Get(in.SecurityScheme.Name) == "" {
+			return fmt.Errorf("no %s header", in.SecurityScheme.Name)
+		}
+		return nil
 	}
-	scheme, key, ok := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") || !strings.HasPrefix(key, "sk_") {
-		return errors.New("no Authorization: Bearer sk_... header")
+	if in.SecurityScheme.Type != "http" || !strings.EqualFold(in.SecurityScheme.Scheme, "bearer") {
+		return fmt.Errorf("security scheme %q: only http bearer and header keys are expected", in.SecuritySchemeName)
+	}
+	prefix := map[string]string{"bearerAuth": "sk_", "publishableKey": "pk_"}[in.SecuritySchemeName]
+	scheme, key, ok := strings.Cut(header.Get("Authorization"), " ")
+	if prefix == "" || !ok || !strings.EqualFold(scheme, "Bearer") || !strings.HasPrefix(key, prefix) {
+		return fmt.Errorf("no Authorization: Bearer %s... header", prefix)
 	}
 	return nil
 }
@@ -327,7 +338,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_, _ = io.WriteString(w, "# no metrics\n")
 	})
-	h := api.NewHandler(nil, nil, api.Options{Metrics: metrics})
+	h := api.NewHandler(nil, nil, nil, api.Options{Metrics: metrics})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
@@ -427,7 +438,7 @@ func TestOpenAPIDocument(t *testing.T) {
 		}
 	}
 	for name, ref := range c.doc.Components.Responses {
-		status := map[string]int{"NotFound": 404, "MethodNotAllowed": 405, "Unauthorized": 401}[name]
+		status := map[string]int{"NotFound": 404, "MethodNotAllowed": 405}[name]
 		checkResponse("components.responses."+name, status, ref.Value)
 	}
 	for ty := range enum {
@@ -477,7 +488,7 @@ func TestOpenAPICheckCatchesDrift(t *testing.T) {
 	}
 	const payment = `{"id":"pay_01KB4ZQ4C9V8X2M3N5P7R9T1W3","status":"succeeded","amount":1000,"currency":"KRW",` +
 		`"payment_method":"pm_card_ok","merchant_order_id":"ord_4756245f0980251a38000acc","psp_reference":"ch_1",` +
-		`"decline_code":null,"description":"","metadata":{},"created_at":"2026-11-30T12:00:00Z"}`
+		`"decline_code":null,"description":"","metadata":{},"amount_refunded":0,"refunded":false,"created_at":"2026-11-30T12:00:00Z"}`
 	post := func() http.Header {
 		return http.Header{"Authorization": {"Bearer sk_abcdefghijkl"}, "Idempotency-Key": {"k"},
 			"Content-Type": {"application/json"}}
@@ -567,6 +578,11 @@ func TestOpenAPIUnroutedRequests(t *testing.T) {
 		{http.MethodDelete, "/payments", true, []int{http.StatusMethodNotAllowed}},
 		{http.MethodPut, "/healthz", false, []int{http.StatusMethodNotAllowed}},
 		{http.MethodPost, "/openapi.json", true, []int{http.StatusMethodNotAllowed}},
+		// Below a payment there is no route: not "payment not found".
+		{http.MethodGet, "/payments/pay_x/anything", true, []int{http.StatusNotFound}},
+		{http.MethodGet, "/payments/pay_x/anything", false, []int{http.StatusNotFound}},
+		{http.MethodGet, "/payments/pay_x/", true, []int{http.StatusNotFound}},
+		{http.MethodPost, "/payments/pay_x/refunds/x", true, []int{http.StatusNotFound}},
 	} {
 		key := ""
 		if tc.withKey {
@@ -578,6 +594,10 @@ func TestOpenAPIUnroutedRequests(t *testing.T) {
 		}
 		if !slices.Contains(tc.want, res.status) {
 			t.Errorf("%s %s (API key: %v): %d, want one of %v", tc.method, tc.path, tc.withKey, res.status, tc.want)
+		}
+		// An unknown route has no detail; "payment not found" would mean a handler ran.
+		if res.status == http.StatusNotFound && strings.Contains(string(res.body), `"detail"`) {
+			t.Errorf("%s %s: %s, want the route's 404 without detail", tc.method, tc.path, res.body)
 		}
 	}
 }

@@ -26,7 +26,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
 			return &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"}
 		}
-		m, err := s.svc.Authenticate(c.Request().Context(), strings.TrimSpace(key))
+		m, err := s.auth.Authenticate(c.Request().Context(), strings.TrimSpace(key))
 		if err != nil {
 			return err
 		}
@@ -61,6 +61,9 @@ type createPaymentBody struct {
 	PaymentMethod *string           `json:"payment_method"`
 	Description   *string           `json:"description"`
 	Metadata      map[string]string `json:"metadata"`
+	// Confirm false creates the payment without charging it (two-step
+	// checkout; see confirm.go); absent or true charges it now.
+	Confirm *bool `json:"confirm"`
 }
 
 func (s *Server) handleCreatePayment(c echo.Context) error {
@@ -68,14 +71,21 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// The client may go away; the payment is finished anyway while this
-	// worker holds the lease, so that its retry finds a stored answer.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.opts.FlowTimeout)
-	defer cancel()
-	out, err := s.svc.Create(ctx, req)
+	// The client's context: a wait ends when the client goes away, while a
+	// payment already claimed is finished anyway (the flow detaches it).
+	out, err := s.svc.Create(c.Request().Context(), req)
 	if err != nil {
 		return err
 	}
+	return answer(c, out)
+}
+
+// answer writes an idempotent command's answer: its stored status and body,
+// byte for byte, with Location for a created payment and
+// Idempotent-Replayed for a replay.
+func answer(c echo.Context, out payments.Outcome) error {
+	// A creation's answer may hold the payment's client secret.
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 	if out.Response.Status == http.StatusCreated {
 		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
 	}
@@ -85,15 +95,25 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
 }
 
-// parseCreate turns the request into the command, or a 4xx *payments.Error
-// (or *http.MaxBytesError) naming what to fix. It reads no state.
-func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
+// idempotencyKey reads the request's one Idempotency-Key header (its
+// validity is the flow's to judge); hint ends the refusal's advice.
+func (s *Server) idempotencyKey(c echo.Context, hint string) (string, error) {
 	key, present := c.Request().Header["Idempotency-Key"]
 	if !present || len(key) != 1 {
 		if !present {
 			s.obs.MissingKey()
 		}
-		return payments.CreateRequest{}, &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
+		return "", &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (" + hint + ")"}
+	}
+	return key[0], nil
+}
+
+// parseCreate turns the request into the command, or a 4xx *payments.Error
+// (or *http.MaxBytesError) naming what to fix. It reads no state.
+func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
+	key, err := s.idempotencyKey(c, "a UUID is a good choice")
+	if err != nil {
+		return payments.CreateRequest{}, err
 	}
 	body, err := s.decodeCreate(c)
 	if err != nil {
@@ -101,8 +121,9 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	}
 	req := payments.CreateRequest{
 		MerchantID:     merchantOf(c).ID,
-		IdempotencyKey: key[0],
+		IdempotencyKey: key,
 		Metadata:       body.Metadata,
+		ConfirmLater:   body.Confirm != nil && !*body.Confirm,
 	}
 	var missing []payments.FieldError
 	if body.Amount == nil {
@@ -115,9 +136,9 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	} else {
 		req.Amount.Currency = *body.Currency
 	}
-	if body.PaymentMethod == nil {
+	if body.PaymentMethod == nil && !req.ConfirmLater {
 		missing = append(missing, payments.FieldError{Field: "payment_method", Reason: "is required"})
-	} else {
+	} else if body.PaymentMethod != nil {
 		req.PaymentMethod = *body.PaymentMethod
 	}
 	if body.Description != nil {
@@ -129,36 +150,41 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	return req, nil
 }
 
-// decodeCreate reads one JSON object, refusing unknown fields, trailing
-// data and bodies over the limit.
+// decodeCreate reads the body of POST /payments.
 func (s *Server) decodeCreate(c echo.Context) (createPaymentBody, error) {
 	var body createPaymentBody
+	return body, s.decodeBody(c, &body)
+}
+
+// decodeBody reads one JSON object into body, refusing unknown fields,
+// trailing data and bodies over the limit: every request body is read so.
+func (s *Server) decodeBody(c echo.Context, body any) error {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
+			return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
 		}
 	}
 	r := http.MaxBytesReader(c.Response(), c.Request().Body, s.opts.MaxBodyBytes)
 	raw, err := io.ReadAll(r)
 	if err != nil {
-		return body, err // *http.MaxBytesError → 413
+		return err // *http.MaxBytesError → 413
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		return body, invalidJSON(err)
+	if err := dec.Decode(body); err != nil {
+		return invalidJSON(err)
 	}
 	if dec.More() {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return body, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
+		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
 	}
-	return body, nil
+	return nil
 }
 
 // invalidJSON explains a decoding failure without echoing the body.
@@ -196,6 +222,8 @@ func jsonKind(goKind string) string {
 		return "a string"
 	case "map":
 		return "an object of string values"
+	case "bool":
+		return "true or false"
 	case "ptr":
 		return "a value of the documented type"
 	}
@@ -210,10 +238,15 @@ func (s *Server) handleGetPayment(c echo.Context) error {
 	return c.JSON(http.StatusOK, payments.ToView(p))
 }
 
+// handleFindPayment answers GET /payments: the payment an idempotency key
+// created (with ?idempotency_key=), or else a page of the merchant's payments.
 func (s *Server) handleFindPayment(c echo.Context) error {
 	q := c.QueryParams()
 	keys, ok := q["idempotency_key"]
-	if !ok || len(keys) != 1 {
+	if !ok {
+		return s.handleListPayments(c)
+	}
+	if len(keys) != 1 {
 		return &payments.Error{Code: payments.CodeInvalid, Message: "pass exactly one idempotency_key query parameter to find the payment it created"}
 	}
 	p, err := s.svc.PaymentByKey(c.Request().Context(), merchantOf(c).ID, keys[0])
@@ -231,6 +264,10 @@ func (s *Server) handleReadyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 	defer cancel()
 	if err := s.db.Ping(ctx); err != nil {
+		var pe *payments.Error
+		if errors.As(err, &pe) {
+			return pe // says why this replica is not ready
+		}
 		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database does not answer", Err: err}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})

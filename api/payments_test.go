@@ -291,15 +291,15 @@ func TestLeaseTakeoverFencesTheStaleWorker(t *testing.T) {
 	go func() { firstDone <- e.post("slow", okBody) }()
 	<-arrived
 
-	e.clock.Advance(31 * time.Second) // the first worker's 30 s lease has expired
+	e.advance(31 * time.Second) // the first worker's 30 s lease has expired
 	second := e.post("slow", okBody)
 	wantStatus(t, second, http.StatusCreated)
-	var version int64
-	if err := e.db.Get(&version, `SELECT lease_version FROM idempotency_keys`); err != nil {
+	var grant int64
+	if err := e.db.Get(&grant, `SELECT lease_version >> 32 FROM idempotency_keys`); err != nil {
 		t.Fatal(err)
 	}
-	if version != 2 {
-		t.Fatalf("lease_version %d, want 2 after one takeover", version)
+	if grant != 2 {
+		t.Fatalf("lease grant %d, want 2 after one takeover", grant)
 	}
 
 	close(release) // the stale worker now gets its (deduplicated) charge and tries to write
@@ -309,7 +309,7 @@ func TestLeaseTakeoverFencesTheStaleWorker(t *testing.T) {
 		t.Fatalf("stale worker answered differently:\n%s\n%s", first.body, second.body)
 	}
 	var stored []byte
-	if err := e.db.Get(&stored, `SELECT response_body FROM idempotency_keys WHERE lease_version = 2 AND state = 'COMPLETED'`); err != nil {
+	if err := e.db.Get(&stored, `SELECT response_body FROM idempotency_keys WHERE lease_version >> 32 = 2 AND state = 'COMPLETED'`); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(stored, second.body) {
@@ -329,26 +329,29 @@ func TestSettleWithStaleVersionIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := e.clock.Now()
-	v, err := e.store.TakeOver(ctx, ref, rec.LeaseVersion, now, now.Add(time.Minute))
-	if err != nil || v != rec.LeaseVersion+1 {
-		t.Fatalf("takeover: v=%d err=%v", v, err)
+	token, err := e.store.TakeOver(ctx, ref, rec.Token, time.Minute)
+	if err != nil || token.Grant() != rec.Token.Grant()+1 {
+		t.Fatalf("takeover: token %x err=%v", token, err)
 	}
-	if _, err := e.store.TakeOver(ctx, ref, rec.LeaseVersion, now, now.Add(time.Minute)); !errors.Is(err, idemkeys.ErrFenced) {
-		t.Fatalf("second takeover from the same version: %v, want ErrFenced", err)
+	if _, err := e.store.TakeOver(ctx, ref, rec.Token, time.Minute); !errors.Is(err, idemkeys.ErrFenced) {
+		t.Fatalf("second takeover from the same token: %v, want ErrFenced", err)
 	}
 	p.Status = payments.Succeeded
-	err = e.store.Settle(ctx, ref, rec.LeaseVersion, p, payments.Render(p), now)
+	err = e.store.Settle(ctx, ref, rec.Token, p, payments.Render(p))
 	if !errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("stale settle: %v, want ErrFenced", err)
 	}
-	if err := e.store.Release(ctx, ref, rec.LeaseVersion, now); !errors.Is(err, idemkeys.ErrFenced) {
+	if err := e.store.Release(ctx, ref, rec.Token, false); !errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("stale release: %v, want ErrFenced", err)
+	}
+	// The same grant number with another random part is another token.
+	if err := e.store.ArmCharge(ctx, ref, idemkeys.Token(int64(token)^1), time.Minute); !errors.Is(err, idemkeys.ErrFenced) {
+		t.Fatalf("arm with a token of the right grant but not the holder's: %v, want ErrFenced", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'processing'`); n != 1 {
 		t.Fatal("stale settle changed the payment")
 	}
-	if err := e.store.Settle(ctx, ref, v, p, payments.Render(p), now); err != nil {
+	if err := e.store.Settle(ctx, ref, token, p, payments.Render(p)); err != nil {
 		t.Fatalf("holder's settle: %v", err)
 	}
 }
@@ -516,7 +519,8 @@ func TestLookupEndpoints(t *testing.T) {
 	}
 	wantProblem(t, e.get("/payments/pay_missing"), http.StatusNotFound, "not-found")
 	wantProblem(t, e.get("/payments?idempotency_key=nope"), http.StatusNotFound, "not-found")
-	wantProblem(t, e.get("/payments"), http.StatusBadRequest, "invalid-request")
+	wantProblem(t, e.get("/payments?idempotency_key=a&idempotency_key=b"), http.StatusBadRequest, "invalid-request")
+	wantStatus(t, e.get("/payments"), http.StatusOK) // the listing
 	wantProblem(t, e.get("/nowhere"), http.StatusNotFound, "not-found")
 	wantStatus(t, e.getAs("", "/healthz"), http.StatusOK)
 	wantStatus(t, e.getAs("", "/readyz"), http.StatusOK)

@@ -23,18 +23,27 @@ type problemKind struct {
 // problems is the single map from error codes to HTTP. The README's status
 // table lists the same rows.
 var problems = map[payments.Code]problemKind{
-	payments.CodeInvalid:        {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
-	payments.CodeInvalidKey:     {http.StatusBadRequest, "invalid-idempotency-key", "The Idempotency-Key header is missing or invalid"},
-	payments.CodeUnauthorized:   {http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
-	payments.CodeNotFound:       {http.StatusNotFound, "not-found", "Not found"},
-	payments.CodeInFlight:       {http.StatusConflict, "request-in-flight", "A request with this Idempotency-Key is in progress"},
-	payments.CodeKeyMismatch:    {http.StatusUnprocessableEntity, "idempotency-key-mismatch", "The Idempotency-Key was used with a different request"},
-	payments.CodeKeyReused:      {http.StatusConflict, "idempotency-key-reused", "The Idempotency-Key belongs to an existing payment"},
-	payments.CodePSPUnavailable: {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
-	payments.CodePSPUnknown:     {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
-	payments.CodeUnavailable:    {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
-	payments.CodeInternal:       {http.StatusInternalServerError, "internal", "Internal error"},
-	codeRateLimited:             {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
+	payments.CodeInvalid:         {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
+	payments.CodeInvalidKey:      {http.StatusBadRequest, "invalid-idempotency-key", "The Idempotency-Key header is missing or invalid"},
+	payments.CodeUnauthorized:    {http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
+	payments.CodeNotFound:        {http.StatusNotFound, "not-found", "Not found"},
+	payments.CodeInFlight:        {http.StatusConflict, "request-in-flight", "A request with this Idempotency-Key is in progress"},
+	payments.CodeKeyMismatch:     {http.StatusUnprocessableEntity, "idempotency-key-mismatch", "The Idempotency-Key was used with a different request"},
+	payments.CodeKeyReused:       {http.StatusConflict, "idempotency-key-reused", "The Idempotency-Key belongs to an existing payment"},
+	payments.CodePSPUnavailable:  {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
+	payments.CodePSPUnknown:      {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
+	payments.CodeUnavailable:     {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
+	payments.CodeNotRefundable:   {http.StatusConflict, "payment-not-refundable", "The payment cannot be refunded now"},
+	payments.CodeRefundExceeds:   {http.StatusUnprocessableEntity, "refund-exceeds-refundable", "The refund exceeds what is left to refund"},
+	payments.CodeConflict:        {http.StatusConflict, "conflict", "The request conflicts with the current state"},
+	payments.CodePSPCannotAccept: {http.StatusUnprocessableEntity, "psp-cannot-accept", "The payment provider cannot accept this payment"},
+	payments.CodeNotConfirmable:  {http.StatusConflict, "payment-not-confirmable", "The payment is not awaiting confirmation"},
+	payments.CodeConfirmMismatch: {http.StatusUnprocessableEntity, "confirm-mismatch", "The confirm does not match the payment"},
+	payments.CodeNoticeRejected:  {http.StatusBadRequest, "notice-rejected", "The notification could not be verified"},
+	payments.CodeInternal:        {http.StatusInternalServerError, "internal", "Internal error"},
+	codeRateLimited:              {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
+	codeForbidden:                {http.StatusForbidden, "forbidden", "These credentials cannot do this"},
+	codeOriginNotAllowed:         {http.StatusForbidden, "origin-not-allowed", "Browser requests from this origin are not allowed"},
 }
 
 // codeRateLimited is the HTTP layer's own code: a limit is no domain outcome.
@@ -60,6 +69,7 @@ type problem struct {
 	RequestID string                `json:"request_id,omitempty"`
 	Errors    []payments.FieldError `json:"errors,omitempty"`
 	PaymentID string                `json:"payment_id,omitempty"`
+	RefundID  string                `json:"refund_id,omitempty"`
 }
 
 // handleError is echo's error handler: every error a handler returns, and
@@ -93,7 +103,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		if pe.Code == payments.CodeUnauthorized {
 			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="gateway"`)
 		}
-		s.writeProblem(c, kind, problem{Detail: detail, Errors: pe.Fields, PaymentID: pe.PaymentID})
+		s.writeProblem(c, kind, problem{Detail: detail, Errors: pe.Fields, PaymentID: pe.PaymentID, RefundID: pe.RefundID})
 	case errors.As(err, &mb):
 		s.writeProblem(c, problemBodyTooLarge, problem{Detail: "the limit is " + strconv.FormatInt(mb.Limit, 10) + " bytes"})
 	case errors.As(err, &he):

@@ -19,8 +19,8 @@ func TestReviewAnswersThenResolution(t *testing.T) {
 	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	wantStatus(t, e.post("k", okBody), http.StatusBadGateway)
 	e.psp.FailNextLookups(1)
-	e.clock.Advance(time.Minute)
-	r := reconcile.New(e.store, e.psp, reconcile.Config{Lease: 30 * time.Second, PSPTimeout: time.Second, MaxAttempts: 1, Now: e.clock.Now})
+	e.advance(time.Minute)
+	r := reconcile.New(e.store, payments.OnePSP(e.psp), reconcile.Config{Lease: 30 * time.Second, PSPTimeout: time.Second, MaxAttempts: 1, Now: e.clock.Now})
 	if sum, err := r.RunOnce(context.Background()); err != nil || sum.Counts[reconcile.Review] != 1 {
 		t.Fatalf("reconcile: %+v %v", sum.Counts, err)
 	}
@@ -30,7 +30,7 @@ func TestReviewAnswersThenResolution(t *testing.T) {
 		t.Fatalf("review answer: %s", review.body)
 	}
 	v := decodeView(t, review.body)
-	if _, err := e.svc.Resolve(context.Background(), payments.Resolution{PaymentID: v.ID, To: payments.Failed, Reason: "not in the PSP dashboard", Actor: "ops"}); err != nil {
+	if _, err := e.admin().Resolve(context.Background(), payments.Resolution{PaymentID: v.ID, To: payments.Failed, Reason: "not in the PSP dashboard", Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	resolved := e.post("k", okBody)

@@ -1,6 +1,10 @@
 package api
 
-import "github.com/labstack/echo/v4"
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
 
 // routes is the whole public API.
 func (s *Server) routes(e *echo.Echo) {
@@ -13,8 +17,32 @@ func (s *Server) routes(e *echo.Echo) {
 
 	// Middleware per route, not per group: an echo group with middleware
 	// catches every unmatched path, which would turn 404s and 405s into 401s.
-	merchant := []echo.MiddlewareFunc{s.authenticate, s.rateLimit}
+	merchant := []echo.MiddlewareFunc{s.refusePublishable, s.authenticate, s.rateLimit}
 	e.POST("/payments", s.handleCreatePayment, merchant...)
 	e.GET("/payments", s.handleFindPayment, merchant...)
-	e.GET("/payments/:id", s.handleGetPayment, merchant...)
+	e.POST("/payments/:id/refunds", s.handleCreateRefund, merchant...)
+	e.GET("/payments/:id/refunds", s.handleListRefunds, merchant...)
+	e.GET("/refunds", s.handleListRefunds, merchant...)
+	e.GET("/refunds/:id", s.handleGetRefund, merchant...)
+
+	// The PSPs' notifications (no API key: the PSP's
+	// signature, or the PSP asked again, vouches for them).
+	e.POST("/psp/stripe/webhook", s.handlePSPWebhook("stripe"))
+	e.POST("/psp/toss/webhook", s.handlePSPWebhook("toss"))
+
+	// Browser checkout (browser.go): the secret key from the merchant's
+	// server, or a publishable key with the payment's client secret from an
+	// origin its merchant allows, reads and confirms one payment; the CORS
+	// preflights of those two paths, before any authentication.
+	browser := []echo.MiddlewareFunc{s.authenticateBrowser, s.rateLimit}
+	e.GET("/payments/:id", s.handleGetPayment, browser...)
+	e.POST("/payments/:id/confirm", s.handleConfirmPayment, browser...)
+	e.OPTIONS("/payments/:id", s.handlePreflight(http.MethodGet))
+	e.OPTIONS("/payments/:id/confirm", s.handlePreflight(http.MethodPost))
+
+	// Echo hands a path below a payment (/payments/{id}/anything) to the
+	// route above with the rest folded into the id, which would answer
+	// "payment not found" for a path that does not exist. Claim them here so
+	// they are an unknown route, before any authentication.
+	e.RouteNotFound("/payments/:id/*", func(echo.Context) error { return echo.ErrNotFound })
 }

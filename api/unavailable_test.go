@@ -35,8 +35,8 @@ func TestDatabaseUnreachable(t *testing.T) {
 	}
 	defer dbx.Close()
 	st := store.New(dbx)
-	svc := payments.NewService(st, fake.New(), payments.Config{Lease: time.Minute, PSPTimeout: time.Second, InFlightWait: time.Second})
-	srv := httptest.NewServer(api.NewHandler(svc, st, api.Options{}))
+	svc := payments.NewService(st, payments.OnePSP(fake.New()), payments.Config{Lease: time.Minute, PSPTimeout: time.Second, InFlightWait: time.Second})
+	srv := httptest.NewServer(api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{}), st, api.Options{}))
 	defer srv.Close()
 	e := &env{t: t, srv: srv}
 	res, err := e.do(context.Background(), http.MethodPost, "/payments", "sk_whatever", map[string]string{"Idempotency-Key": "k"}, okBody)

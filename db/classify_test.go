@@ -42,6 +42,12 @@ func TestClassify(t *testing.T) {
 		{"wrapped invalid conn", fmt.Errorf("exec: %w", mysql.ErrInvalidConn), db.ErrConnLost},
 		{"wrapped bad conn", fmt.Errorf("exec: %w", driver.ErrBadConn), db.ErrConnLost},
 		{"dial refused", refused, db.ErrUnavailable},
+		{"read-only server 1290", mysqlErr(1290, "The MariaDB server is running with the --read-only option"), db.ErrUnavailable},
+		{"read-only mode 1836", mysqlErr(1836, "Running in read-only mode"), db.ErrUnavailable},
+		{"read-only transaction 1792", mysqlErr(1792, "Cannot execute statement in a READ ONLY transaction"), db.ErrUnavailable},
+		{"cluster node not ready 1047", mysqlErr(1047, "WSREP has not yet prepared node for application use"), db.ErrUnavailable},
+		{"commit outside the primary component 1180", mysqlErr(1180, "Error while appending streaming replication fragment(provider status: Not connected to Primary Component)"), db.ErrConnLost},
+		{"statement time limit 1969", mysqlErr(1969, "Query execution was interrupted (max_statement_time exceeded)"), db.ErrUnavailable},
 		{"wrapped dial refused", fmt.Errorf("db: begin: %w", refused), db.ErrUnavailable},
 	}
 	for _, tt := range tests {
@@ -101,4 +107,32 @@ func TestClassifyLeavesOtherErrorsUnchanged(t *testing.T) {
 			t.Errorf("Classify(nil) = %v, want nil", got)
 		}
 	})
+}
+
+// A write whose deadline fires while it is in flight may have reached the
+// server: its outcome is unknown, never a plain failure.
+func TestClassifyWriteDeadlineIsUnknown(t *testing.T) {
+	for _, err := range []error{context.DeadlineExceeded, context.Canceled, fmt.Errorf("exec: %w", context.DeadlineExceeded)} {
+		if got := db.ClassifyWrite(err); !errors.Is(got, db.ErrConnLost) {
+			t.Errorf("ClassifyWrite(%v) = %v, want ErrConnLost", err, got)
+		}
+	}
+	if got := db.ClassifyWrite(mysqlErr(1062, "Duplicate entry")); !errors.Is(got, db.ErrDuplicate) {
+		t.Errorf("ClassifyWrite keeps the other kinds: %v", got)
+	}
+}
+
+// A conflict that outlasts the retries, a broken connection and an
+// unreachable server all tell the payment flow "unavailable: retry" (503),
+// never "internal" (500).
+func TestUnavailableKinds(t *testing.T) {
+	for _, err := range []error{
+		db.Classify(mysqlErr(1213, "Deadlock")), db.Classify(mysqlErr(1205, "Lock wait timeout exceeded")),
+		db.Classify(mysqlErr(2013, "Lost connection")), db.Classify(mysqlErr(1047, "WSREP has not yet prepared node")),
+	} {
+		var u interface{ Unavailable() bool }
+		if !errors.As(err, &u) || !u.Unavailable() {
+			t.Errorf("%v does not say unavailable", err)
+		}
+	}
 }

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -22,15 +24,67 @@ type PoolOptions struct {
 	MaxOpen     int
 	MaxIdle     int
 	MaxLifetime time.Duration
+	// MaxIdleTime closes a connection idle that long, before the server or a
+	// NAT on the way drops it silently (DefaultMaxIdleTime when zero).
+	MaxIdleTime time.Duration
 }
 
-// Open connects to dsn (a go-sql-driver DSN) and checks that the server answers.
-// It forces the settings the gateway's SQL depends on: times parsed into
-// time.Time in UTC, and client-side interpolation so a statement costs one
-// round trip instead of a prepare, execute and close.
+// Limits every serving connection works under, so that no session of the
+// gateway's — a half-open one whose client side is gone included — can hold
+// locks for long: the server ends a transaction left idle, a statement that
+// runs away, and a wait for a lock.
+const (
+	// DefaultMaxIdleTime is how long an idle pooled connection is kept.
+	DefaultMaxIdleTime = 30 * time.Second
+	// IdleTransactionTimeout: a session idle inside a transaction that long is
+	// ended by the server (MariaDB), its locks released.
+	IdleTransactionTimeout = 10 * time.Second
+	// StatementTimeout bounds one statement on the server (MariaDB).
+	StatementTimeout = 30 * time.Second
+	// LockWaitTimeout bounds a wait for a row lock; the flow's transactions
+	// are a few statements long, so a longer wait means something is stuck.
+	LockWaitTimeout = 5 * time.Second
+	// DialTimeout, ReadTimeout and WriteTimeout are the driver's own bounds,
+	// applied when the DSN sets none: a stalled server is an error, not a hang.
+	DialTimeout  = 5 * time.Second
+	ReadTimeout  = StatementTimeout + 10*time.Second
+	WriteTimeout = 10 * time.Second
+	// keepAlive probes a silent connection so that a dead peer is noticed in
+	// seconds rather than the system's two hours.
+	keepAliveIdle     = 5 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 3
+)
+
+// Open connects to dsn (a go-sql-driver DSN) and checks that the server
+// answers. Besides Config's settings it bounds every connection: driver
+// timeouts (unless the DSN sets its own), TCP keep-alive, server-side
+// session limits (idle transactions, statements, lock waits; those the
+// server has), and read-only servers refused (a demoted primary answers
+// read-only: the connection is dropped and the statement fails as
+// unavailable, never half-applied).
 func Open(ctx context.Context, dsn string, pool PoolOptions) (*sqlx.DB, error) {
 	cfg, err := Config(dsn)
 	if err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DialTimeout
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = ReadTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = WriteTimeout
+	}
+	cfg.RejectReadOnly = true
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount,
+	}}
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, addr)
+	}
+	if err := setSessionLimits(ctx, cfg); err != nil {
 		return nil, err
 	}
 	conn, err := mysql.NewConnector(cfg)
@@ -47,11 +101,54 @@ func Open(ctx context.Context, dsn string, pool PoolOptions) (*sqlx.DB, error) {
 	if pool.MaxLifetime > 0 {
 		sdb.SetConnMaxLifetime(pool.MaxLifetime)
 	}
+	if pool.MaxIdleTime <= 0 {
+		pool.MaxIdleTime = DefaultMaxIdleTime
+	}
+	sdb.SetConnMaxIdleTime(pool.MaxIdleTime)
 	if err := sdb.PingContext(ctx); err != nil {
 		_ = sdb.Close()
 		return nil, fmt.Errorf("db: connect to %s: %w", cfg.Addr, err)
 	}
 	return sqlx.NewDb(sdb, "mysql"), nil
+}
+
+// setSessionLimits asks the server which limits it knows and adds them to
+// the session settings of every connection.
+func setSessionLimits(ctx context.Context, cfg *mysql.Config) error {
+	probe := cfg.Clone()
+	conn, err := mysql.NewConnector(probe)
+	if err != nil {
+		return fmt.Errorf("db: %w", err)
+	}
+	sdb := sql.OpenDB(conn)
+	defer sdb.Close()
+	var version string
+	if err := sdb.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		return fmt.Errorf("db: connect to %s: %w", cfg.Addr, Classify(err))
+	}
+	for k, v := range SessionLimits(version) {
+		if _, set := cfg.Params[k]; !set { // a DSN's own value wins
+			cfg.Params[k] = v
+		}
+	}
+	return nil
+}
+
+// SessionLimits are the server-side session settings bounding a serving
+// connection, for the server whose VERSION() is version. MariaDB ends idle
+// transactions and long statements itself; MySQL has neither, so there the
+// session's idle timeout (which also counts time idle in a transaction) is
+// kept short instead: the pool closes idle connections well before it.
+func SessionLimits(version string) map[string]string {
+	secs := func(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
+	limits := map[string]string{"innodb_lock_wait_timeout": secs(LockWaitTimeout)}
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		limits["idle_transaction_timeout"] = secs(IdleTransactionTimeout)
+		limits["max_statement_time"] = secs(StatementTimeout)
+		return limits
+	}
+	limits["wait_timeout"] = secs(2 * DefaultMaxIdleTime)
+	return limits
 }
 
 // Config parses dsn and applies the settings every gateway connection needs.
@@ -83,7 +180,7 @@ var (
 	// ErrRetryable is a deadlock (1213, the server rolled the transaction back)
 	// or a lock wait timeout (1205, only the statement was rolled back: the
 	// caller must roll back the rest). Either way the transaction may be run again.
-	ErrRetryable = errors.New("db: transaction rolled back by the server, retry")
+	ErrRetryable error = retryable{}
 	// ErrConnLost is a connection that broke mid-statement or mid-commit: the
 	// outcome is unknown and must be re-read, never blindly retried. It also
 	// says the database is (for now) unavailable.
@@ -98,6 +195,15 @@ type unavailable struct{}
 
 func (unavailable) Error() string     { return "db: database unavailable" }
 func (unavailable) Unavailable() bool { return true }
+
+// retryable is a conflict the server resolved by rolling back: when it
+// outlasts the retries it is, for the request, a database that cannot serve
+// it now (a 503 to retry), not a bug. On a Galera node cut off from the
+// cluster a causal read waits out its lock wait timeout this way too.
+type retryable struct{}
+
+func (retryable) Error() string     { return "db: transaction rolled back by the server, retry" }
+func (retryable) Unavailable() bool { return true }
 
 type connLost struct{}
 
@@ -119,6 +225,17 @@ func Classify(err error) error {
 			return fmt.Errorf("%w: %v", ErrRetryable, err)
 		case 1927, 1053, 2006, 2013, 4031: // killed, shutdown, server gone, lost during query, idle disconnect (MySQL 8)
 			return fmt.Errorf("%w: %v", ErrConnLost, err)
+		case 1290, 1836, 1792, 1047, 1969:
+			// Read-only server or transaction, a cluster node not ready, a
+			// statement stopped by max_statement_time: the statement did
+			// nothing; the database cannot serve it now.
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		case ErrNumCommitFailed:
+			if NotPrimary(err) {
+				// A cluster node lost the primary component while committing:
+				// the write may have been replicated before it did, or not.
+				return fmt.Errorf("%w: %v", ErrConnLost, err)
+			}
 		}
 		return err
 	}
@@ -130,6 +247,20 @@ func Classify(err error) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
+}
+
+// ClassifyWrite is Classify for an error of a write whose effect may
+// already be on the server: a COMMIT or an autocommitted statement. A
+// deadline or cancellation that fired while it was in flight leaves its
+// outcome unknown, like a broken connection: ErrConnLost.
+func ClassifyWrite(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %v", ErrConnLost, err)
+	}
+	return Classify(err)
 }
 
 // maxAttempts bounds how often Transact reruns a transaction the server rolled back.
@@ -177,7 +308,7 @@ func transactOnce(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error)
 		return Classify(err)
 	}
 	if err := tx.Commit(); err != nil {
-		cerr := Classify(err)
+		cerr := ClassifyWrite(err)
 		if errors.Is(cerr, ErrDuplicate) || errors.Is(cerr, ErrRetryable) {
 			return cerr
 		}
@@ -197,7 +328,7 @@ func ExecRetry(ctx context.Context, dbx *sqlx.DB, query string, args ...any) (in
 		if err == nil {
 			return res.RowsAffected()
 		}
-		err = Classify(err)
+		err = ClassifyWrite(err)
 		if !errors.Is(err, ErrRetryable) || attempt == maxAttempts {
 			return 0, err
 		}
@@ -209,4 +340,26 @@ func ExecRetry(ctx context.Context, dbx *sqlx.DB, query string, args ...any) (in
 		case <-t.C:
 		}
 	}
+}
+
+// Writable reports whether the server takes writes: a demoted primary or a
+// replica answers read-only, and a Galera node outside the primary
+// component refuses every statement that reads a table (while answering
+// pings and SELECT NOW(6)); a gateway on either must not report ready.
+func Writable(ctx context.Context, dbx *sqlx.DB) error {
+	var ro int
+	if err := dbx.GetContext(ctx, &ro, `SELECT @@global.read_only`); err != nil {
+		return Classify(err)
+	}
+	if ro != 0 {
+		return fmt.Errorf("%w: the server is read-only", ErrUnavailable)
+	}
+	st, err := GaleraState(ctx, dbx)
+	if err != nil {
+		return err
+	}
+	if !st.Usable() {
+		return fmt.Errorf("%w: %s", ErrUnavailable, st)
+	}
+	return nil
 }

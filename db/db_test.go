@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,40 @@ func TestOpenSession(t *testing.T) {
 		mustGet(t, dbx, &back, "SELECT CAST(? AS DATETIME(6))", kst)
 		if !back.Equal(want) {
 			t.Errorf("round trip of %v = %v, want %v", kst, back, want)
+		}
+	})
+	t.Run("server-side session limits", func(t *testing.T) {
+		// A session half-open on the gateway's side must not hold locks for hours.
+		var version string
+		mustGet(t, dbx, &version, "SELECT VERSION()")
+		for name, want := range db.SessionLimits(version) {
+			var got float64
+			mustGet(t, dbx, &got, "SELECT @@session."+name)
+			if w, _ := strconv.ParseFloat(want, 64); got != w {
+				t.Errorf("@@session.%s = %v, want %s", name, got, want)
+			}
+		}
+		if strings.Contains(strings.ToLower(version), "mariadb") {
+			var idle float64
+			mustGet(t, dbx, &idle, "SELECT @@session.idle_transaction_timeout")
+			if idle == 0 || idle > 60 {
+				t.Errorf("idle_transaction_timeout = %v on MariaDB", idle)
+			}
+		}
+	})
+	t.Run("a write cut by its deadline is unknown", func(t *testing.T) {
+		mustExec(t, dbx, "CREATE TABLE slow_t (k INT PRIMARY KEY, v INT)")
+		mustExec(t, dbx, "INSERT INTO slow_t VALUES (1, 0)")
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		_, err := db.ExecRetry(cctx, dbx, "UPDATE slow_t SET v = SLEEP(1) WHERE k = 1")
+		if !errors.Is(err, db.ErrConnLost) {
+			t.Fatalf("write cut by its deadline: %v, want ErrConnLost (outcome unknown)", err)
+		}
+	})
+	t.Run("the server takes writes", func(t *testing.T) {
+		if err := db.Writable(ctx, dbx); err != nil {
+			t.Fatalf("Writable: %v", err)
 		}
 	})
 	t.Run("strict mode refuses truncation", func(t *testing.T) {

@@ -2,6 +2,7 @@ package db_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"regexp"
 	"slices"
@@ -288,4 +289,103 @@ ORDER BY INDEX_NAME`, table)
 			}
 		})
 	}
+}
+
+func TestMigrationsListsTheEmbeddedFiles(t *testing.T) {
+	ms, err := db.Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := latestMigration(t)
+	if uint(len(ms)) != latest || db.LatestVersion() != latest {
+		t.Fatalf("%d migrations, latest %d; the files say %d", len(ms), db.LatestVersion(), latest)
+	}
+	for i, m := range ms {
+		if m.Version != uint(i+1) || m.Name == "" || m.Down == "" {
+			t.Errorf("migration %d: %+v", i+1, m)
+		}
+	}
+	if ms[0].Name != "merchants" || !strings.Contains(ms[0].Down, "DROP TABLE") {
+		t.Errorf("first migration %q, down %q", ms[0].Name, ms[0].Down)
+	}
+}
+
+// Up applies one migration at a time and reports each, in order; Down reports the one it reverts.
+func TestMigratorReportsProgress(t *testing.T) {
+	dsn := dbtest.MustDSN(t)
+	mg := mustMigrator(t, dsn)
+	latest := latestMigration(t)
+	var steps []db.Step
+	mg.Progress = func(s db.Step) { steps = append(steps, s) }
+	for range latest {
+		if err := mg.Down(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if uint(len(steps)) != latest || steps[0].Migration.Version != latest || steps[0].Up || steps[latest-1].Migration.Name != "merchants" {
+		t.Fatalf("down steps %+v", steps)
+	}
+	steps = nil
+	if err := mg.Up(); err != nil {
+		t.Fatal(err)
+	}
+	mustVersion(t, mg, latest)
+	if uint(len(steps)) != latest {
+		t.Fatalf("%d up steps reported, want %d: %+v", len(steps), latest, steps)
+	}
+	for i, s := range steps {
+		if s.Migration.Version != uint(i+1) || !s.Up || s.Migration.Name == "" {
+			t.Errorf("step %d: %+v", i, s)
+		}
+	}
+}
+
+// CheckSchema is what serve and /readyz ask: a schema behind this binary, or
+// dirty, is refused; Force repairs the record of a dirty one.
+func TestCheckSchema(t *testing.T) {
+	dsn := dbtest.MustDSN(t)
+	dbx := mustOpenDSN(t, dsn)
+	mg := mustMigrator(t, dsn)
+	latest := latestMigration(t)
+	ctx := context.Background()
+	wantSchemaError := func(want db.SchemaError) {
+		t.Helper()
+		err := db.CheckSchema(ctx, dbx)
+		var se *db.SchemaError
+		if !errors.As(err, &se) || *se != want {
+			t.Fatalf("CheckSchema = %v, want %+v", err, want)
+		}
+	}
+	if err := db.CheckSchema(ctx, dbx); err != nil {
+		t.Fatalf("migrated schema: %v", err)
+	}
+	if err := mg.Down(); err != nil {
+		t.Fatal(err)
+	}
+	wantSchemaError(db.SchemaError{Version: latest - 1, Want: latest})
+
+	mustExec(t, dbx, `UPDATE schema_migrations SET dirty = 1`)
+	wantSchemaError(db.SchemaError{Version: latest - 1, Dirty: true, Want: latest})
+	if err := mg.Force(latest - 1); err != nil {
+		t.Fatal(err)
+	}
+	wantSchemaError(db.SchemaError{Version: latest - 1, Want: latest})
+	if err := mg.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CheckSchema(ctx, dbx); err != nil {
+		t.Fatalf("after up: %v", err)
+	}
+
+	// A newer schema (the next release migrated first) still serves.
+	mustExec(t, dbx, `UPDATE schema_migrations SET version = ?`, latest+1)
+	if err := db.CheckSchema(ctx, dbx); err != nil {
+		t.Fatalf("newer schema: %v", err)
+	}
+	if err := mg.Force(0); err != nil {
+		t.Fatal(err)
+	}
+	wantSchemaError(db.SchemaError{Version: 0, Want: latest})
+	mustExec(t, dbx, `DROP TABLE schema_migrations`) // a database nobody migrated
+	wantSchemaError(db.SchemaError{Version: 0, Want: latest})
 }

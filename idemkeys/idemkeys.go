@@ -1,10 +1,12 @@
-// Package idemkeys owns idempotency records: validating client keys,
-// fingerprinting requests, claiming a key with an INSERT that the primary key
-// arbitrates, the lease and its fencing token (lease_version), storing the
-// response for replay, and waking duplicates that wait for a key to finish.
+// Package idemkeys owns the vocabulary of idempotency keys: validating client
+// keys, fingerprinting requests, the record of a key's life (its state, its
+// lease and fencing token, its stored answer), naming keys in logs without
+// revealing them, and waking duplicates that wait for a key to finish. It
+// holds no SQL: the storage package writes records.
 package idemkeys
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -33,18 +35,57 @@ type Ref struct {
 	Key        string
 }
 
-// Record is one idempotency row.
+// Token is a lease's fencing token (the lease_version column): every write
+// after a PSP call is conditional on the writer's token still being the
+// key's. Its high 32 bits count the grants of the lease; its low 32 bits are
+// random, so that a grant lost with a database write (a failover that
+// dropped acknowledged commits) is never handed out again to another worker.
+// Tokens are compared for equality only.
+type Token int64
+
+// FirstToken is the token of a fresh claim.
+func FirstToken() Token { return Token(1<<32 | int64(random32())) }
+
+// Next is the token of the grant after t.
+func (t Token) Next() Token { return t.NextWith(random32()) }
+
+// NextWith is the token of the grant after t with the given random part, as
+// the storage layer computes it in SQL for a batch of keys.
+func (t Token) NextWith(r uint32) Token { return Token((int64(t)>>32+1)<<32 | int64(r)) }
+
+// Grant is which grant of the lease t is (1 for the claim), for logs.
+func (t Token) Grant() int64 { return int64(t) >> 32 }
+
+func random32() uint32 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// Record is one idempotency key's row, with the database's clock as the
+// row was read. Every time in it is on the database's clock (design §14):
+// compare them with each other and with DBNow, never with a replica's clock.
 type Record struct {
 	Ref
-	Fingerprint  [32]byte
-	State        State
-	PaymentID    string
-	LeaseVersion int64
+	Fingerprint [32]byte
+	State       State
+	PaymentID   string
+	Token       Token
 	// LockedUntil is when the current holder's lease ends; zero once completed.
 	LockedUntil time.Time
-	// MayChargeUntil is the end of the last lease held by a worker allowed to
-	// send a charge. No charge for the key was sent after it.
+	// MayChargeUntil is the end of the last window in which a worker was
+	// allowed to send a charge: no charge for the key was sent after it.
+	// Zero when unknown (rows older than the column): never proof of anything.
 	MayChargeUntil time.Time
+	// ChargeAttempts counts the sends workers were allowed to make (one with
+	// the claim, one per ArmCharge); ChargesNotSent counts those that
+	// certainly did nothing (the PSP said not processed, or the worker gave
+	// the lease back without sending). Equal counts prove nothing was charged.
+	ChargeAttempts int
+	ChargesNotSent int
+	// NotFoundAt is when the reconciler first learned, under its own lease,
+	// that the PSP authoritatively has no charge; zero when it has not.
+	NotFoundAt time.Time
 	// ReconcileAfter is when the reconciler should next look at the key.
 	ReconcileAfter time.Time
 	// ReconcileAttempts counts the reconciler's passes that could not learn the outcome.
@@ -53,6 +94,11 @@ type Record struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	CompletedAt       time.Time
+	// DBNow is the database's clock when the row was read (or claimed).
+	DBNow time.Time
+	// ReadAt is the reader's own clock just before it sent the read (set by
+	// the reader, not the store): DBNow happened after it.
+	ReadAt time.Time
 }
 
 // Response is what a completed key replays, byte for byte.
@@ -61,9 +107,22 @@ type Response struct {
 	Body   []byte
 }
 
-// LeaseActive reports whether someone holds the lease at now.
-func (r Record) LeaseActive(now time.Time) bool {
-	return r.State == InProgress && now.Before(r.LockedUntil)
+// LeaseActive reports whether someone held the lease when the row was read,
+// by the database's clock.
+func (r Record) LeaseActive() bool {
+	return r.State == InProgress && r.DBNow.Before(r.LockedUntil)
+}
+
+// DBNowAtMost bounds the database's clock at the local instant t from above:
+// the database read DBNow after ReadAt, and both clocks run at one rate.
+func (r Record) DBNowAtMost(t time.Time) time.Time {
+	return r.DBNow.Add(t.Sub(r.ReadAt))
+}
+
+// NothingSent reports whether every send a worker was allowed to make
+// certainly did nothing, so that the key can fail without asking the PSP.
+func (r Record) NothingSent() bool {
+	return r.ChargeAttempts > 0 && r.ChargesNotSent >= r.ChargeAttempts
 }
 
 // Errors of the store.
@@ -72,29 +131,29 @@ var (
 	ErrExists = errors.New("idemkeys: key already claimed")
 	// ErrNotFound: no record for the key.
 	ErrNotFound = errors.New("idemkeys: key not found")
-	// ErrFenced: the writer's lease_version is no longer current (another
-	// worker took the lease over) or the key is no longer in progress; the write
-	// was refused and nothing changed.
+	// ErrFenced: the writer's token is no longer the key's (another worker
+	// took the lease over) or the key is no longer in progress; the write was
+	// refused and nothing changed.
 	ErrFenced = errors.New("idemkeys: lease lost, write refused")
 )
 
-// ErrInvalidKey describes why a client key is refused.
-type ErrInvalidKey struct{ Reason string }
+// InvalidKeyError describes why a client key is refused.
+type InvalidKeyError struct{ Reason string }
 
-func (e *ErrInvalidKey) Error() string { return "invalid Idempotency-Key: " + e.Reason }
+func (e *InvalidKeyError) Error() string { return "invalid Idempotency-Key: " + e.Reason }
 
 // ValidateKey accepts 1–255 visible ASCII characters (0x21–0x7E). Keys are
 // compared byte for byte: "abc" and "ABC" are different keys.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return &ErrInvalidKey{Reason: "it is empty; send 1 to 255 visible ASCII characters, for example a UUID"}
+		return &InvalidKeyError{Reason: "it is empty; send 1 to 255 visible ASCII characters, for example a UUID"}
 	case len(key) > MaxKeyLen:
-		return &ErrInvalidKey{Reason: fmt.Sprintf("it is %d bytes long; the limit is %d", len(key), MaxKeyLen)}
+		return &InvalidKeyError{Reason: fmt.Sprintf("it is %d bytes long; the limit is %d", len(key), MaxKeyLen)}
 	}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x21 || c > 0x7e {
-			return &ErrInvalidKey{Reason: fmt.Sprintf("byte %d is not a visible ASCII character", i+1)}
+			return &InvalidKeyError{Reason: fmt.Sprintf("byte %d is not a visible ASCII character", i+1)}
 		}
 	}
 	return nil
@@ -114,17 +173,4 @@ func Fingerprint(fields ...string) [32]byte {
 	var sum [32]byte
 	copy(sum[:], h.Sum(nil))
 	return sum
-}
-
-// Hash is a short, stable, non-reversible name for a key, safe to log.
-func Hash(ref Ref) string {
-	sum := sha256.Sum256([]byte(ref.MerchantID + "\x00" + ref.Endpoint + "\x00" + ref.Key))
-	return fmt.Sprintf("%x", sum[:8])
-}
-
-// HashMerchant is a short, stable name for a merchant in logs, so that log
-// lines can be correlated without naming the merchant.
-func HashMerchant(merchantID string) string {
-	sum := sha256.Sum256([]byte("merchant\x00" + merchantID))
-	return fmt.Sprintf("%x", sum[:6])
 }

@@ -1,9 +1,13 @@
 package idemkeys_test
 
 import (
+	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -104,14 +108,14 @@ func TestValidateKeyErrorSaysWhy(t *testing.T) {
 	}
 }
 
-func mustInvalidKey(tb testing.TB, err error) *idemkeys.ErrInvalidKey {
+func mustInvalidKey(tb testing.TB, err error) *idemkeys.InvalidKeyError {
 	tb.Helper()
-	var e *idemkeys.ErrInvalidKey
+	var e *idemkeys.InvalidKeyError
 	if !errors.As(err, &e) {
-		tb.Fatalf("error = %v (%T), want *idemkeys.ErrInvalidKey", err, err)
+		tb.Fatalf("error = %v (%T), want *idemkeys.InvalidKeyError", err, err)
 	}
 	if e.Reason == "" {
-		tb.Fatalf("ErrInvalidKey has no reason")
+		tb.Fatalf("InvalidKeyError has no reason")
 	}
 	return e
 }
@@ -179,21 +183,22 @@ func TestFingerprint(t *testing.T) {
 	})
 }
 
-func TestHash(t *testing.T) {
+func TestHasher(t *testing.T) {
+	h := idemkeys.NewHasher([]byte("log secret"))
 	base := idemkeys.Ref{MerchantID: "mer_1", Endpoint: "POST /payments", Key: "order-7f3a9c-secret"}
 
 	t.Run("stable", func(t *testing.T) {
-		if a, b := idemkeys.Hash(base), idemkeys.Hash(base); a != b {
+		if a, b := h.Key(base), h.Key(base); a != b {
 			t.Errorf("Hash is not stable: %q vs %q", a, b)
 		}
 	})
 	t.Run("short hex", func(t *testing.T) {
-		h := idemkeys.Hash(base)
-		if len(h) != 16 {
-			t.Errorf("Hash = %q (%d chars), want 16 hex chars", h, len(h))
+		k := h.Key(base)
+		if len(k) != 16 {
+			t.Errorf("Key = %q (%d chars), want 16 hex chars", k, len(k))
 		}
-		if strings.Trim(h, "0123456789abcdef") != "" {
-			t.Errorf("Hash = %q, want lowercase hex", h)
+		if strings.Trim(k, "0123456789abcdef") != "" {
+			t.Errorf("Key = %q, want lowercase hex", k)
 		}
 	})
 	t.Run("does not contain the key", func(t *testing.T) {
@@ -201,8 +206,8 @@ func TestHash(t *testing.T) {
 		// into a hex hash unnoticed.
 		for _, key := range []string{base.Key, "0123456789abcdef", "deadbeefcafe", "c0ffee"} {
 			ref := idemkeys.Ref{MerchantID: base.MerchantID, Endpoint: base.Endpoint, Key: key}
-			if h := idemkeys.Hash(ref); strings.Contains(h, key) {
-				t.Errorf("Hash(%+v) = %q contains the raw key", ref, h)
+			if k := h.Key(ref); strings.Contains(k, key) {
+				t.Errorf("Key(%+v) = %q contains the raw key", ref, k)
 			}
 		}
 	})
@@ -218,7 +223,7 @@ func TestHash(t *testing.T) {
 	}
 	for _, tt := range differ {
 		t.Run("differs/"+tt.name, func(t *testing.T) {
-			if idemkeys.Hash(tt.ref) == idemkeys.Hash(base) {
+			if h.Key(tt.ref) == h.Key(base) {
 				t.Errorf("Hash(%+v) == Hash(%+v)", tt.ref, base)
 			}
 		})
@@ -226,14 +231,45 @@ func TestHash(t *testing.T) {
 	t.Run("differs/field boundary", func(t *testing.T) {
 		a := idemkeys.Ref{MerchantID: "mer_1", Endpoint: "ab", Key: "c"}
 		b := idemkeys.Ref{MerchantID: "mer_1", Endpoint: "a", Key: "bc"}
-		if idemkeys.Hash(a) == idemkeys.Hash(b) {
+		if h.Key(a) == h.Key(b) {
 			t.Errorf("Hash(%+v) == Hash(%+v)", a, b)
+		}
+	})
+	t.Run("keyed", func(t *testing.T) {
+		// Without the secret, nobody can confirm a guessed key against a log line.
+		other := idemkeys.NewHasher([]byte("another secret"))
+		if other.Key(base) == h.Key(base) || other.Merchant(base.MerchantID) == h.Merchant(base.MerchantID) {
+			t.Error("two secrets name a key alike")
+		}
+		if idemkeys.NewHasher(nil).Key(base) == idemkeys.NewHasher(nil).Key(base) {
+			t.Error("two hashers without a secret share one")
+		}
+	})
+	t.Run("documented recipe", func(t *testing.T) {
+		// printf 'M\0POST /payments\0K' | openssl dgst -sha256 -hmac S | cut -c 1-16
+		m := hmac.New(sha256.New, []byte("log secret"))
+		m.Write([]byte(base.MerchantID + "\x00" + base.Endpoint + "\x00" + base.Key))
+		if want := hex.EncodeToString(m.Sum(nil))[:16]; h.Key(base) != want {
+			t.Errorf("Key = %s, the README's recipe gives %s", h.Key(base), want)
+		}
+	})
+	t.Run("log value", func(t *testing.T) {
+		var buf bytes.Buffer
+		slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", h.Attr(base))
+		line := buf.String()
+		if !strings.Contains(line, `"key":"`+h.Key(base)+`"`) || !strings.Contains(line, `"merchant":"`+h.Merchant(base.MerchantID)+`"`) {
+			t.Errorf("log line %s lacks the hashed key and merchant", line)
+		}
+		if strings.Contains(line, base.Key) || strings.Contains(line, base.MerchantID) {
+			t.Errorf("log line %s names the key or the merchant", line)
 		}
 	})
 }
 
 func TestRecordLeaseActive(t *testing.T) {
 	now := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	// The lease is judged on the database's clock as the row was read; the
+	// local clock plays no part.
 	tests := []struct {
 		name string
 		rec  idemkeys.Record
@@ -252,10 +288,65 @@ func TestRecordLeaseActive(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.rec.LeaseActive(now); got != tt.want {
+			tt.rec.DBNow = now
+			if got := tt.rec.LeaseActive(); got != tt.want {
 				t.Errorf("LeaseActive(%v) with locked_until %v, state %q = %v, want %v",
 					now, tt.rec.LockedUntil, tt.rec.State, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestToken(t *testing.T) {
+	first := idemkeys.FirstToken()
+	if first.Grant() != 1 {
+		t.Fatalf("first token %x is grant %d", first, first.Grant())
+	}
+	next := first.Next()
+	if next.Grant() != 2 || next == first {
+		t.Fatalf("next token %x after %x is grant %d", next, first, next.Grant())
+	}
+	// A grant lost with a database write is never handed out again: the
+	// same grant number made twice differs in its random part.
+	seen := map[idemkeys.Token]bool{}
+	for range 1000 {
+		tok := first.Next()
+		if seen[tok] {
+			t.Fatalf("token %x handed out twice", tok)
+		}
+		seen[tok] = true
+	}
+	if got := idemkeys.Token(5<<32 | 7).NextWith(9); got != 6<<32|9 {
+		t.Fatalf("NextWith = %x", got)
+	}
+}
+
+func TestRecordNothingSent(t *testing.T) {
+	tests := []struct {
+		name              string
+		attempts, notSent int
+		want              bool
+	}{
+		{"claim refused unprocessed", 1, 1, true},
+		{"two sends, both refused", 2, 2, true},
+		{"two sends, one refused", 2, 1, false},
+		{"one send, fate unknown", 1, 0, false},
+		{"unknown history", 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := idemkeys.Record{ChargeAttempts: tt.attempts, ChargesNotSent: tt.notSent}
+			if got := r.NothingSent(); got != tt.want {
+				t.Errorf("NothingSent = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRecordDBNowAtMost(t *testing.T) {
+	read := time.Now()
+	r := idemkeys.Record{DBNow: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), ReadAt: read}
+	if got := r.DBNowAtMost(read.Add(3 * time.Second)); !got.Equal(r.DBNow.Add(3 * time.Second)) {
+		t.Fatalf("DBNowAtMost = %v", got)
 	}
 }

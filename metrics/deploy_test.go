@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gateway/metrics"
+	"gateway/payments"
 	"gateway/psp"
 	"gateway/reconcile"
 )
@@ -34,9 +35,6 @@ var (
 	promConfig    = filepath.Join(deployDir, "prometheus", "prometheus.yml")
 	dashboardFile = filepath.Join(deployDir, "grafana", "gateway-dashboard.json")
 )
-
-// keyOutcomes are the outcomes payments.Service reports through KeyOutcome.
-var keyOutcomes = []string{"fresh", "replayed", "mismatch", "in_flight", "key_reused"}
 
 // routes are the route patterns api.Server reports (see api/routes.go), plus
 // "unmatched" for requests no route matched.
@@ -61,7 +59,7 @@ func exported(t *testing.T) map[string]series {
 	}
 	m.ObserveHTTP("/payments", "POST", 201, 80*time.Millisecond)
 	m.ObserveHTTP("/payments", "POST", 500, time.Millisecond)
-	for _, o := range keyOutcomes {
+	for _, o := range payments.KeyOutcomes {
 		m.KeyOutcome(o)
 	}
 	m.InFlightWaited(40 * time.Millisecond)
@@ -73,7 +71,9 @@ func exported(t *testing.T) map[string]series {
 		m.Settled(o)
 	}
 	m.Purged(3)
-	m.PassDone(2, 5*time.Minute)
+	m.PassDone(payments.Backlog{NeedsReview: 2, OldestUnfinished: 5 * time.Minute, Quarantined: 1, OldestReview: time.Hour})
+	m.UnconfiguredPSP()
+	m.ClockSkew(30 * time.Millisecond)
 
 	// PSP calls go through the real wrapper, so the op and outcome label
 	// values are the ones its classification produces.

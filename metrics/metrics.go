@@ -34,6 +34,10 @@ type Metrics struct {
 	purged        prometheus.Counter
 	passes        prometheus.Counter
 	lastPass      prometheus.Gauge
+	quarantined   prometheus.Gauge
+	oldestReview  prometheus.Gauge
+	unconfigured  prometheus.Counter
+	clockSkew     prometheus.Gauge
 }
 
 var (
@@ -69,6 +73,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		passes: f.counter("gateway_reconcile_passes_total", "Reconciler passes completed."),
 		lastPass: f.gauge("gateway_reconcile_last_pass_timestamp_seconds",
 			"Unix time of the last completed reconciler pass; alert when it stops moving."),
+		quarantined: f.gauge("gateway_idempotency_quarantined",
+			"Unfinished keys set aside because their rows cannot be read, as of the last reconcile pass."),
+		oldestReview: f.gauge("gateway_payments_review_oldest_seconds",
+			"How long the oldest payment in requires_review has waited, as of the last reconcile pass (0 when none)."),
+		unconfigured: f.counter("gateway_payments_unconfigured_psp_total",
+			"Requests that could not resume a payment because its PSP is not configured on this replica."),
+		clockSkew: f.gauge("gateway_clock_skew_seconds",
+			"This replica's clock minus the database's, as last measured."),
 	}
 }
 
@@ -90,7 +102,9 @@ func (m *Metrics) MissingKey() { m.missingKey.Inc() }
 func (m *Metrics) RateLimited() { m.rateLimited.Inc() }
 
 // KeyOutcome implements payments.Observer.
-func (m *Metrics) KeyOutcome(outcome string) { m.keyOutcomes.WithLabelValues(outcome).Inc() }
+func (m *Metrics) KeyOutcome(outcome payments.KeyOutcome) {
+	m.keyOutcomes.WithLabelValues(string(outcome)).Inc()
+}
 
 // InFlightWaited implements payments.Observer.
 func (m *Metrics) InFlightWaited(d time.Duration) { m.inFlightWait.Observe(d.Seconds()) }
@@ -107,13 +121,21 @@ func (m *Metrics) Settled(o reconcile.Outcome) { m.settlements.WithLabelValues(s
 // Purged implements reconcile.Observer.
 func (m *Metrics) Purged(n int64) { m.purged.Add(float64(n)) }
 
+// UnconfiguredPSP implements payments.Observer.
+func (m *Metrics) UnconfiguredPSP() { m.unconfigured.Inc() }
+
 // PassDone implements reconcile.Observer.
-func (m *Metrics) PassDone(needsReview int, oldest time.Duration) {
-	m.needsReview.Set(float64(needsReview))
-	m.oldestPending.Set(oldest.Seconds())
+func (m *Metrics) PassDone(b payments.Backlog) {
+	m.needsReview.Set(float64(b.NeedsReview))
+	m.oldestPending.Set(b.OldestUnfinished.Seconds())
+	m.quarantined.Set(float64(b.Quarantined))
+	m.oldestReview.Set(b.OldestReview.Seconds())
 	m.passes.Inc()
 	m.lastPass.SetToCurrentTime()
 }
+
+// ClockSkew records this replica's clock minus the database's.
+func (m *Metrics) ClockSkew(d time.Duration) { m.clockSkew.Set(d.Seconds()) }
 
 // PSPCall records one PSP call.
 func (m *Metrics) PSPCall(adapter, op, outcome string, d time.Duration) {

@@ -57,8 +57,11 @@ func outcomeOf(err error) string {
 	case errors.Is(err, psp.ErrNotFound):
 		return "not_found"
 	}
-	if c, ok := psp.ClassOf(err); ok && c == psp.NotProcessed {
+	switch c, _ := psp.ClassOf(err); c {
+	case psp.NotProcessed:
 		return "not_processed"
+	case psp.Rejected:
+		return "rejected"
 	}
 	return "unknown"
 }

@@ -3,11 +3,43 @@ package payments
 import (
 	"context"
 	"crypto/subtle"
-	"errors"
-	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
+
+// AuthStore is what authentication reads.
+type AuthStore interface {
+	// ActiveKeysByPrefix lists the active keys sharing a visible prefix (almost
+	// always zero or one), with their merchants; the caller compares hashes.
+	ActiveKeysByPrefix(ctx context.Context, prefix string) ([]StoredKey, []Merchant, error)
+}
+
+// AuthConfig tunes authentication.
+type AuthConfig struct {
+	// CacheTTL is how long a verified API key is trusted without a database
+	// read; 0 reads every time.
+	CacheTTL time.Duration
+	// Now is the cache's clock; time.Now when nil.
+	Now func() time.Time
+	// Logger receives nothing secret; nil discards.
+	Logger *slog.Logger
+}
+
+// Auth resolves API keys to merchants.
+type Auth struct {
+	store AuthStore
+	now   func() time.Time
+	cache *authCache
+}
+
+// NewAuth returns an Auth reading keys from store.
+func NewAuth(store AuthStore, cfg AuthConfig) *Auth {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Auth{store: store, now: cfg.Now, cache: &authCache{ttl: cfg.CacheTTL, entries: map[[32]byte]authEntry{}}}
+}
 
 // authCacheMax bounds the cache of recently verified keys; when full it is
 // emptied, which costs one database read per active key.
@@ -30,18 +62,18 @@ type authEntry struct {
 // Authenticate finds the merchant owning an active API key. The key is found
 // by its visible prefix and its hash compared in constant time, so response
 // times say nothing about how close a guess was.
-func (s *Service) Authenticate(ctx context.Context, apiKey string) (Merchant, error) {
+func (a *Auth) Authenticate(ctx context.Context, apiKey string) (Merchant, error) {
 	unauthorized := &Error{Code: CodeUnauthorized, Message: "missing or invalid API key"}
 	prefix := KeyPrefix(apiKey)
 	if prefix == "" || len(apiKey) > 128 {
 		return Merchant{}, unauthorized
 	}
 	hash := HashAPIKey(apiKey)
-	now := s.cfg.Now()
-	if m, ok := s.auth.get(hash, now); ok {
+	now := a.now()
+	if m, ok := a.cache.get(hash, now); ok {
 		return m, nil
 	}
-	keys, merchants, err := s.store.ActiveKeysByPrefix(ctx, prefix)
+	keys, merchants, err := a.store.ActiveKeysByPrefix(ctx, prefix)
 	if err != nil {
 		return Merchant{}, internal(err)
 	}
@@ -54,7 +86,7 @@ func (s *Service) Authenticate(ctx context.Context, apiKey string) (Merchant, er
 	if found < 0 {
 		return Merchant{}, unauthorized
 	}
-	s.auth.put(hash, merchants[found], now)
+	a.cache.put(hash, merchants[found], now)
 	return merchants[found], nil
 }
 
@@ -83,48 +115,9 @@ func (c *authCache) put(hash [32]byte, m Merchant, now time.Time) {
 	c.entries[hash] = authEntry{merchant: m, expires: now.Add(c.ttl)}
 }
 
-// forget drops every cached key, so that a revocation in this process applies at once.
-func (c *authCache) forget() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	clear(c.entries)
-}
-
-// CreateAPIKey mints another key for a merchant, for rotation: several keys
-// may be active at once. The plaintext in the result is shown once.
-func (s *Service) CreateAPIKey(ctx context.Context, merchantID string) (APIKey, error) {
-	key, err := NewAPIKey()
-	if err != nil {
-		return APIKey{}, internal(err)
-	}
-	err = s.store.AddAPIKey(ctx, merchantID, key, s.cfg.Now().UTC().Truncate(time.Microsecond))
-	if errors.Is(err, ErrNotFound) {
-		return APIKey{}, Errorf(CodeNotFound, "no merchant %s", merchantID)
-	}
-	if err != nil {
-		return APIKey{}, internal(err)
-	}
-	return key, nil
-}
-
-// RevokeAPIKey revokes the merchant's active key with the given visible prefix.
-func (s *Service) RevokeAPIKey(ctx context.Context, merchantID, prefix string) error {
-	n, err := s.store.RevokeAPIKey(ctx, merchantID, prefix, s.cfg.Now().UTC().Truncate(time.Microsecond))
-	if err != nil {
-		return internal(err)
-	}
-	if n == 0 {
-		return Errorf(CodeNotFound, "merchant %s has no active key with prefix %s", merchantID, prefix)
-	}
-	s.auth.forget()
-	return nil
-}
-
-// APIKeys lists a merchant's keys (prefixes and dates, never secrets).
-func (s *Service) APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error) {
-	keys, err := s.store.APIKeys(ctx, merchantID)
-	if err != nil {
-		return nil, internal(fmt.Errorf("list keys: %w", err))
-	}
-	return keys, nil
+// Forget drops every cached key, so that a revocation applies at once in this process.
+func (a *Auth) Forget() {
+	a.cache.mu.Lock()
+	defer a.cache.mu.Unlock()
+	clear(a.cache.entries)
 }

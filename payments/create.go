@@ -30,6 +30,10 @@ type CreateRequest struct {
 	PaymentMethod  string
 	Description    string
 	Metadata       map[string]string
+	// ConfirmLater creates the payment without charging it (two-step
+	// checkout: "confirm": false): POST /payments/{id}/confirm charges it.
+	// PaymentMethod may then be left empty and given to the confirm.
+	ConfirmLater bool
 }
 
 // Normalize makes equal commands equal field by field (currency codes are
@@ -61,19 +65,33 @@ func (r CreateRequest) Validate() error {
 		add("currency", "must be an ISO 4217 currency code such as USD or KRW")
 	}
 	switch {
-	case r.PaymentMethod == "":
-		add("payment_method", "is required")
+	case r.PaymentMethod == "" && !r.ConfirmLater:
+		add("payment_method", "is required (or create the payment with \"confirm\": false and give it to the confirm)")
 	case utf8.RuneCountInString(r.PaymentMethod) > MaxPaymentMethodLen || !printable(r.PaymentMethod):
 		add("payment_method", "must be at most %d printable characters", MaxPaymentMethodLen)
 	}
 	if utf8.RuneCountInString(r.Description) > MaxDescriptionLen || !printable(r.Description) {
 		add("description", "must be at most %d printable characters", MaxDescriptionLen)
 	}
-	if len(r.Metadata) > MaxMetadataKeys {
+	fields = append(fields, validateMetadata(r.Metadata)...)
+	if len(fields) > 0 {
+		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
+	}
+	return nil
+}
+
+// validateMetadata checks a request's metadata: the same rules for every
+// object that carries some.
+func validateMetadata(md map[string]string) []FieldError {
+	var fields []FieldError
+	add := func(field, format string, args ...any) {
+		fields = append(fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	if len(md) > MaxMetadataKeys {
 		add("metadata", "must have at most %d keys", MaxMetadataKeys)
 	}
-	for _, k := range sortedKeys(r.Metadata) {
-		v := r.Metadata[k]
+	for _, k := range sortedKeys(md) {
+		v := md[k]
 		switch {
 		case k == "" || utf8.RuneCountInString(k) > MaxMetadataKeyLen || !printable(k):
 			add("metadata", "key %q must be 1 to %d printable characters", k, MaxMetadataKeyLen)
@@ -81,17 +99,19 @@ func (r CreateRequest) Validate() error {
 			add("metadata."+k, "must be at most %d printable characters", MaxMetadataValueLen)
 		}
 	}
-	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
-	}
-	return nil
+	return fields
 }
 
 // Fingerprint identifies the command, not its bytes: a client that sends the
 // same request with other key order or whitespace gets a replay, not a 422.
 func (r CreateRequest) Fingerprint() [32]byte {
+	version := "v1"
+	if r.ConfirmLater {
+		// A payment to confirm later is another command than a charge now.
+		version = "v1-confirm-later"
+	}
 	fields := []string{
-		"v1", strconv.FormatInt(r.Amount.Minor, 10), r.Amount.Currency, r.PaymentMethod, r.Description,
+		version, strconv.FormatInt(r.Amount.Minor, 10), r.Amount.Currency, r.PaymentMethod, r.Description,
 	}
 	for _, k := range sortedKeys(r.Metadata) {
 		fields = append(fields, k, r.Metadata[k])

@@ -31,6 +31,28 @@ const (
 	CodePSPUnavailable Code = "psp_unavailable"
 	// CodePSPUnknown: the PSP may or may not have acted; retry with the same key.
 	CodePSPUnknown Code = "psp_outcome_unknown"
+	// CodePSPCannotAccept: the request is valid but the configured PSP can
+	// never accept it (currency, amount); nothing stored, nothing sent.
+	CodePSPCannotAccept Code = "psp_cannot_accept"
+	// CodeNotRefundable: the payment cannot be refunded now (not succeeded,
+	// or nothing left to refund); nothing stored, the key stays free.
+	CodeNotRefundable Code = "payment_not_refundable"
+	// CodeRefundExceeds: the refund asks more than is left to refund;
+	// nothing stored, the key stays free.
+	CodeRefundExceeds Code = "refund_exceeds_refundable"
+	// CodeConflict: the request contradicts the current state (or the PSP's
+	// evidence); nothing was changed.
+	CodeConflict Code = "conflict"
+	// CodeNotConfirmable: the payment is not awaiting confirmation (a
+	// one-step payment, one confirmed by another key, or one expired);
+	// nothing stored, the key stays free.
+	CodeNotConfirmable Code = "payment_not_confirmable"
+	// CodeConfirmMismatch: the confirm's amount or order id is not the
+	// payment's; nothing stored or sent, the key stays free.
+	CodeConfirmMismatch Code = "confirm_mismatch"
+	// CodeNoticeRejected: a PSP notification (webhook) could not be
+	// verified or read; nothing changed.
+	CodeNoticeRejected Code = "notice_rejected"
 	// CodeUnavailable: the gateway cannot serve now (database down, shutting down).
 	CodeUnavailable Code = "service_unavailable"
 	// CodeInternal: a bug or an unexpected failure; details are logged, not shown.
@@ -44,8 +66,10 @@ type Error struct {
 	Message string
 	// Fields lists per-field validation failures (CodeInvalid).
 	Fields []FieldError
-	// PaymentID names the existing payment (CodeKeyReused).
+	// PaymentID names the existing payment (CodeKeyReused, refusals of a refund).
 	PaymentID string
+	// RefundID names the existing refund (CodeKeyReused on a refund's key).
+	RefundID string
 	// RetryAfter is how long the client should wait before retrying, when it may.
 	RetryAfter time.Duration
 	// Err is the cause, for logs only.

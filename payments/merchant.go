@@ -30,14 +30,25 @@ type APIKey struct {
 }
 
 // NewAPIKey mints a key with 160 random bits.
-func NewAPIKey() (APIKey, error) {
-	var b [20]byte
-	if _, err := rand.Read(b[:]); err != nil {
+func NewAPIKey() (APIKey, error) { return newKey(APIKeyPrefix) }
+
+// newKey mints a key of a kind (its prefix) with 160 random bits.
+func newKey(kind string) (APIKey, error) {
+	secret, err := randomSecret()
+	if err != nil {
 		return APIKey{}, err
 	}
-	secret := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
-	plain := APIKeyPrefix + secret
-	return APIKey{Plaintext: plain, Hash: HashAPIKey(plain), Prefix: KeyPrefix(plain)}, nil
+	plain := kind + secret
+	return APIKey{Plaintext: plain, Hash: HashAPIKey(plain), Prefix: visiblePrefix(plain, kind)}, nil
+}
+
+// randomSecret is 160 random bits as 32 lowercase base32 characters.
+func randomSecret() (string, error) {
+	var b [20]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])), nil
 }
 
 // apiKeyVisible is how many characters after "sk_" are visible in the prefix.
@@ -45,11 +56,15 @@ const apiKeyVisible = 8
 
 // KeyPrefix is the visible start of a key, by which it is found before its
 // hash is compared; "" when plain cannot be a key.
-func KeyPrefix(plain string) string {
-	if !strings.HasPrefix(plain, APIKeyPrefix) || len(plain) < len(APIKeyPrefix)+apiKeyVisible {
+func KeyPrefix(plain string) string { return visiblePrefix(plain, APIKeyPrefix) }
+
+// visiblePrefix is the visible start of a key of a kind; "" when plain
+// cannot be one.
+func visiblePrefix(plain, kind string) string {
+	if !strings.HasPrefix(plain, kind) || len(plain) < len(kind)+apiKeyVisible {
 		return ""
 	}
-	return plain[:len(APIKeyPrefix)+apiKeyVisible]
+	return plain[:len(kind)+apiKeyVisible]
 }
 
 // StoredKey is an API key as stored: never the plaintext.

@@ -8,7 +8,12 @@ package payments
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"time"
+
+	"gateway/idemkeys"
+	"gateway/psp"
 )
 
 // Status is where a payment is in its life.
@@ -25,11 +30,22 @@ const (
 	Failed Status = "failed"
 	// RequiresReview: nobody could find out what happened; ops must decide.
 	RequiresReview Status = "requires_review"
+	// RequiresConfirmation: created without a charge (two-step checkout):
+	// POST /payments/{id}/confirm runs it; canceled when nobody confirms it
+	// before ExpiresAt.
+	RequiresConfirmation Status = "requires_confirmation"
+	// RequiresAction: the PSP accepted the charge and waits for the
+	// customer: to pass 3-D Secure (NextAction says how) or to pay into a
+	// virtual account. The PSP's notification or the reconciler's look at
+	// the PSP settles it.
+	RequiresAction Status = "requires_action"
+	// Canceled: never confirmed before it expired; nothing was charged.
+	Canceled Status = "canceled"
 )
 
 // Final reports whether the status can no longer change without ops.
 func (s Status) Final() bool {
-	return s == Succeeded || s == Declined || s == Failed
+	return s == Succeeded || s == Declined || s == Failed || s == Canceled
 }
 
 // Money is an amount in the minor units of an ISO 4217 currency (cents for
@@ -52,8 +68,97 @@ type Payment struct {
 	Metadata        map[string]string
 	PSPReference    string
 	DeclineCode     string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
+	// PSPCode is the PSP's own raw code for a decline or refusal, verbatim.
+	PSPCode string
+	// PSP names the adapter (and account) the payment was sent to; its
+	// lookups go there and nowhere else. Empty for payments older than the
+	// record: no PSP can be known to be theirs.
+	PSP string
+	// AmountRefunded is what succeeded refunds gave back; AmountReserved is
+	// what its pending, succeeded and in-review refunds hold together, never
+	// more than Amount.
+	AmountRefunded int64
+	AmountReserved int64
+	// ReviewReason says why the payment needs a person (requires_review).
+	ReviewReason string
+	// Review is the schedule of a payment the reconciler keeps looking at:
+	// one in requires_review (the review queue) or in requires_action.
+	Review Review
+	// ExpiresAt is when a payment in requires_confirmation is canceled if
+	// nobody confirmed it (the database's clock); zero for one-step payments.
+	ExpiresAt time.Time
+	// ConfirmKey is the Idempotency-Key of the confirm that charged a
+	// two-step payment: its key, not the creation's, answers with the
+	// payment's outcome. Empty until confirmed.
+	ConfirmKey string
+	// NextAction is what the customer's front end must do for a payment in
+	// requires_action; nil when nothing is asked of it (a deposit awaited).
+	NextAction *NextAction
+	// Checkout is what a front end needs to start the PSP's client for a
+	// payment in requires_confirmation. Rendered, never stored.
+	Checkout  *Checkout
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	// ClientSecret lets the customer's browser read and confirm this one
+	// payment with a publishable key (two-step payments only). Set on the
+	// payment being created, rendered in its creation's answer alone, never
+	// stored or logged; ClientSecretHash is what is stored (zero for none).
+	ClientSecret     string
+	ClientSecretHash [32]byte
+}
+
+// OutcomeKey names the idempotency key that answers with p's outcome and
+// replays it: the confirm's once a two-step payment was confirmed, the
+// creation's otherwise.
+func OutcomeKey(p Payment) idemkeys.Ref {
+	if p.ConfirmKey != "" {
+		return idemkeys.Ref{MerchantID: p.MerchantID, Endpoint: EndpointConfirmPayment, Key: p.ConfirmKey}
+	}
+	return idemkeys.Ref{MerchantID: p.MerchantID, Endpoint: EndpointCreatePayment, Key: p.IdempotencyKey}
+}
+
+// NextAction is what a front end must do to let a payment in
+// requires_action go on, as the API shows it. ClientSecret lets the PSP's
+// client library act on the charge: it is shown to the merchant (whose
+// front end needs it) and never logged.
+type NextAction struct {
+	// Type is "redirect" (send the customer to URL) or a kind the PSP's
+	// client library knows ("use_stripe_sdk", …).
+	Type         string `json:"type"`
+	URL          string `json:"url,omitempty"`
+	ClientSecret string `json:"client_secret,omitempty"`
+}
+
+// Checkout is what a front end needs to start the PSP's own client for a
+// payment awaiting confirmation, as the API shows it: public values only.
+type Checkout struct {
+	// PSP is the adapter the payment will be confirmed with ("toss", "stripe", "fake").
+	PSP string `json:"psp"`
+	// Client names the PSP's client side (psp.ClientTossWidget, …).
+	Client         string `json:"client"`
+	PublishableKey string `json:"publishable_key,omitempty"`
+	// OrderID is the order id to start the client with (the payment's merchant_order_id).
+	OrderID string `json:"order_id"`
+	// Amount is the payment's amount in the PSP's own units for Currency
+	// (Stripe writes ISK in hundredths, say), for the client.
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	// ConfirmWith is the confirm request's field for the client's result.
+	ConfirmWith string `json:"confirm_with"`
+}
+
+// CheckoutFor is what p's front end starts the PSP described by caps with.
+func CheckoutFor(p Payment, caps psp.Capabilities) (*Checkout, error) {
+	cur, ok := caps.Currency(p.Amount.Currency)
+	if !ok {
+		return nil, fmt.Errorf("payments: %s does not take %s", caps.Name, p.Amount.Currency)
+	}
+	amount, err := cur.ToPSP(p.Amount.Minor)
+	if err != nil {
+		return nil, err
+	}
+	return &Checkout{PSP: caps.Name, Client: caps.Checkout.Client, PublishableKey: caps.Checkout.PublishableKey,
+		OrderID: p.MerchantOrderID, Amount: amount, Currency: p.Amount.Currency, ConfirmWith: caps.Checkout.ResultField}, nil
 }
 
 // MerchantOrderID derives the order id the PSP sees from the merchant and the
@@ -64,4 +169,73 @@ type Payment struct {
 func MerchantOrderID(merchantID, key string) string {
 	sum := sha256.Sum256([]byte(merchantID + "\x00" + key))
 	return "ord_" + hex.EncodeToString(sum[:12])
+}
+
+// Review is where a payment in requires_review is in the review queue,
+// which keeps asking the PSP on a long back-off. Times are the database's.
+type Review struct {
+	// Since is when the payment entered review.
+	Since time.Time
+	// After is when the queue looks at it next (or, while a reconciler looks,
+	// the end of that look's claim).
+	After time.Time
+	// Attempts counts the looks that learned nothing.
+	Attempts int
+	// NotFoundAt is the first authoritative "no such charge" in review.
+	NotFoundAt time.Time
+}
+
+// ErrChargePending: the PSP accepted the charge and waits for the customer
+// or for itself (a deposit, 3-D Secure); the payment is not settled yet.
+var ErrChargePending = errors.New("payments: the PSP's charge is pending")
+
+// AwaitCustomer is p waiting for its customer with the PSP's pending
+// charge c (ApplyCharge answered ErrChargePending): requires_action, with
+// what the front end must do.
+func AwaitCustomer(p Payment, c psp.Charge) Payment {
+	p.Status, p.PSPReference, p.ReviewReason, p.NextAction = RequiresAction, c.Reference, "", nil
+	if na := c.NextAction; na != nil {
+		p.NextAction = &NextAction{Type: na.Type, URL: na.URL, ClientSecret: na.ClientSecret}
+	}
+	return p
+}
+
+// ErrChargeUnreadable: the PSP answered with a charge status the gateway
+// does not know; the answer proves nothing.
+var ErrChargeUnreadable = errors.New("payments: the PSP's charge has an unknown status")
+
+// ApplyCharge is the one rule turning the PSP's record of a payment's charge
+// into the payment's state, for the live flow, the reconciler and the review
+// queue alike. A charge that is not this payment's (another order id,
+// amount or currency: a foreign charge under our order id, a restored
+// database, a confused adapter) is never believed: the payment goes to
+// requires_review with the reason. ErrChargeUnreadable for a status it does
+// not know.
+func ApplyCharge(p Payment, c psp.Charge) (Payment, error) {
+	if reason := chargeMismatch(p, c); reason != "" {
+		p.Status, p.ReviewReason = RequiresReview, reason
+		return p, nil
+	}
+	switch c.Status {
+	case psp.Succeeded:
+		p.Status = Succeeded
+	case psp.Declined:
+		p.Status = Declined
+	case psp.Pending:
+		return p, ErrChargePending
+	default:
+		return p, fmt.Errorf("%w: %q", ErrChargeUnreadable, c.Status)
+	}
+	p.PSPReference, p.DeclineCode, p.PSPCode, p.ReviewReason, p.NextAction = c.Reference, c.DeclineCode, c.Code, "", nil
+	return p, nil
+}
+
+func chargeMismatch(p Payment, c psp.Charge) string {
+	switch {
+	case c.MerchantOrderID != p.MerchantOrderID:
+		return fmt.Sprintf("the PSP answered for order %q, not this payment's %q", c.MerchantOrderID, p.MerchantOrderID)
+	case c.Amount != p.Amount.Minor || c.Currency != p.Amount.Currency:
+		return fmt.Sprintf("the PSP holds %d %s for this order, the payment is %d %s", c.Amount, c.Currency, p.Amount.Minor, p.Amount.Currency)
+	}
+	return ""
 }

@@ -20,7 +20,20 @@ type View struct {
 	DeclineCode     *string           `json:"decline_code"`
 	Description     string            `json:"description"`
 	Metadata        map[string]string `json:"metadata"`
-	CreatedAt       string            `json:"created_at"`
+	// AmountRefunded is what succeeded refunds gave back; Refunded says it
+	// is all of it.
+	AmountRefunded int64  `json:"amount_refunded"`
+	Refunded       bool   `json:"refunded"`
+	CreatedAt      string `json:"created_at"`
+	// Two-step checkout: ExpiresAt and Checkout while the payment awaits
+	// its confirmation (ExpiresAt stays on a canceled one), NextAction
+	// while it waits for the customer.
+	ExpiresAt  *string     `json:"expires_at,omitempty"`
+	Checkout   *Checkout   `json:"checkout,omitempty"`
+	NextAction *NextAction `json:"next_action,omitempty"`
+	// ClientSecret is in the answer that created a two-step payment, and
+	// nowhere else: the merchant's server hands it to the customer's browser.
+	ClientSecret string `json:"client_secret,omitempty"`
 }
 
 // ToView renders p for the public API.
@@ -29,7 +42,7 @@ func ToView(p Payment) View {
 	if md == nil {
 		md = map[string]string{}
 	}
-	return View{
+	v := View{
 		ID:              p.ID,
 		Status:          p.Status,
 		Amount:          p.Amount.Minor,
@@ -40,8 +53,24 @@ func ToView(p Payment) View {
 		DeclineCode:     nullable(p.DeclineCode),
 		Description:     p.Description,
 		Metadata:        md,
+		AmountRefunded:  p.AmountRefunded,
+		Refunded:        p.AmountRefunded > 0 && p.AmountRefunded >= p.Amount.Minor,
 		CreatedAt:       p.CreatedAt.UTC().Format(time.RFC3339Nano),
+		ClientSecret:    p.ClientSecret,
 	}
+	switch p.Status {
+	case RequiresConfirmation:
+		v.Checkout = p.Checkout
+		fallthrough
+	case Canceled:
+		if !p.ExpiresAt.IsZero() {
+			at := p.ExpiresAt.UTC().Format(time.RFC3339Nano)
+			v.ExpiresAt = &at
+		}
+	case RequiresAction:
+		v.NextAction = p.NextAction
+	}
+	return v
 }
 
 func nullable(s string) *string {
@@ -68,7 +97,7 @@ func StatusCode(s Status) int {
 	switch s {
 	case Succeeded:
 		return http.StatusCreated
-	case Declined, Failed:
+	case Declined, Failed, Canceled:
 		return http.StatusPaymentRequired
 	}
 	return http.StatusAccepted

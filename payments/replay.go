@@ -13,7 +13,9 @@ import (
 // completed here, so that a replay costs no database round trip. A final
 // answer never changes while the key is retained (only a 202 under review is
 // ever rewritten, and it is not kept), so a cached one is always the stored
-// one; entries past retention are ignored, so a purged key still gets its 409.
+// one; an entry expires when its key's retention would (measured on this
+// process's clock from the age the database gave), so a purged key still
+// gets its 409.
 type replayCache struct {
 	max       int
 	retention time.Duration
@@ -22,10 +24,11 @@ type replayCache struct {
 }
 
 type cachedReplay struct {
-	fp          [32]byte
-	paymentID   string
-	resp        idemkeys.Response
-	completedAt time.Time
+	fp        [32]byte
+	paymentID string
+	resp      idemkeys.Response
+	// expires is on this process's clock.
+	expires time.Time
 }
 
 func newReplayCache(max int, retention time.Duration) *replayCache {
@@ -39,7 +42,7 @@ func (c *replayCache) get(ref idemkeys.Ref, now time.Time) (cachedReplay, bool) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[ref]
-	if !ok || now.Sub(e.completedAt) >= c.retention {
+	if !ok || !now.Before(e.expires) {
 		return cachedReplay{}, false
 	}
 	return e, true

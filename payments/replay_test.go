@@ -12,11 +12,11 @@ func TestReplayCacheKeepsOnlyFinalAnswersWhileRetained(t *testing.T) {
 	ref := idemkeys.Ref{MerchantID: "m", Endpoint: EndpointCreatePayment, Key: "k"}
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	c := newReplayCache(10, time.Hour)
-	c.put(ref, cachedReplay{resp: idemkeys.Response{Status: http.StatusAccepted}, completedAt: t0})
+	c.put(ref, cachedReplay{resp: idemkeys.Response{Status: http.StatusAccepted}, expires: t0.Add(time.Hour)})
 	if _, ok := c.get(ref, t0); ok {
 		t.Fatal("a 202 under review was kept: ops may still rewrite it")
 	}
-	c.put(ref, cachedReplay{paymentID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated}, completedAt: t0})
+	c.put(ref, cachedReplay{paymentID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated}, expires: t0.Add(time.Hour)})
 	if e, ok := c.get(ref, t0.Add(time.Hour-time.Second)); !ok || e.paymentID != "pay_1" {
 		t.Fatal("a final answer within retention was not kept")
 	}
@@ -24,7 +24,7 @@ func TestReplayCacheKeepsOnlyFinalAnswersWhileRetained(t *testing.T) {
 		t.Fatal("an answer past retention was replayed from memory")
 	}
 	for i := range 10 {
-		c.put(idemkeys.Ref{Key: string(rune('a' + i))}, cachedReplay{resp: idemkeys.Response{Status: http.StatusPaymentRequired}, completedAt: t0})
+		c.put(idemkeys.Ref{Key: string(rune('a' + i))}, cachedReplay{resp: idemkeys.Response{Status: http.StatusPaymentRequired}, expires: t0.Add(time.Hour)})
 	}
 	if len(c.entries) > 10 {
 		t.Fatalf("cache holds %d entries, bound 10", len(c.entries))

@@ -1,14 +1,5 @@
 package payments
 
-import (
-	"context"
-	"errors"
-	"fmt"
-	"time"
-
-	"gateway/idemkeys"
-)
-
 // Resolution is an operator's decision on a payment nobody could settle.
 type Resolution struct {
 	PaymentID    string
@@ -16,6 +7,9 @@ type Resolution struct {
 	PSPReference string
 	Reason       string
 	Actor        string
+	// Force records the decision even when the PSP's own answer contradicts
+	// it, and allows correcting an earlier resolution; Reason must say why.
+	Force bool
 	// From is filled in by Resolve with the status the payment had.
 	From Status
 }
@@ -44,55 +38,14 @@ func (r Resolution) Validate() error {
 	return nil
 }
 
-// Resolve records an operator's decision on a payment in requires_review.
-// The payment's key, if still retained, replays the resolved payment from
-// then on; the decision is kept in the audit table.
-func (s *Service) Resolve(ctx context.Context, r Resolution) (Payment, error) {
-	if err := r.Validate(); err != nil {
-		return Payment{}, err
-	}
-	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
-	p, err := s.store.Resolve(ctx, r.PaymentID, func(p Payment) (Payment, error) {
-		r.From = p.Status
-		if p.Status != RequiresReview {
-			return p, Errorf(CodeInvalid, "payment %s is %s; only payments in requires_review can be resolved", p.ID, p.Status)
-		}
-		p.Status = r.To
-		if r.PSPReference != "" {
-			p.PSPReference = r.PSPReference
-		}
-		if r.To == Failed {
-			p.DeclineCode = DeclineNotProcessed
-		}
-		p.UpdatedAt = now
-		return p, nil
-	}, r, now)
-	if errors.Is(err, ErrNotFound) {
-		return Payment{}, Errorf(CodeNotFound, "no payment %s", r.PaymentID)
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return Payment{}, e
-	}
-	if err != nil {
-		return Payment{}, internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
-	}
-	s.log.InfoContext(ctx, "payment resolved by hand", "payment_id", p.ID, "key", idemkeys.Hash(idemkeys.Ref{
-		MerchantID: p.MerchantID, Endpoint: EndpointCreatePayment, Key: p.IdempotencyKey,
-	}), "merchant", idemkeys.HashMerchant(p.MerchantID), "from", string(r.From), "to", string(p.Status),
-		"actor", r.Actor, "reason", r.Reason)
-	return p, nil
-}
-
-// ListPayments lists payments in a status across merchants, for ops.
-func (s *Service) ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error) {
-	ps, err := s.store.ListPayments(ctx, status, limit)
-	if err != nil {
-		return nil, internal(err)
-	}
-	return ps, nil
-}
-
-// DeclineNotProcessed is the decline code of a payment that failed because
-// the PSP never processed it.
-const DeclineNotProcessed = "not_processed"
+// Decline codes of payments that failed without a business refusal.
+const (
+	// DeclineNotProcessed: the PSP never processed the payment.
+	DeclineNotProcessed = "not_processed"
+	// DeclineRejected: the PSP refused the request as one it can never
+	// accept (payments.Payment.PSPCode says how it put it).
+	DeclineRejected = "rejected_by_psp"
+	// DeclineExpired: a payment awaiting confirmation was canceled because
+	// nobody confirmed it in time.
+	DeclineExpired = "confirmation_expired"
+)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -23,61 +24,110 @@ type Config struct {
 	// InFlightWait bounds how long a duplicate waits for the first request with
 	// its key to finish before it is answered 409.
 	InFlightWait time.Duration
-	// Now is the clock leases are measured with; time.Now when nil.
+	// WriteTimeout bounds each write made after a PSP call
+	// (DefaultWriteTimeout when zero).
+	WriteTimeout time.Duration
+	// Now is this process's clock, for what only this process compares: how
+	// much of its own charge window is left, the replay cache's ages. Leases,
+	// deadlines and expiry that replicas share are judged on the database's
+	// clock. time.Now when nil (whose monotonic reading makes intervals exact).
 	Now func() time.Time
+	// Gate, when set, says whether this replica may claim and charge now;
+	// an error (a clock that drifted from the database's, say) is the reason
+	// it may not. Replays of stored answers go on.
+	Gate func() error
 	// Logger receives settlement, takeover and fencing events; keys are hashed.
 	Logger *slog.Logger
+	// Hasher names keys and merchants in logs; a random key when nil.
+	Hasher *idemkeys.Hasher
 	// Observer is told what the flow does, for metrics; nil observes nothing.
 	Observer Observer
-	// AuthCacheTTL is how long a verified API key is trusted without a
-	// database read; 0 reads every time.
-	AuthCacheTTL time.Duration
 	// ReplayCacheSize is how many final answers this process keeps for
 	// replays without a database read; 0 keeps none.
 	ReplayCacheSize int
 	// Retention is how long a completed key replays (the reconciler purges
-	// it after); 7 days when zero.
+	// it after); DefaultRetention when zero.
 	Retention time.Duration
+	// ConfirmExpiry is how long a payment created with "confirm": false
+	// waits for its confirmation before the reconciler cancels it;
+	// DefaultConfirmExpiry when zero.
+	ConfirmExpiry time.Duration
 }
 
 // Observer is told what the payment flow does. Implementations must be
 // cheap and safe for concurrent use.
 type Observer interface {
-	// KeyOutcome counts how a create request's key was used: fresh, replayed,
-	// mismatch, in_flight or key_reused.
-	KeyOutcome(outcome string)
+	// KeyOutcome counts how a create request's key was used.
+	KeyOutcome(outcome KeyOutcome)
 	// InFlightWaited records how long a duplicate waited for the first request.
 	InFlightWaited(d time.Duration)
 	// LeaseTakenOver counts takeovers of expired leases.
 	LeaseTakenOver()
 	// FencingRefused counts writes refused because the writer lost its lease.
 	FencingRefused()
+	// UnconfiguredPSP counts payments this replica could not resume because
+	// the PSP they were sent to is not configured here.
+	UnconfiguredPSP()
 }
+
+// KeyOutcome is how a request used its idempotency key.
+type KeyOutcome string
+
+// Every KeyOutcome, for metrics that count each from zero.
+const (
+	// OutcomeFresh: the request claimed the key and ran the payment.
+	OutcomeFresh KeyOutcome = "fresh"
+	// OutcomeReplayed: the key's stored answer was replayed.
+	OutcomeReplayed KeyOutcome = "replayed"
+	// OutcomeMismatch: the key was used before with another request (422).
+	OutcomeMismatch KeyOutcome = "mismatch"
+	// OutcomeInFlight: the key's first request was still running (409).
+	OutcomeInFlight KeyOutcome = "in_flight"
+	// OutcomeKeyReused: the key was purged but its payment exists (409).
+	OutcomeKeyReused KeyOutcome = "key_reused"
+)
+
+// KeyOutcomes lists every KeyOutcome.
+var KeyOutcomes = []KeyOutcome{OutcomeFresh, OutcomeReplayed, OutcomeMismatch, OutcomeInFlight, OutcomeKeyReused}
 
 type noObserver struct{}
 
-func (noObserver) KeyOutcome(string)            {}
+func (noObserver) KeyOutcome(KeyOutcome)        {}
 func (noObserver) InFlightWaited(time.Duration) {}
 func (noObserver) LeaseTakenOver()              {}
 func (noObserver) FencingRefused()              {}
+func (noObserver) UnconfiguredPSP()             {}
 
 // Service runs the idempotent payment flow.
 type Service struct {
-	store   Store
-	psp     psp.Adapter
-	cfg     Config
-	waiter  *idemkeys.Waiter
-	log     *slog.Logger
-	obs     Observer
-	auth    *authCache
-	replays *replayCache
-	pace    *pacer
+	store    FlowStore
+	psps     *PSPs
+	hash     *idemkeys.Hasher
+	cfg      Config
+	waiter   *idemkeys.Waiter
+	log      *slog.Logger
+	obs      Observer
+	replays  *replayCache
+	pace     *pacer
+	draining atomic.Bool
 }
 
-// NewService returns a Service charging through adapter and storing in store.
-func NewService(store Store, adapter psp.Adapter, cfg Config) *Service {
+// NewService returns a Service charging through psps and storing in store.
+func NewService(store FlowStore, psps *PSPs, cfg Config) *Service {
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.PSPTimeout <= 0 {
+		cfg.PSPTimeout = DefaultPSPTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Gate == nil {
+		cfg.Gate = func() error { return nil }
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -86,48 +136,36 @@ func NewService(store Store, adapter psp.Adapter, cfg Config) *Service {
 		cfg.Observer = noObserver{}
 	}
 	if cfg.Retention <= 0 {
-		cfg.Retention = 7 * 24 * time.Hour
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.ConfirmExpiry <= 0 {
+		cfg.ConfirmExpiry = DefaultConfirmExpiry
+	}
+	if cfg.Hasher == nil {
+		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
 	return &Service{replays: newReplayCache(cfg.ReplayCacheSize, cfg.Retention), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
-		store: store, psp: adapter, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer,
-		auth: &authCache{ttl: cfg.AuthCacheTTL, entries: map[[32]byte]authEntry{}}}
+		store: store, psps: psps, hash: cfg.Hasher, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer}
 }
 
-// Outcome is the answer to a create request.
-type Outcome struct {
-	Response idemkeys.Response
-	// Replayed is true when the response was stored by an earlier request.
-	Replayed  bool
-	PaymentID string
-}
-
-// Polling bounds for a duplicate waiting on a key finished by another replica.
-const (
-	firstPoll = 5 * time.Millisecond
-	maxPoll   = 100 * time.Millisecond
-	// maxClaims bounds how often one request goes back to the INSERT after the
-	// key vanished under it (a claim rolled back, or a record purged).
-	maxClaims = 3
-)
-
-// attempt carries one request through the flow.
-type attempt struct {
-	ref idemkeys.Ref
-	fp  [32]byte
-	// waitCtx ends when the request has waited long enough for a duplicate in flight.
-	waitCtx context.Context
-}
+// Drain stops this replica from sending charges it has not sent yet: a
+// request that reaches the charge from now on gives its key back (503, the
+// client's retry resumes elsewhere) instead of starting a PSP call that a
+// shutdown could cut short. Requests already calling the PSP finish.
+func (s *Service) Drain() { s.draining.Store(true) }
 
 // Create charges the customer for req at most once per (merchant, key),
 // whatever number of times it is called and from however many replicas.
 //
+// ctx is the client's: when it ends, waiting for a duplicate and paced
+// replays end too, but a payment this request claimed is finished anyway
+// while its worker holds the lease, so that the client's retry finds a
+// stored answer.
+//
 // Errors are *Error: CodeInvalidKey and CodeInvalid (nothing stored),
 // CodeKeyMismatch (the key was used for another request), CodeInFlight (the
 // key is being processed; retry later), CodeKeyReused, CodePSPUnavailable and
-// CodePSPUnknown (retry with the same key), CodeInternal.
-//
-// The caller should not cancel ctx when its client goes away: once claimed,
-// a payment is best finished while the worker still holds the lease.
+// CodePSPUnknown (retry with the same key), CodeUnavailable, CodeInternal.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error) {
 	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
 		return Outcome{}, &Error{Code: CodeInvalidKey, Message: err.Error()}
@@ -136,334 +174,319 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.InFlightWait)
-	defer cancel()
-	a := attempt{
-		ref:     idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey},
-		fp:      req.Fingerprint(),
-		waitCtx: waitCtx,
+	if err := s.accepts(req.Amount); err != nil {
+		return Outcome{}, err
 	}
+	a, done := s.newAttempt(ctx, idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey}, req.Fingerprint())
+	defer done()
 	if e, ok := s.replays.get(a.ref, s.cfg.Now()); ok && e.fp == a.fp {
-		return s.replay(ctx, a, e.paymentID, e.resp), nil
+		return s.replay(a, e.paymentID, e.resp), nil
+	}
+	claim := s.claim
+	if req.ConfirmLater {
+		claim = s.createUnconfirmed
 	}
 	for range maxClaims {
-		out, err := s.claim(ctx, a, req)
+		out, err := claim(a, req)
 		if !errors.Is(err, errVanished) {
 			return out, err
 		}
 	}
-	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", idemkeys.Hash(a.ref), maxClaims))
+	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
 }
 
-// replay answers with a completed key's stored response, at the key's pace.
-func (s *Service) replay(ctx context.Context, a attempt, paymentID string, resp idemkeys.Response) Outcome {
-	s.pace.wait(ctx, a.ref)
-	s.obs.KeyOutcome("replayed")
-	s.log.InfoContext(ctx, "idempotent replay", "key", idemkeys.Hash(a.ref),
-		"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", paymentID, "status", resp.Status)
-	return Outcome{Response: resp, Replayed: true, PaymentID: paymentID}
+// accepts refuses, before anything is stored or sent, an amount the PSP new
+// payments go to can never take (a currency it does not take, an amount it
+// cannot represent or below its minimum).
+func (s *Service) accepts(m Money) error {
+	_, adapter := s.psps.Default()
+	err := adapter.Capabilities().Check(m.Minor, m.Currency)
+	if err == nil {
+		return nil
+	}
+	e := &Error{Code: CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
+	var ce *psp.CheckError
+	if errors.As(err, &ce) {
+		e.Fields = []FieldError{{Field: ce.Field, Reason: ce.Reason}}
+	} else {
+		e.Fields = []FieldError{{Field: "amount", Reason: err.Error()}}
+	}
+	return e
 }
 
-// errVanished: the key's record disappeared between the INSERT that found it and
-// the read (the other claim rolled back, or the record was purged); claim again.
-var errVanished = errors.New("payments: key vanished; claim again")
+// whenClosed answers a request while this replica may not start anything
+// (closed): nothing new starts here, but a stored answer is still an answer.
+func (s *Service) whenClosed(a attempt) (out Outcome, err error, closed bool) {
+	e := s.closed()
+	if e == nil {
+		return Outcome{}, nil, false
+	}
+	out, err = s.join(a)
+	if errors.Is(err, errVanished) {
+		return Outcome{}, e, true
+	}
+	return out, err, true
+}
 
-func (s *Service) claim(ctx context.Context, a attempt, req CreateRequest) (Outcome, error) {
-	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
-	p := Payment{
+// newPayment is the payment req creates at the PSP named psp.
+func newPayment(req CreateRequest, status Status, psp string) Payment {
+	return Payment{
 		ID:              "pay_" + ulid.Make().String(),
 		MerchantID:      req.MerchantID,
 		IdempotencyKey:  req.IdempotencyKey,
 		MerchantOrderID: MerchantOrderID(req.MerchantID, req.IdempotencyKey),
-		Status:          Processing,
+		Status:          status,
 		Amount:          req.Amount,
 		PaymentMethod:   req.PaymentMethod,
 		Description:     req.Description,
 		Metadata:        req.Metadata,
-		CreatedAt:       now,
-		UpdatedAt:       now,
+		PSP:             psp,
 	}
-	rec := idemkeys.Record{
-		Ref:          a.ref,
-		Fingerprint:  a.fp,
-		State:        idemkeys.InProgress,
-		PaymentID:    p.ID,
-		LeaseVersion: 1,
-		LockedUntil:  now.Add(s.cfg.Lease),
-		CreatedAt:    now,
+}
+
+func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
+	if out, err, closed := s.whenClosed(a); closed {
+		return out, err
 	}
-	err := s.store.Claim(ctx, rec, p)
+	name, adapter := s.psps.Default()
+	p := newPayment(req, Processing, name)
+	h := holding{token: idemkeys.FirstToken(), adapter: adapter}
+	// The database stamps the claim after this instant, so the charge
+	// window measured locally from it ends no later than the one recorded.
+	start := s.cfg.Now()
+	now, err := s.store.Claim(a.work, Claim{Ref: a.ref, Fingerprint: a.fp, Token: h.token, Lease: s.cfg.Lease, Payment: p})
+	p.CreatedAt, p.UpdatedAt = now, now
 	switch {
 	case err == nil:
-		s.obs.KeyOutcome("fresh")
-		return s.charge(ctx, a, 1, p, rec.LockedUntil)
+		s.obs.KeyOutcome(OutcomeFresh)
+		s.begin(a)
+		return paymentSubject{s: s, p: p}.charge(a, h, start.Add(s.cfg.Lease))
 	case errors.Is(err, idemkeys.ErrExists):
-		return s.join(ctx, a)
+		return s.join(a)
 	case errors.Is(err, ErrWriteUnknown):
 		// Find out whether our claim committed before the connection broke.
-		got, gp, gerr := s.store.LoadKey(ctx, a.ref)
+		got, gp, gerr := s.store.LoadKey(a.work, a.ref)
 		switch {
 		case errors.Is(gerr, idemkeys.ErrNotFound):
 			return Outcome{}, errVanished
 		case gerr != nil:
 			return Outcome{}, internal(errors.Join(err, gerr))
-		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.LeaseVersion == 1:
-			s.obs.KeyOutcome("fresh")
-			return s.charge(ctx, a, 1, gp, got.LockedUntil)
+		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.Token == h.token:
+			s.obs.KeyOutcome(OutcomeFresh)
+			s.begin(a)
+			return paymentSubject{s: s, p: gp}.charge(a, h, start.Add(s.cfg.Lease))
 		}
-		return s.join(ctx, a)
+		return s.join(a)
 	}
+	return s.claimRefused(err)
+}
+
+// claimRefused answers a claim the store refused: its *Error as it is
+// (a purged key's payment named), anything else as internal.
+func (s *Service) claimRefused(err error) (Outcome, error) {
 	var e *Error
 	if errors.As(err, &e) {
 		if e.Code == CodeKeyReused {
-			s.obs.KeyOutcome("key_reused")
+			s.obs.KeyOutcome(OutcomeKeyReused)
 		}
 		return Outcome{}, e
 	}
 	return Outcome{}, internal(err)
 }
 
-// join answers a request whose key is already claimed: mismatch, replay,
-// wait for the holder, or take over an expired lease and resume.
-func (s *Service) join(ctx context.Context, a attempt) (Outcome, error) {
-	poll := firstPoll
-	var waitStart time.Time // set once this request starts waiting for another
-	waited := func() {
-		if !waitStart.IsZero() {
-			s.obs.InFlightWaited(time.Since(waitStart))
-			waitStart = time.Time{}
-		}
-	}
-	for {
-		// Subscribe before reading, so a completion in between is not missed.
-		done, stop := s.waiter.Wait(a.ref)
-		// The record alone answers a replay; the payment is read only to resume.
-		rec, err := s.store.Record(ctx, a.ref)
-		if err != nil {
-			stop()
-			if errors.Is(err, idemkeys.ErrNotFound) {
-				return Outcome{}, errVanished
-			}
-			return Outcome{}, internal(err)
-		}
-		if rec.Fingerprint != a.fp {
-			stop()
-			waited()
-			s.obs.KeyOutcome("mismatch")
-			s.log.InfoContext(ctx, "idempotency key mismatch", "key", idemkeys.Hash(a.ref),
-				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", rec.PaymentID)
-			return Outcome{}, &Error{
-				Code:    CodeKeyMismatch,
-				Message: "this Idempotency-Key was already used with a different request; use a new key for a new payment",
-			}
-		}
-		if rec.State == idemkeys.Completed {
-			stop()
-			waited()
-			s.replays.put(a.ref, cachedReplay{fp: rec.Fingerprint, paymentID: rec.PaymentID, resp: rec.Response, completedAt: rec.CompletedAt})
-			return s.replay(ctx, a, rec.PaymentID, rec.Response), nil
-		}
-		now := s.cfg.Now().UTC().Truncate(time.Microsecond)
-		if !rec.LeaseActive(now) {
-			stop()
-			p, err := s.store.Payment(ctx, a.ref.MerchantID, rec.PaymentID)
-			if err != nil {
-				return Outcome{}, internal(err)
-			}
-			v, err := s.store.TakeOver(ctx, a.ref, rec.LeaseVersion, now, now.Add(s.cfg.Lease))
-			if errors.Is(err, idemkeys.ErrFenced) {
-				continue // another worker moved first; look again
-			}
-			if err != nil {
-				return Outcome{}, internal(err)
-			}
-			waited()
-			s.obs.LeaseTakenOver()
-			s.log.InfoContext(ctx, "idempotency lease taken over", "key", idemkeys.Hash(a.ref),
-				"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", p.ID,
-				"lease_version", v)
-			return s.resume(ctx, a, rec, v, p)
-		}
-		if waitStart.IsZero() {
-			waitStart = time.Now()
-		}
-		t := time.NewTimer(poll)
-		select {
-		case <-done:
-		case <-t.C:
-		case <-a.waitCtx.Done():
-			t.Stop()
-			stop()
-			waited()
-			s.obs.KeyOutcome("in_flight")
-			return Outcome{}, &Error{
-				Code:       CodeInFlight,
-				Message:    "a request with this Idempotency-Key is still being processed; retry later with the same key",
-				PaymentID:  rec.PaymentID,
-				RetryAfter: time.Second,
-			}
-		}
-		t.Stop()
-		stop()
-		poll = min(2*poll, maxPoll)
-	}
+// unreachable gives back, unsent, a key claimed on a replica that cannot
+// reach its subject's PSP: a replica that can resumes it.
+func (s *Service) unreachable(a attempt, h holding, id, what string) (Outcome, error) {
+	s.obs.UnconfiguredPSP()
+	return s.release(a, h, id, true, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
+		Message: "this " + what + " cannot be sent from here right now; retry with the same Idempotency-Key"})
 }
+
+// paymentSubject is a payment under its key's lease: its charge.
+type paymentSubject struct {
+	s *Service
+	p Payment
+	// twoStep: the key is a confirm's, whose customer is at a front end that
+	// can complete a next action (3-D Secure): a charge that needs one
+	// answers requires_action instead of being declined.
+	twoStep bool
+}
+
+func (ps paymentSubject) id() string      { return ps.p.ID }
+func (ps paymentSubject) pspName() string { return ps.p.PSP }
 
 // resume continues a payment whose earlier worker lost or gave up its lease.
 // It asks the PSP first: a charge may exist that nobody recorded.
-func (s *Service) resume(ctx context.Context, a attempt, rec idemkeys.Record, v int64, p Payment) (Outcome, error) {
-	lctx, cancel := context.WithTimeout(ctx, s.cfg.PSPTimeout)
-	c, err := s.psp.Lookup(lctx, p.MerchantOrderID)
+func (ps paymentSubject) resume(a attempt, rec idemkeys.Record, h holding) (Outcome, error) {
+	s, p := ps.s, ps.p
+	lctx, cancel := context.WithTimeout(a.work, s.cfg.PSPTimeout)
+	c, err := h.adapter.Lookup(lctx, p.MerchantOrderID)
 	cancel()
 	switch {
 	case err == nil:
-		return s.settle(ctx, a, v, p, c)
+		return ps.settle(a, h, c)
 	case errors.Is(err, psp.ErrNotFound):
-		if s.mayChargeAgain(rec, p) {
-			now := s.cfg.Now().UTC().Truncate(time.Microsecond)
-			sendBy := now.Add(s.cfg.PSPTimeout)
-			err := s.store.ArmCharge(ctx, a.ref, v, sendBy, now)
-			if errors.Is(err, idemkeys.ErrFenced) {
-				return s.join(ctx, a)
-			}
-			if err != nil {
-				return s.release(ctx, a, v, internal(err))
-			}
-			return s.charge(ctx, a, v, p, sendBy)
+		if !MayChargeAgain(rec, p.CreatedAt, h.adapter.Capabilities(), s.cfg.PSPTimeout, s.cfg.Now()) {
+			return s.release(a, h, p.ID, false, pspError(&psp.Error{Class: psp.Unknown, Op: "lookup", Err: err}))
 		}
-		return s.release(ctx, a, v, pspError(&psp.Error{Class: psp.Unknown, Op: "lookup", Err: err}))
+		deadline, out, err, ok := s.arm(a, h, p.ID)
+		if !ok {
+			return out, err
+		}
+		return ps.charge(a, h, deadline)
 	}
-	return s.release(ctx, a, v, pspError(err))
+	return s.release(a, h, p.ID, false, pspError(err))
 }
 
-// mayChargeAgain decides whether a charge the PSP says it does not have may be
-// sent again with the same order id. While the PSP still deduplicates that
-// order id, a repeat cannot charge twice; otherwise it is safe only once no
-// earlier call can still materialise.
-func (s *Service) mayChargeAgain(rec idemkeys.Record, p Payment) bool {
-	caps := s.psp.Capabilities()
-	now := s.cfg.Now()
-	// The first charge was sent after the payment was created; its dedupe lasts DedupeWindow from then.
-	if caps.DedupesOrderID && (caps.DedupeWindow == 0 || now.Before(p.CreatedAt.Add(caps.DedupeWindow))) {
-		return true
+// arm records, before a resumed worker sends again, that it may send within
+// one PSP timeout from now, and says until when (on this process's clock).
+// Not ok: the caller lost the lease or could not record it, and out, err
+// are its answer; nothing may be sent.
+func (s *Service) arm(a attempt, h holding, id string) (deadline time.Time, out Outcome, err error, ok bool) {
+	armed := s.cfg.Now()
+	err = s.store.ArmCharge(s.writeCtx(a), a.ref, h.token, s.cfg.PSPTimeout)
+	if errors.Is(err, idemkeys.ErrFenced) {
+		s.obs.FencingRefused()
+		out, err = s.join(a)
+		return time.Time{}, out, err, false
 	}
-	return caps.AuthoritativeLookup && now.After(rec.MayChargeUntil.Add(caps.CreationWindow))
+	if err != nil {
+		// Nothing was sent; whether the arm landed or not, nothing follows it.
+		out, err = s.release(a, h, id, true, internal(err))
+		return time.Time{}, out, err, false
+	}
+	return armed.Add(s.cfg.PSPTimeout), Outcome{}, nil, true
 }
 
-// charge sends the charge with the key's order id, outside any transaction.
-// The call's deadline never passes chargeBy (the key's may_charge_until): the
-// reconciler counts on no charge leaving after it when it decides a payment
-// was never charged. A worker delayed too close to it (a slow commit, a
-// pause) gives the key back instead of sending.
-func (s *Service) charge(ctx context.Context, a attempt, v int64, p Payment, chargeBy time.Time) (Outcome, error) {
-	left := chargeBy.Sub(s.cfg.Now())
-	if left < s.cfg.PSPTimeout/2 {
-		return s.release(ctx, a, v, &Error{
-			Code:       CodePSPUnavailable,
-			Message:    "the payment was not sent to the provider in time; retry with the same Idempotency-Key",
-			RetryAfter: time.Second,
-			Err:        fmt.Errorf("only %s of the lease left to send the charge", left),
-		})
+// MayChargeAgain decides whether a charge (or a refund) the PSP says it
+// does not have may be sent again with the same order id, at the local instant now. While the
+// PSP still deduplicates that order id, a repeat cannot charge twice; past
+// that, it is safe only when the PSP's "not found" is authoritative and no
+// earlier send can still materialise: the database's clock (as the record
+// was read, so never ahead of the truth) is past may_charge_until plus the
+// creation window. The dedupe window is judged with the database's clock
+// bounded from above, plus the time the new send may take.
+func MayChargeAgain(rec idemkeys.Record, created time.Time, caps psp.Capabilities, pspTimeout time.Duration, now time.Time) bool {
+	if caps.DedupesOrderID {
+		if caps.DedupeWindow == 0 {
+			return true
+		}
+		// The first send followed the subject's creation; its dedupe lasts DedupeWindow from then.
+		if rec.DBNowAtMost(now).Add(pspTimeout).Before(created.Add(caps.DedupeWindow)) {
+			return true
+		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.PSPTimeout, left))
-	c, err := s.psp.Charge(cctx, psp.ChargeRequest{
+	if !caps.AuthoritativeLookup || rec.MayChargeUntil.IsZero() {
+		return false
+	}
+	return rec.DBNow.After(rec.MayChargeUntil.Add(caps.CreationWindow))
+}
+
+// sendTime says how long a worker may let its PSP call run, never past
+// deadline (a local instant no later than the key's may_charge_until: the
+// reconciler counts on nothing leaving after it when it decides nothing was
+// sent), or why it must give the key back unsent: a worker delayed too close
+// to it (a slow commit, a pause), or a replica shutting down.
+func (s *Service) sendTime(deadline time.Time) (time.Duration, *Error) {
+	left := deadline.Sub(s.cfg.Now())
+	switch {
+	case s.draining.Load():
+		return 0, &Error{Code: CodePSPUnavailable, RetryAfter: time.Second,
+			Message: "the gateway is restarting; retry with the same Idempotency-Key",
+			Err:     errors.New("draining: not sent")}
+	case left < s.cfg.PSPTimeout/2:
+		return 0, &Error{Code: CodePSPUnavailable, RetryAfter: time.Second,
+			Message: "the request was not sent to the provider in time; retry with the same Idempotency-Key",
+			Err:     fmt.Errorf("only %s of the lease left to send", left)}
+	}
+	return min(left, s.cfg.PSPTimeout), nil
+}
+
+// charge sends the charge with the key's order id, outside any transaction,
+// within the time sendTime allows.
+func (ps paymentSubject) charge(a attempt, h holding, deadline time.Time) (Outcome, error) {
+	s, p := ps.s, ps.p
+	timeout, refusal := s.sendTime(deadline)
+	if refusal != nil {
+		return s.release(a, h, p.ID, true, refusal)
+	}
+	cctx, cancel := context.WithTimeout(a.work, timeout)
+	c, err := h.adapter.Charge(cctx, psp.ChargeRequest{
 		MerchantOrderID: p.MerchantOrderID,
 		Amount:          p.Amount.Minor,
 		Currency:        p.Amount.Currency,
 		PaymentMethod:   p.PaymentMethod,
 		Description:     p.Description,
+		AllowNextAction: ps.twoStep,
 	})
 	cancel()
-	if err != nil {
-		return s.release(ctx, a, v, pspError(err))
+	if err == nil {
+		return ps.settle(a, h, c)
 	}
-	return s.settle(ctx, a, v, p, c)
-}
-
-// settle records the PSP's answer with a write fenced on lease version v.
-func (s *Service) settle(ctx context.Context, a attempt, v int64, p Payment, c psp.Charge) (Outcome, error) {
-	switch c.Status {
-	case psp.Succeeded:
-		p.Status = Succeeded
-	case psp.Declined:
-		p.Status = Declined
-	default:
-		return s.release(ctx, a, v, internal(fmt.Errorf("psp returned status %q", c.Status)))
-	}
-	p.PSPReference = c.Reference
-	p.DeclineCode = c.DeclineCode
-	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
-	p.UpdatedAt = now
-	resp := Render(p)
-	err := s.store.Settle(ctx, a.ref, v, p, resp, now)
-	if errors.Is(err, ErrWriteUnknown) {
-		rec, gerr := s.store.Record(ctx, a.ref)
-		switch {
-		case gerr != nil:
-			return Outcome{}, internal(errors.Join(err, gerr))
-		case rec.State == idemkeys.Completed && rec.LeaseVersion == v:
-			err = nil // our commit landed
-		case rec.State == idemkeys.InProgress && rec.LeaseVersion == v:
-			err = s.store.Settle(ctx, a.ref, v, p, resp, now)
-		default:
-			err = idemkeys.ErrFenced
-		}
-	}
+	class, _ := psp.ClassOf(err)
 	switch {
-	case err == nil:
-		s.replays.put(a.ref, cachedReplay{fp: a.fp, paymentID: p.ID, resp: resp, completedAt: now})
-		s.waiter.Notify(a.ref)
-		s.log.InfoContext(ctx, "payment settled", "key", idemkeys.Hash(a.ref),
-			"merchant", idemkeys.HashMerchant(a.ref.MerchantID), "payment_id", p.ID,
-			"status", string(p.Status), "lease_version", v)
-		return Outcome{Response: resp, PaymentID: p.ID}, nil
-	case errors.Is(err, idemkeys.ErrFenced):
-		// Another worker holds a newer lease: its answer, not ours, is the truth.
-		s.obs.FencingRefused()
-		s.log.WarnContext(ctx, "stale worker refused by fencing token", "key", idemkeys.Hash(a.ref),
-			"merchant", idemkeys.HashMerchant(a.ref.MerchantID),
-			"payment_id", p.ID, "lease_version", v)
-		return s.join(ctx, a)
+	case class == psp.Rejected:
+		// A request the PSP can never accept: certainly nothing was charged,
+		// and sending it again cannot help. A final answer, stored.
+		p.Status, p.DeclineCode, p.PSPCode = Failed, DeclineRejected, rejectionCode(err)
+		s.log.WarnContext(a.client, "PSP refused the request as invalid", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
+		return ps.write(a, h, p)
+	case errors.Is(err, psp.ErrOrderConflict):
+		// The PSP holds another charge under this payment's order id: the
+		// gateway's record and the PSP's disagree, and only a person can say why.
+		p.Status, p.ReviewReason = RequiresReview, "the PSP refused the charge: its order id is already used with another amount or currency"
+		s.log.WarnContext(a.client, "order id taken at the PSP", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
+		return ps.write(a, h, p)
+	case class == psp.NotProcessed:
+		s.log.WarnContext(a.client, "PSP did not process the charge", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
+		return s.release(a, h, p.ID, true, pspError(err))
 	}
-	return Outcome{}, internal(err)
+	s.log.WarnContext(a.client, "PSP charge outcome unknown", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
+	return s.release(a, h, p.ID, false, pspError(err))
 }
 
-// release gives the lease back early after a PSP call that produced no
-// result, so the client's retry resumes at once, and answers with cause.
-func (s *Service) release(ctx context.Context, a attempt, v int64, cause *Error) (Outcome, error) {
-	now := s.cfg.Now().UTC().Truncate(time.Microsecond)
-	if err := s.store.Release(ctx, a.ref, v, now); err != nil && !errors.Is(err, idemkeys.ErrFenced) {
-		// The lease will expire by itself; the retry just waits longer.
-		s.log.ErrorContext(ctx, "release lease", "key", idemkeys.Hash(a.ref), "err", err)
-	}
-	s.waiter.Notify(a.ref)
-	return Outcome{}, cause
-}
-
-// pspError turns a PSP failure into the client's answer: both classes are
-// retried with the same key; an unclassified error is treated as unknown,
-// because assuming "not charged" is the one mistake that double-charges.
-func pspError(err error) *Error {
-	if class, ok := psp.ClassOf(err); ok && class == psp.NotProcessed {
-		return &Error{
-			Code:       CodePSPUnavailable,
-			Message:    "the payment provider did not process the payment; retry with the same Idempotency-Key",
-			RetryAfter: time.Second,
-			Err:        err,
+// settle records the PSP's answer with a write fenced on the lease token.
+func (ps paymentSubject) settle(a attempt, h holding, c psp.Charge) (Outcome, error) {
+	s, p := ps.s, ps.p
+	settled, err := ApplyCharge(p, c)
+	if errors.Is(err, ErrChargePending) && ps.twoStep {
+		// The customer is at a front end: the answer says what it must do
+		// (never logged: it may hold a client secret), and the payment
+		// waits for the PSP's notification or the reconciler's look.
+		waiting := AwaitCustomer(p, c)
+		action := "none"
+		if waiting.NextAction != nil {
+			action = waiting.NextAction.Type
 		}
+		s.log.InfoContext(a.client, "payment waits for its customer", s.hash.Attr(a.ref), "payment_id", p.ID, "next_action", action)
+		return ps.write(a, h, waiting)
 	}
-	return &Error{
-		Code:       CodePSPUnknown,
-		Message:    "the payment provider did not confirm the outcome; retry with the same Idempotency-Key to learn it",
-		RetryAfter: 2 * time.Second,
-		Err:        err,
+	if errors.Is(err, ErrChargePending) {
+		// Accepted, not settled: the key stays unfinished and free for the
+		// client's poll or retry, and the reconciler looks again later.
+		s.release(a, h, p.ID, false, nil)
+		return Outcome{Response: Render(p), PaymentID: p.ID}, nil
 	}
+	if err != nil {
+		return s.release(a, h, p.ID, false, pspError(&psp.Error{Class: psp.Unknown, Op: "charge", Err: err}))
+	}
+	if settled.Status == RequiresReview {
+		s.log.WarnContext(a.client, "PSP answer does not match the payment", s.hash.Attr(a.ref), "payment_id", p.ID, "reason", settled.ReviewReason)
+	}
+	return ps.write(a, h, settled)
+}
+
+func (ps paymentSubject) write(a attempt, h holding, p Payment) (Outcome, error) {
+	resp := Render(p)
+	return ps.s.write(a, h, p.ID, string(p.Status), resp, func(ctx context.Context) error {
+		return ps.s.store.Settle(ctx, a.ref, h.token, p, resp)
+	})
 }
 
 // Payment returns one of the merchant's payments; CodeNotFound otherwise.
 func (s *Service) Payment(ctx context.Context, merchantID, id string) (Payment, error) {
 	p, err := s.store.Payment(ctx, merchantID, id)
-	return p, notFound(err, "payment not found")
+	return s.withCheckout(p), notFound(err, "payment not found")
 }
 
 // PaymentByKey returns the payment created with a key, so a client can poll
@@ -473,7 +496,7 @@ func (s *Service) PaymentByKey(ctx context.Context, merchantID, key string) (Pay
 		return Payment{}, &Error{Code: CodeInvalidKey, Message: err.Error()}
 	}
 	p, err := s.store.PaymentByKey(ctx, merchantID, key)
-	return p, notFound(err, "no payment was created with this idempotency key")
+	return s.withCheckout(p), notFound(err, "no payment was created with this idempotency key")
 }
 
 func notFound(err error, msg string) error {

@@ -8,81 +8,125 @@ import (
 	"gateway/idemkeys"
 )
 
-// Store persists payments, merchants and idempotency records. Each method
-// runs its own short transaction and holds no connection once it returns, so
-// no transaction ever spans a call to the PSP.
-type Store interface {
-	// Claim inserts the idempotency record and the payment together, or neither.
+// FlowStore is what the payment flow reads and writes. Each method runs its
+// own short transaction and holds no connection once it returns, so no
+// transaction ever spans a call to the PSP.
+type FlowStore interface {
+	// Claim inserts the key's record (IN_PROGRESS, c.Token, a lease of
+	// c.Lease that is also the window to send the charge in) and the payment
+	// together, or neither, and returns the database's clock at the claim
+	// (the payment's created_at; every lease time derives from it).
 	// Errors: idemkeys.ErrExists when the key is already claimed (read it to
 	// learn what to do); *Error CodeKeyReused when the key's record was purged
 	// but its payment exists; ErrWriteUnknown when the commit's fate is unknown
 	// (re-read the key, never re-insert blindly).
-	Claim(ctx context.Context, rec idemkeys.Record, p Payment) error
+	Claim(ctx context.Context, c Claim) (time.Time, error)
 
-	// Record reads a key's record alone (one primary-key read); idemkeys.ErrNotFound when absent.
+	// Record reads a key's record alone (one primary-key read) with the
+	// database's clock; idemkeys.ErrNotFound when absent.
 	Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error)
 	// LoadKey reads a key's record and its payment; idemkeys.ErrNotFound when absent.
 	LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, Payment, error)
 
-	// TakeOver moves an expired lease from version seen to seen+1 (the new
-	// fencing token, returned) with a lease ending at until. idemkeys.ErrFenced
-	// when the lease is alive, the key completed, or another worker won.
-	TakeOver(ctx context.Context, ref idemkeys.Ref, seen int64, now, until time.Time) (int64, error)
+	// TakeOver moves an expired lease (by the database's clock) from token
+	// seen to a new token, returned, with a lease of `lease` from now.
+	// idemkeys.ErrFenced when the lease is alive, the key completed, or
+	// another worker won.
+	TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (idemkeys.Token, error)
 
-	// ArmCharge records that a charge may be sent until `until` and stretches
-	// the lease over it, while the caller holds lease version held; call it
-	// before any charge but the claim's own (whose lease already says so).
-	// idemkeys.ErrFenced when the caller no longer holds the lease.
-	ArmCharge(ctx context.Context, ref idemkeys.Ref, held int64, until, now time.Time) error
+	// ArmCharge records, while the caller holds token, that one more charge
+	// may be sent within `window` from now: it raises may_charge_until and
+	// the lease to cover it and counts the attempt. Call it before any charge
+	// but the claim's own (whose lease already says so). idemkeys.ErrFenced
+	// when the caller no longer holds the lease.
+	ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration) error
 
-	// Settle records p's final state and stores resp for replay, only while the
-	// caller holds lease version held. idemkeys.ErrFenced: nothing was written.
-	// ErrWriteUnknown: the commit's fate is unknown; re-read.
-	Settle(ctx context.Context, ref idemkeys.Ref, held int64, p Payment, resp idemkeys.Response, now time.Time) error
+	// Settle records p's final state (or requires_review) and stores resp for
+	// replay, only while the caller holds token. idemkeys.ErrFenced: nothing
+	// was written. ErrWriteUnknown: the write's fate is unknown; re-read.
+	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p Payment, resp idemkeys.Response) error
 
-	// Release ends the caller's lease now without storing a response, so a retry
-	// can resume at once. idemkeys.ErrFenced when the caller no longer holds it.
-	Release(ctx context.Context, ref idemkeys.Ref, held int64, now time.Time) error
+	// ClaimUnconfirmed stores a payment created to be confirmed later: the
+	// key's record, COMPLETED at once with the answer render gives for the
+	// payment as inserted (its times the database's), and the payment in
+	// requires_confirmation, expiring `expiry` after the claim, together or
+	// neither. It returns the payment and the answer. Errors as Claim's.
+	ClaimUnconfirmed(ctx context.Context, c Claim, expiry time.Duration, render func(Payment) idemkeys.Response) (Payment, idemkeys.Response, error)
+	// ClaimConfirm inserts a confirm's key (IN_PROGRESS, c.Token, a lease
+	// that is also the window to send the charge in; its payment_id the
+	// payment's), then, under the payment's row lock, lets decide (given the
+	// database's clock) turn the payment into the one to charge, and moves
+	// it from requires_confirmation to processing with the key's name, all
+	// or nothing. It returns the payment as now stored. Errors:
+	// idemkeys.ErrExists (the key is claimed: read it); ErrNotFound (no such
+	// payment for the merchant); decide's own error (nothing stored, the key
+	// stays free); ErrWriteUnknown (re-read the key).
+	ClaimConfirm(ctx context.Context, c ConfirmClaim, decide func(p Payment, dbNow time.Time) (Payment, error)) (Payment, error)
+
+	// Release ends the caller's lease now without storing a response, so a
+	// retry can resume at once; notSent counts the caller's send as one that
+	// certainly did nothing. idemkeys.ErrFenced when the caller no longer
+	// holds it.
+	Release(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, notSent bool) error
+
+	// ClaimRefund inserts a refund's key (IN_PROGRESS, c.Token, a lease that
+	// is also the window to send the refund in), then, under the payment's
+	// row lock, lets decide turn the payment into the refund's amount,
+	// reserves it on the payment and inserts the refund, all or nothing. It
+	// returns the refund as inserted and the payment as locked. Errors:
+	// idemkeys.ErrExists (the key is claimed: read it); ErrNotFound (no such
+	// payment for the merchant); decide's own error (nothing stored); *Error
+	// CodeKeyReused (the key's record was purged but its refund exists);
+	// ErrWriteUnknown (re-read the key).
+	ClaimRefund(ctx context.Context, c RefundClaim, decide func(Payment) (int64, error)) (Refund, Payment, error)
+	// Refund reads one of the merchant's refunds; ErrNotFound otherwise.
+	Refund(ctx context.Context, merchantID, id string) (Refund, error)
+	// SettleRefund records r's state (succeeded, failed, pending at the PSP,
+	// or requires_review), moves its payment's amounts with it, and stores
+	// resp for replay, only while the caller holds token.
+	// idemkeys.ErrFenced: nothing was written. ErrWriteUnknown: re-read.
+	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r Refund, resp idemkeys.Response) error
 
 	// Payment reads one of the merchant's payments; ErrNotFound otherwise.
 	Payment(ctx context.Context, merchantID, id string) (Payment, error)
 	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
 	PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error)
+}
 
-	// ClaimStale takes over up to limit unfinished keys whose lease expired, for
-	// the reconciler (which never charges), with leases ending at until. Rows
-	// locked by a concurrent claimer are skipped, never waited for.
-	ClaimStale(ctx context.Context, now, until time.Time, limit int) ([]Pending, error)
-	// Reschedule gives back a lease without settling: the lease ends now (a
-	// client retry may resume), the reconciler looks again from `after`;
-	// attempts is the new count of failed passes. idemkeys.ErrFenced when the
-	// caller no longer holds it.
-	Reschedule(ctx context.Context, ref idemkeys.Ref, held int64, after time.Time, attempts int, now time.Time) error
-	// OldestUnfinished returns when the oldest unfinished key was created; zero when none is.
-	OldestUnfinished(ctx context.Context) (time.Time, error)
-	// PurgeKeys deletes up to limit completed keys finished before `before`.
-	PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error)
+// Claim is what a fresh request writes: its key's record and its payment.
+type Claim struct {
+	Ref         idemkeys.Ref
+	Fingerprint [32]byte
+	Token       idemkeys.Token
+	// Lease is how long the claimant owns the key and may send its charge.
+	Lease   time.Duration
+	Payment Payment
+}
 
-	// ListPayments lists up to limit payments in a status, oldest first, across merchants.
-	ListPayments(ctx context.Context, status Status, limit int) ([]Payment, error)
-	// CountPayments counts payments in a status across merchants.
-	CountPayments(ctx context.Context, status Status) (int, error)
-	// Resolve applies decide to the payment with id under a row lock, stores
-	// the result, rewrites its key's stored response and records res in the
-	// audit table, all in one transaction. ErrNotFound for an unknown id.
-	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution, now time.Time) (Payment, error)
+// ConfirmClaim is what a confirm request writes: its key's record, naming
+// the payment it charges, whose status it moves to processing.
+type ConfirmClaim struct {
+	Ref         idemkeys.Ref
+	Fingerprint [32]byte
+	Token       idemkeys.Token
+	// Lease is how long the claimant owns the key and may send the charge.
+	Lease     time.Duration
+	PaymentID string
+}
 
-	// CreateMerchant stores m with its first API key (only the hash).
-	CreateMerchant(ctx context.Context, m Merchant, key APIKey) error
-	// ActiveKeysByPrefix lists the active keys sharing a visible prefix (almost
-	// always zero or one), with their merchants; the caller compares hashes.
-	ActiveKeysByPrefix(ctx context.Context, prefix string) ([]StoredKey, []Merchant, error)
-	// AddAPIKey stores another key for an existing merchant; ErrNotFound for an unknown merchant.
-	AddAPIKey(ctx context.Context, merchantID string, key APIKey, now time.Time) error
-	// RevokeAPIKey revokes the merchant's active keys with a prefix and reports how many.
-	RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error)
-	// APIKeys lists a merchant's keys, revoked ones included.
-	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
+// Reschedule is how the reconciler gives back a key it could not settle.
+type Reschedule struct {
+	// After and NotBefore: look again no sooner than After from now (by the
+	// database's clock) and no sooner than NotBefore (a database time; zero
+	// for none).
+	After     time.Duration
+	NotBefore time.Time
+	// Attempts is the new count of passes that learned nothing.
+	Attempts int
+	// NotFound records, if none is yet, that the PSP has just said
+	// authoritatively that it has no charge (the first of the two answers a
+	// "failed" needs).
+	NotFound bool
 }
 
 var (
@@ -92,8 +136,57 @@ var (
 	ErrWriteUnknown = errors.New("payments: outcome of the write is unknown")
 )
 
-// Pending is an unfinished key with its payment, as the reconciler claims it.
+// Pending is an unfinished key with what it created, as the reconciler
+// claims it: Key carries the reconciler's new token and the database's
+// clock at the claim. Payment is the key's payment, or the payment of its
+// refund when Refund is set.
 type Pending struct {
 	Key     idemkeys.Record
 	Payment Payment
+	Refund  *Refund
+}
+
+// RefundCheck is a refund pending at its PSP or in review that the refund
+// queue looks at now, with its payment; Refund.Review.After is the look's
+// mark, the fence of its writes.
+type RefundCheck struct {
+	Refund  Refund
+	Payment Payment
+	// DBNow is the database's clock at the claim.
+	DBNow time.Time
+}
+
+// Quarantined is an unfinished key the reconciler could not read (its
+// payment missing or undecodable): set aside with the reason, counted,
+// never settled by itself.
+type Quarantined struct {
+	Key    idemkeys.Record
+	Reason string
+}
+
+// Claimed is what one reconciler claim took.
+type Claimed struct {
+	Pending     []Pending
+	Quarantined []Quarantined
+}
+
+// InReview is a payment in requires_review that the review queue looks at
+// now; Payment.Review.After is the look's mark, the fence of its writes.
+type InReview struct {
+	Payment Payment
+	// DBNow is the database's clock at the claim.
+	DBNow time.Time
+}
+
+// Backlog is what is left for the reconciler and for people, on the
+// database's clock.
+type Backlog struct {
+	// OldestUnfinished is the age of the oldest key in progress (0: none).
+	OldestUnfinished time.Duration
+	// Quarantined counts unfinished keys set aside as unreadable.
+	Quarantined int
+	// NeedsReview counts payments in requires_review; OldestReview is how
+	// long the oldest has waited.
+	NeedsReview  int
+	OldestReview time.Duration
 }

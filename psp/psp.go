@@ -14,14 +14,23 @@ import (
 
 // Adapter is a payment service provider as the gateway sees it.
 //
-// Every method reports exactly one of three outcomes:
+// Every method reports exactly one of these outcomes:
 //   - a result: a nil error and a Charge (or Refund) whose Status is a business
-//     answer: Succeeded or Declined (a refund may also be Pending);
+//     answer: Succeeded, Declined, or Pending (accepted, waiting for the customer
+//     or the PSP; look again later);
+//   - rejected: an *Error with Class Rejected; the PSP (or the adapter, before
+//     sending) refused the request as permanently invalid: it certainly did
+//     nothing and the same request can never succeed;
 //   - not processed: an *Error with Class NotProcessed; the PSP certainly did nothing,
 //     so the same call may be repeated;
 //   - unknown: an *Error with Class Unknown (timeout, reset after sending, 5xx,
-//     an answer that cannot be read); the PSP may or may not have acted and only
-//     a lookup can tell.
+//     an answer that cannot be read or that does not match the request); the PSP
+//     may or may not have acted and only a lookup can tell.
+//
+// A definitive refusal of the customer's means of payment is a result
+// (Declined, with the PSP's raw code in Code), never an error, whether or not
+// the adapter knows the code. Only transport failures, 5xx, rate limits and
+// codes the PSP documents as temporary are NotProcessed or Unknown.
 //
 // The lookups add a fourth answer, ErrNotFound itself (never wrapped in an
 // *Error), when the PSP says it has no such charge or refund.
@@ -39,28 +48,39 @@ type Adapter interface {
 	// twice with the same MerchantOrderID must not charge twice when the adapter
 	// declares DedupesOrderID: the second call returns the first charge, declined
 	// or not. A second call with the same order id but another amount or
-	// currency fails NotProcessed wrapping ErrOrderConflict.
+	// currency fails wrapping ErrOrderConflict: NotProcessed when the PSP
+	// refuses it as such, Unknown (wrapping ErrMismatch too) when the PSP
+	// answers with the earlier charge. A request that
+	// Capabilities().Check refuses fails Rejected (wrapping the *CheckError)
+	// without being sent. An answer whose order id, amount or currency is not
+	// the request's fails Unknown wrapping ErrMismatch.
 	Charge(ctx context.Context, req ChargeRequest) (Charge, error)
 
 	// Lookup finds the charge made for merchantOrderID. It returns ErrNotFound
 	// when the PSP says the order does not exist (authoritative only if the
-	// adapter declares AuthoritativeLookup) and an *Error of Class Unknown
-	// when the PSP could not answer.
+	// adapter declares AuthoritativeLookup), an *Error of Class Unknown when
+	// the PSP could not answer or answered for another order id (wrapping
+	// ErrMismatch), and Rejected for an empty order id. The caller checks the
+	// amount and currency against its own record (MatchCharge).
 	Lookup(ctx context.Context, merchantOrderID string) (Charge, error)
 
 	// Refund returns req.Amount of the charge req.ChargeReference to the
 	// customer. RefundOrderID is to a refund what MerchantOrderID is to a
 	// charge: a second call with it returns the first refund and moves no more
-	// money; with another amount it fails NotProcessed wrapping
-	// ErrOrderConflict. A refund the PSP refuses (the charge is unknown, was
+	// money; with another amount it fails wrapping ErrOrderConflict, as
+	// Charge does. A refund the PSP refuses (the charge is unknown, was
 	// declined, or has less left to refund than asked) is a result with Status
 	// RefundDeclined and a DeclineCode such as RefundDeclineAmountExceeded.
+	// A request in a currency the adapter does not take fails Rejected
+	// without being sent; an answer for another refund, order, amount or
+	// currency fails Unknown wrapping ErrMismatch.
 	Refund(ctx context.Context, req RefundRequest) (Refund, error)
 
 	// LookupRefund finds the refund made for refundOrderID against the charge
 	// chargeReference (Charge.Reference). It returns ErrNotFound when the PSP
-	// has no such refund (a declined refund leaves none), and an *Error when
-	// it could not answer.
+	// has no such refund (a declined refund leaves none), an *Error when it
+	// could not answer, and Rejected, without asking, when chargeReference or
+	// refundOrderID is empty: such a lookup proves nothing.
 	LookupRefund(ctx context.Context, chargeReference, refundOrderID string) (Refund, error)
 }
 
@@ -85,15 +105,31 @@ type Capabilities struct {
 	// MaxOrderIDLen is the longest merchant (or refund) order id the PSP
 	// accepts. The gateway's order ids are 28 characters of [a-z0-9_].
 	MaxOrderIDLen int
+	// Account is the configured label of the PSP account the adapter uses
+	// (empty unless configured). Name and Account together say where a
+	// payment was sent, so that its lookups go to the same place.
+	Account string
+	// Currencies are the currencies the PSP takes, with its units and limits.
+	// Check refuses any other.
+	Currencies []Currency
+	// Checkout says what a front end needs to start the PSP's own client
+	// before the gateway confirms a payment (two-step checkout).
+	Checkout Checkout
 }
 
-// ChargeRequest is one charge. Amount is in minor units of Currency (ISO 4217).
+// ChargeRequest is one charge. Amount is in minor units of Currency (ISO
+// 4217); each adapter converts it to its PSP's units (see Currency).
 type ChargeRequest struct {
 	MerchantOrderID string
 	Amount          int64
 	Currency        string
 	PaymentMethod   string
 	Description     string
+	// AllowNextAction says the customer is at a front end that can complete a
+	// NextAction (3-D Secure, a redirect): a charge that needs one answers
+	// Pending with it. When false (one-step checkout) the adapter asks the PSP
+	// to refuse such a charge instead, which is a decline.
+	AllowNextAction bool
 }
 
 // Decline codes shared by every adapter, so that a merchant's code does not
@@ -111,18 +147,56 @@ type ChargeStatus string
 const (
 	Succeeded ChargeStatus = "succeeded"
 	Declined  ChargeStatus = "declined"
+	// Pending: accepted; waiting for the customer or the PSP (a virtual
+	// account awaiting its deposit, a card needing 3-D Secure). Look again
+	// later: a lookup, or the PSP's notification, will say Succeeded or
+	// Declined. Never a final answer.
+	Pending ChargeStatus = "pending"
 )
 
 // Charge is the PSP's record of a charge.
 type Charge struct {
 	MerchantOrderID string
 	// Reference is the PSP's own identifier for the charge.
-	Reference   string
-	Status      ChargeStatus
+	Reference string
+	Status    ChargeStatus
+	// DeclineCode names a decline in the shared vocabulary where one fits
+	// (DeclineCardDeclined, …) and is Code in lower case otherwise.
 	DeclineCode string
-	Amount      int64
-	Currency    string
+	// Code is the PSP's own raw code for a decline, verbatim, kept for the record.
+	Code     string
+	Amount   int64
+	Currency string
+	// NextAction is what a front end must do to let a Pending charge go on;
+	// nil when nothing is asked of it (a deposit is awaited).
+	NextAction *NextAction
 }
+
+// Equal reports whether c and d are the same answer, NextAction compared by
+// value.
+func (c Charge) Equal(d Charge) bool {
+	na, nb := c.NextAction, d.NextAction
+	c.NextAction, d.NextAction = nil, nil
+	if c != d || (na == nil) != (nb == nil) {
+		return false
+	}
+	return na == nil || *na == *nb
+}
+
+// NextAction is what a front end needs to continue a Pending charge.
+type NextAction struct {
+	// Type is NextActionRedirect or a PSP's own kind ("use_stripe_sdk",
+	// "toss_widget", …) that the PSP's client library understands.
+	Type string
+	// URL is where to send the customer (for a redirect).
+	URL string
+	// ClientSecret lets the PSP's client library act on the charge; secret
+	// to everyone but the paying customer's browser: never logged.
+	ClientSecret string
+}
+
+// NextActionRedirect: send the customer's browser to NextAction.URL.
+const NextActionRedirect = "redirect"
 
 // RefundRequest is one refund of (part of) a charge. Amount is in minor units
 // of Currency, which must be the charge's.
@@ -146,7 +220,8 @@ const (
 	RefundSucceeded RefundStatus = "succeeded"
 	// RefundPending: the PSP accepted the refund and will finish it later.
 	RefundPending RefundStatus = "pending"
-	// RefundDeclined: the PSP refused; no money moved. DeclineCode says why.
+	// RefundDeclined: the PSP refused; no money moved. DeclineCode says why,
+	// Code in the PSP's words.
 	RefundDeclined RefundStatus = "declined"
 )
 
@@ -168,8 +243,10 @@ type Refund struct {
 	Reference   string
 	Status      RefundStatus
 	DeclineCode string
-	Amount      int64
-	Currency    string
+	// Code is the PSP's own raw code for a declined refund, verbatim.
+	Code     string
+	Amount   int64
+	Currency string
 }
 
 // Class says what a failed PSP call means for the money.
@@ -180,6 +257,12 @@ const (
 	NotProcessed Class = iota + 1
 	// Unknown: the PSP may or may not have acted.
 	Unknown
+	// Rejected: the PSP refused the request as permanently invalid (an amount
+	// below its minimum, a currency it does not take, a malformed request):
+	// it certainly did nothing, and sending the same request again can never
+	// succeed. A final answer (the payment failed), never retried, never put
+	// in review.
+	Rejected
 )
 
 func (c Class) String() string {
@@ -188,6 +271,8 @@ func (c Class) String() string {
 		return "not_processed"
 	case Unknown:
 		return "unknown"
+	case Rejected:
+		return "rejected"
 	}
 	return fmt.Sprintf("Class(%d)", int(c))
 }
@@ -196,10 +281,15 @@ func (c Class) String() string {
 type Error struct {
 	Class Class
 	Op    string // "charge", "lookup", "refund", "lookup_refund"
-	Err   error
+	// Code is the PSP's own raw error code, verbatim, when it gave one.
+	Code string
+	Err  error
 }
 
 func (e *Error) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("psp %s: %s (%s): %v", e.Op, e.Class, e.Code, e.Err)
+	}
 	return fmt.Sprintf("psp %s: %s: %v", e.Op, e.Class, e.Err)
 }
 
@@ -209,10 +299,51 @@ var (
 	// ErrNotFound is the lookups' answer when the PSP has no charge for the
 	// order id (or no refund for the refund order id).
 	ErrNotFound = errors.New("psp: order not found")
-	// ErrOrderConflict is wrapped by the NotProcessed error of a Charge or
-	// Refund whose order id was already used with another amount or currency.
+	// ErrOrderConflict is wrapped by the error of a Charge or Refund whose
+	// order id was already used with another amount or currency: NotProcessed
+	// when the PSP refused the request for it, Unknown when it answered with
+	// the earlier charge or refund (see MatchCharge). Either way the PSP
+	// holds something else under this order id: a person must look.
 	ErrOrderConflict = errors.New("psp: order id already used with a different amount or currency")
+	// ErrMismatch is wrapped by the Unknown error of a Charge or Refund whose
+	// answer's order id, amount or currency differs from the request, and of
+	// a Lookup answered for another order id: whatever the PSP did, it was
+	// not what was asked, and only a person or a later lookup can tell.
+	ErrMismatch = errors.New("psp: answer does not match the request")
 )
+
+// MatchCharge checks that c, the answer to req (or a lookup of its order
+// id), is for req's order id, amount and currency. It returns nil, or an
+// Unknown *Error for op wrapping ErrMismatch, and ErrOrderConflict as well
+// when only the amount or currency differ: the PSP holds another charge for
+// this very order id. The payment flow uses it on lookups, whose answer the
+// adapter cannot check against an amount.
+func MatchCharge(op string, req ChargeRequest, c Charge) error {
+	if c.MerchantOrderID == req.MerchantOrderID && c.Amount == req.Amount && c.Currency == req.Currency {
+		return nil
+	}
+	err := fmt.Errorf("%w: asked for order %q, %d %s; the PSP answered for order %q, %d %s",
+		ErrMismatch, req.MerchantOrderID, req.Amount, req.Currency, c.MerchantOrderID, c.Amount, c.Currency)
+	if c.MerchantOrderID == req.MerchantOrderID {
+		err = fmt.Errorf("%w: %w", ErrOrderConflict, err)
+	}
+	return &Error{Class: Unknown, Op: op, Err: err}
+}
+
+// MatchRefund is MatchCharge for a refund: refund order id, charge order
+// id, amount and currency.
+func MatchRefund(op string, req RefundRequest, r Refund) error {
+	if r.RefundOrderID == req.RefundOrderID && r.MerchantOrderID == req.MerchantOrderID &&
+		r.Amount == req.Amount && r.Currency == req.Currency {
+		return nil
+	}
+	err := fmt.Errorf("%w: asked for refund %q of order %q, %d %s; the PSP answered for refund %q of order %q, %d %s",
+		ErrMismatch, req.RefundOrderID, req.MerchantOrderID, req.Amount, req.Currency, r.RefundOrderID, r.MerchantOrderID, r.Amount, r.Currency)
+	if r.RefundOrderID == req.RefundOrderID && r.MerchantOrderID == req.MerchantOrderID {
+		err = fmt.Errorf("%w: %w", ErrOrderConflict, err)
+	}
+	return &Error{Class: Unknown, Op: op, Err: err}
+}
 
 // ClassOf returns the class of err, and false when err is not an *Error.
 func ClassOf(err error) (Class, bool) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gateway/db/dbtest"
+	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp/fake"
 	"gateway/reconcile"
@@ -28,8 +29,7 @@ func BenchmarkReconcile(b *testing.B) {
 				dbx := dbtest.MustOpen(b)
 				st := store.New(dbx)
 				m := fake.New(fake.WithCreationWindow(time.Minute))
-				now := time.Now().UTC().Truncate(time.Microsecond)
-				if _, err := reconciletest.SeedStale(context.Background(), dbx, m, rows, now.Add(-time.Hour)); err != nil {
+				if _, err := reconciletest.SeedStale(context.Background(), dbx, m, rows, time.Hour); err != nil {
 					b.Fatal(err)
 				}
 				m.SetLatency(20 * time.Millisecond)
@@ -38,7 +38,7 @@ func BenchmarkReconcile(b *testing.B) {
 				b.StartTimer()
 				start := time.Now()
 				for i := range replicas {
-					r := reconcile.New(st, m, reconcile.Config{Lease: time.Minute, PSPTimeout: 5 * time.Second})
+					r := reconcile.New(st, payments.OnePSP(m), reconcile.Config{Lease: time.Minute, PSPTimeout: 5 * time.Second})
 					wg.Add(1)
 					go func() {
 						defer wg.Done()

@@ -1,14 +1,18 @@
 // Package reconcile owns the reconciler: the job that settles every payment
-// a crash, a deploy or a lost PSP response left unfinished, by asking the PSP
-// what really happened, and that purges idempotency keys past retention. It
-// never charges. Any number of replicas may run it at once: rows are claimed
-// with SKIP LOCKED and every write is fenced on the lease version.
+// a crash, a deploy or a lost PSP response left unfinished, by asking the
+// payment's own PSP what really happened; that keeps looking at payments in
+// review until their PSP answers with authority; and that purges idempotency
+// keys past retention. It never charges. Any number of replicas may run it
+// at once: rows are claimed with SKIP LOCKED and every write is fenced.
+// Every time it compares is the database's (design §14).
 package reconcile
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -16,6 +20,53 @@ import (
 	"gateway/payments"
 	"gateway/psp"
 )
+
+// Store is what the reconciler reads and writes. Every write after a claim
+// is fenced on what the claim returned.
+type Store interface {
+	// ClaimStale takes over up to limit unfinished keys whose lease expired
+	// and whose next look is due, with leases of `lease`, and sets aside the
+	// unreadable ones. Rows locked by a concurrent claimer are skipped.
+	ClaimStale(ctx context.Context, lease time.Duration, limit int) (payments.Claimed, error)
+	// Settle records a payment's final state (or its review) and its key's
+	// stored answer while the caller holds token; idemkeys.ErrFenced otherwise.
+	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error
+	// Reschedule gives back a lease without settling; idemkeys.ErrFenced when
+	// the caller no longer holds it.
+	Reschedule(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Reschedule) error
+	// PurgeKeys deletes up to limit completed keys older than retention.
+	PurgeKeys(ctx context.Context, retention time.Duration, limit int) (int64, error)
+	// Backlog reports what is left unfinished and in review.
+	Backlog(ctx context.Context) (payments.Backlog, error)
+	// ClaimReview marks up to limit payments in review, due for a look, as
+	// looked at for `lease`.
+	ClaimReview(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error)
+	// RescheduleReview sets a payment in review's next look, fenced on the
+	// claim's mark; idemkeys.ErrFenced when another look or a person moved it.
+	RescheduleReview(ctx context.Context, p payments.Payment, r payments.Reschedule) error
+	// Resolve applies decide to a payment under its row lock with an audit row.
+	Resolve(ctx context.Context, id string, decide func(payments.Payment) (payments.Payment, error), res payments.Resolution) (payments.Payment, error)
+
+	// SettleRefund records an unfinished refund's state and its key's answer
+	// while the caller holds token; idemkeys.ErrFenced otherwise.
+	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Refund, resp idemkeys.Response) error
+	// ClaimRefundChecks marks up to limit refunds pending at their PSP or in
+	// review, due for a look, as looked at for `lease`.
+	ClaimRefundChecks(ctx context.Context, lease time.Duration, limit int) ([]payments.RefundCheck, error)
+	// RescheduleRefundCheck sets such a refund's next look, fenced on the claim's mark.
+	RescheduleRefundCheck(ctx context.Context, r payments.Refund, rs payments.Reschedule) error
+	// ResolveRefund applies decide to a refund under its and its payment's
+	// row locks, moving the payment's amounts with it, with an audit row.
+	ResolveRefund(ctx context.Context, id string, decide func(payments.Refund) (payments.Refund, error), res payments.Resolution) (payments.Refund, error)
+
+	// ClaimActions is ClaimReview for payments waiting for their customer
+	// (requires_action); RescheduleReview and Resolve settle them likewise.
+	ClaimActions(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error)
+	// ExpireUnconfirmed cancels up to limit payments still awaiting their
+	// confirmation past their expiry, with a compare-and-set on the status,
+	// skipping those a confirm holds, and returns them.
+	ExpireUnconfirmed(ctx context.Context, limit int) ([]payments.Payment, error)
+}
 
 // Config tunes a reconciler.
 type Config struct {
@@ -28,20 +79,36 @@ type Config struct {
 	// Concurrency bounds the lookups in flight.
 	Concurrency int
 	// MaxAttempts is how many passes may fail to learn an outcome before the
-	// payment is handed to ops as requires_review.
+	// payment is handed to the review queue as requires_review.
 	MaxAttempts int
 	// BackoffBase and BackoffMax shape the wait between failed passes on one
-	// key: base, 2×base, 4×base … capped at max.
+	// key: base, 2×base, 4×base … capped at max, each with ±20 % jitter.
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
+	// ReviewBackoffBase and ReviewBackoffMax shape the review queue's looks
+	// at one payment the same way.
+	ReviewBackoffBase time.Duration
+	ReviewBackoffMax  time.Duration
+	// ActionBackoffBase and ActionBackoffMax shape the looks at a payment
+	// waiting for its customer (3-D Secure, a deposit) the same way.
+	ActionBackoffBase time.Duration
+	ActionBackoffMax  time.Duration
 	// Retention is how long a completed key keeps its stored response.
 	Retention time.Duration
-	// PurgeBatch is how many keys one DELETE removes.
+	// PurgeBatch is how many keys one DELETE removes; PurgePause is the rest
+	// between two, so that a large purge never crowds out payments.
 	PurgeBatch int
-	// Now is the clock; time.Now when nil.
+	PurgePause time.Duration
+	// Now is this process's clock, for how much of its own lease is left; the
+	// rest is judged on the database's clock. time.Now when nil.
 	Now func() time.Time
+	// Gate, when set, says whether this replica may claim now (see
+	// payments.Config.Gate); a closed gate skips the pass.
+	Gate func() error
 	// Logger receives one event per settlement; keys are hashed.
 	Logger *slog.Logger
+	// Hasher names keys and merchants in logs and reports.
+	Hasher *idemkeys.Hasher
 	// Observer is told what each pass did, for metrics; nil observes nothing.
 	Observer Observer
 }
@@ -49,52 +116,86 @@ type Config struct {
 // Observer is told what the reconciler does. Implementations must be safe
 // for concurrent use.
 type Observer interface {
-	// Settled counts one key's outcome.
+	// Settled counts one key's (or one reviewed payment's) outcome.
 	Settled(o Outcome)
 	// Purged counts deleted keys.
 	Purged(n int64)
-	// PassDone reports, after a pass, the payments awaiting review and the age
-	// of the oldest unfinished key (0 when there is none).
-	PassDone(needsReview int, oldestUnfinished time.Duration)
+	// PassDone reports, after a pass, what is left unfinished and in review.
+	PassDone(b payments.Backlog)
 }
 
 type noObserver struct{}
 
-func (noObserver) Settled(Outcome)             {}
-func (noObserver) Purged(int64)                {}
-func (noObserver) PassDone(int, time.Duration) {}
+func (noObserver) Settled(Outcome)           {}
+func (noObserver) Purged(int64)              {}
+func (noObserver) PassDone(payments.Backlog) {}
+
+// Defaults of the reconciler's own settings; the flow's (lease, PSP
+// timeout, retention) come from package payments.
+const (
+	DefaultBatchSize         = 100
+	DefaultConcurrency       = 16
+	DefaultMaxAttempts       = 10
+	DefaultBackoffBase       = 30 * time.Second
+	DefaultBackoffMax        = 30 * time.Minute
+	DefaultReviewBackoffBase = payments.ReviewFirstLook
+	DefaultReviewBackoffMax  = time.Hour
+	DefaultActionBackoffBase = payments.ActionFirstLook
+	DefaultActionBackoffMax  = time.Hour
+	DefaultPurgeBatch        = 500
+	DefaultPurgePause        = 5 * time.Millisecond
+	DefaultSchedule          = "@every 30s"
+)
 
 // Defaults for fields left zero.
 func (c *Config) setDefaults() {
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = payments.DefaultLease
 	}
 	if c.PSPTimeout == 0 {
-		c.PSPTimeout = 10 * time.Second
+		c.PSPTimeout = payments.DefaultPSPTimeout
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 100
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 16
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.BackoffBase == 0 {
-		c.BackoffBase = 30 * time.Second
+		c.BackoffBase = DefaultBackoffBase
 	}
 	if c.BackoffMax == 0 {
-		c.BackoffMax = 30 * time.Minute
+		c.BackoffMax = DefaultBackoffMax
+	}
+	if c.ReviewBackoffBase == 0 {
+		c.ReviewBackoffBase = DefaultReviewBackoffBase
+	}
+	if c.ReviewBackoffMax == 0 {
+		c.ReviewBackoffMax = DefaultReviewBackoffMax
+	}
+	if c.ActionBackoffBase == 0 {
+		c.ActionBackoffBase = DefaultActionBackoffBase
+	}
+	if c.ActionBackoffMax == 0 {
+		c.ActionBackoffMax = DefaultActionBackoffMax
 	}
 	if c.Retention == 0 {
-		c.Retention = 7 * 24 * time.Hour
+		c.Retention = payments.DefaultRetention
 	}
 	if c.PurgeBatch == 0 {
-		c.PurgeBatch = 500
+		c.PurgeBatch = DefaultPurgeBatch
+	}
+	if c.Gate == nil {
+		c.Gate = func() error { return nil }
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Hasher == nil {
+		c.Hasher = idemkeys.NewHasher(nil)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -104,39 +205,94 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Outcome is what one pass did with one key.
+// Outcome is what one pass did with one key or one payment in review.
 type Outcome string
 
 const (
 	// Succeeded, Declined: the PSP had the charge; the payment is settled with it.
 	Succeeded Outcome = "succeeded"
 	Declined  Outcome = "declined"
-	// Failed: the PSP authoritatively never charged and the creation window is over.
+	// Failed: proven never charged (two authoritative "not found" answers a
+	// creation window apart, or every send refused unprocessed).
 	Failed Outcome = "failed"
-	// Deferred: the PSP has no charge yet, but one may still appear; look again later.
+	// Deferred: no charge at the PSP yet, but proof that none will come is
+	// not complete; looked at again when it can be.
 	Deferred Outcome = "deferred"
 	// Retrying: the PSP could not answer; the attempt is counted and backed off.
 	Retrying Outcome = "retrying"
-	// Review: attempts exhausted; the payment is requires_review for ops.
+	// Review: attempts exhausted, or the PSP's answer does not match the
+	// payment; the payment is requires_review and joins the review queue.
 	Review Outcome = "requires_review"
+	// StillInReview: a payment in review whose PSP still gave no answer that
+	// settles it; looked at again later.
+	StillInReview Outcome = "still_in_review"
+	// AwaitingCustomer: a payment in requires_action whose PSP still waits
+	// for the customer (3-D Secure, a deposit), or could not say; looked at
+	// again later.
+	AwaitingCustomer Outcome = "awaiting_customer"
+	// Canceled: a payment awaiting confirmation past its expiry; canceled.
+	Canceled Outcome = "canceled"
+	// Unconfigured: the payment's PSP is not configured on this replica; left
+	// alone for a replica that has it, or for a person.
+	Unconfigured Outcome = "psp_not_configured"
+	// Quarantined: the key's row cannot be read (its payment missing or
+	// undecodable); set aside, never settled by itself.
+	Quarantined Outcome = "quarantined"
 	// Fenced: another worker took the key over meanwhile; it owns the outcome.
 	Fenced Outcome = "fenced"
-	// Error: a database error; the lease will expire and a later pass retries.
-	Error Outcome = "error"
+	// DatabaseError: a database error; the lease will expire and a later pass retries.
+	DatabaseError Outcome = "error"
 )
 
 // Outcomes lists every outcome in report order.
-var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, Fenced, Error}
+var Outcomes = []Outcome{Succeeded, Declined, Failed, Deferred, Retrying, Review, StillInReview, AwaitingCustomer, Canceled,
+	Unconfigured, Quarantined, Fenced, DatabaseError}
 
-// Result is one key's outcome in a pass.
+// Meaning says what an outcome means, for reports.
+func Meaning(o Outcome) string {
+	switch o {
+	case Succeeded:
+		return "the PSP had the charge; payment settled succeeded"
+	case Declined:
+		return "the PSP declined it; payment settled declined"
+	case Failed:
+		return "proven never charged; payment failed"
+	case Deferred:
+		return "not at the PSP; proof that it never will be is not complete yet"
+	case Retrying:
+		return "the PSP could not answer; retried with back-off"
+	case Review:
+		return "unresolvable for now; in the review queue (looked at again; gateway payments resolve)"
+	case StillInReview:
+		return "in review; the PSP still gave no settling answer"
+	case AwaitingCustomer:
+		return "waiting for the customer (3-D Secure, a deposit); looked at again later"
+	case Canceled:
+		return "never confirmed before its expiry; canceled"
+	case Unconfigured:
+		return "the payment's PSP is not configured on this replica; left alone"
+	case Quarantined:
+		return "the row cannot be read; set aside for a person"
+	case Fenced:
+		return "another worker took the payment over meanwhile"
+	case DatabaseError:
+		return "database error; retried on a later pass"
+	}
+	return string(o)
+}
+
+// Result is one key's (or reviewed payment's) outcome in a pass.
 type Result struct {
-	PaymentID  string        `json:"payment_id"`
-	MerchantID string        `json:"merchant_id"`
-	Key        string        `json:"key_hash"`
-	Outcome    Outcome       `json:"outcome"`
-	Attempts   int           `json:"attempts"`
-	Age        time.Duration `json:"age_ns"`
-	Detail     string        `json:"detail,omitempty"`
+	PaymentID  string  `json:"payment_id"`
+	RefundID   string  `json:"refund_id,omitempty"`
+	MerchantID string  `json:"merchant_id"`
+	Key        string  `json:"key_hash,omitempty"`
+	Outcome    Outcome `json:"outcome"`
+	Attempts   int     `json:"attempts"`
+	// InReview is true for a payment the review queue looked at.
+	InReview bool          `json:"in_review"`
+	Age      time.Duration `json:"age_ns"`
+	Detail   string        `json:"detail,omitempty"`
 }
 
 // Summary is what a pass did.
@@ -145,72 +301,83 @@ type Summary struct {
 	Counts  map[Outcome]int `json:"counts"`
 	Purged  int64           `json:"purged_keys"`
 	// NeedsReview counts every payment in requires_review after the pass, not only new ones.
-	NeedsReview int           `json:"needs_review"`
-	Elapsed     time.Duration `json:"elapsed_ns"`
+	NeedsReview int `json:"needs_review"`
+	// Backlog is what the pass left unfinished and in review.
+	Backlog payments.Backlog `json:"-"`
+	Elapsed time.Duration    `json:"elapsed_ns"`
 }
 
 // Reconciler settles unfinished payments.
 type Reconciler struct {
-	store payments.Store
-	psp   psp.Adapter
+	store Store
+	psps  *payments.PSPs
 	cfg   Config
 	log   *slog.Logger
+	hash  *idemkeys.Hasher
 }
 
-// New returns a Reconciler asking adapter and writing to store.
-func New(store payments.Store, adapter psp.Adapter, cfg Config) *Reconciler {
+// New returns a Reconciler asking the payments' own PSPs among psps and
+// writing to store.
+func New(store Store, psps *payments.PSPs, cfg Config) *Reconciler {
 	cfg.setDefaults()
-	return &Reconciler{store: store, psp: adapter, cfg: cfg, log: cfg.Logger}
+	return &Reconciler{store: store, psps: psps, cfg: cfg, log: cfg.Logger, hash: cfg.Hasher}
 }
 
 // maxPerPass bounds one pass, so a flood of new stale keys cannot keep it running forever.
 const maxPerPass = 1_000_000
 
-// RunOnce claims and settles stale keys until none is left, then purges keys
-// past retention. Claiming runs one batch ahead of the lookups so the PSP
-// calls never wait on a claim transaction. A key handled in this pass is not
-// claimed again by it: every outcome either completes the key or moves its
-// next look into the future.
+// job is one claimed key, one payment in review or waiting for its
+// customer, or one refund to check.
+type job struct {
+	pending *payments.Pending
+	review  *payments.InReview
+	action  *payments.InReview
+	refund  *payments.RefundCheck
+}
+
+// RunOnce claims and settles stale keys until none is left, looks at the
+// payments in review that are due, then purges keys past retention.
+// Claiming runs one batch ahead of the lookups so the PSP calls never wait
+// on a claim transaction. A key handled in this pass is not claimed again by
+// it: every outcome either completes the key or moves its next look into
+// the future. One unreadable row never stops a pass: it is quarantined.
 func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Counts: map[Outcome]int{}}
+	if err := r.cfg.Gate(); err != nil {
+		return sum, fmt.Errorf("reconcile: pass skipped: %w", err)
+	}
 	// Claimed leases tick while they wait: claim no more than the workers can
 	// start at once, hand them over unbuffered, and let a worker skip a key
 	// whose lease ran too short, so a slow PSP cannot make this pass race
 	// its own expired leases.
 	batch := min(r.cfg.BatchSize, r.cfg.Concurrency)
-	work := make(chan payments.Pending)
+	work := make(chan job)
 	results := make(chan Result, batch)
 	var workers sync.WaitGroup
 	for range r.cfg.Concurrency {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			for p := range work {
-				results <- r.settle(ctx, p)
+			for j := range work {
+				switch {
+				case j.pending != nil:
+					results <- r.settle(ctx, *j.pending)
+				case j.review != nil:
+					results <- r.reexamine(ctx, *j.review)
+				case j.action != nil:
+					results <- r.recheckAction(ctx, *j.action)
+				default:
+					results <- r.recheckRefund(ctx, *j.refund)
+				}
 			}
 		}()
 	}
 	claimErr := make(chan error, 1)
 	go func() {
 		defer close(work)
-		claimed := 0
-		for claimed < maxPerPass && ctx.Err() == nil {
-			now := r.now()
-			claimedNow, err := r.store.ClaimStale(ctx, now, now.Add(r.cfg.Lease), batch)
-			if err != nil {
-				claimErr <- err
-				return
-			}
-			if len(claimedNow) == 0 {
-				break
-			}
-			claimed += len(claimedNow)
-			for _, p := range claimedNow {
-				work <- p
-			}
-		}
-		claimErr <- ctx.Err()
+		claimErr <- errors.Join(r.claimUnfinished(ctx, batch, work, results), r.claimReview(ctx, batch, work),
+			r.claimActions(ctx, batch, work), r.claimRefundChecks(ctx, batch, work))
 	}()
 	go func() { workers.Wait(); close(results) }()
 	for res := range results {
@@ -218,163 +385,322 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 		sum.Counts[res.Outcome]++
 		r.cfg.Observer.Settled(res.Outcome)
 	}
-	if err := <-claimErr; err != nil {
-		return r.finish(ctx, sum, start), err
+	err := <-claimErr
+	expired, eerr := r.expire(ctx)
+	for _, res := range expired {
+		sum.Results = append(sum.Results, res)
+		sum.Counts[res.Outcome]++
+		r.cfg.Observer.Settled(res.Outcome)
 	}
-	purged, err := r.Purge(ctx)
+	err = errors.Join(err, eerr)
+	// The purge runs whatever the claims met: it needs no row to be readable.
+	purged, perr := r.Purge(ctx)
 	sum.Purged = purged
-	return r.finish(ctx, sum, start), err
+	return r.finish(ctx, sum, start), errors.Join(err, perr)
+}
+
+func (r *Reconciler) claimUnfinished(ctx context.Context, batch int, work chan<- job, results chan<- Result) error {
+	claimed := 0
+	for claimed < maxPerPass && ctx.Err() == nil {
+		readAt := r.cfg.Now()
+		c, err := r.store.ClaimStale(ctx, r.cfg.Lease, batch)
+		if err != nil {
+			return err
+		}
+		for _, q := range c.Quarantined {
+			results <- r.logged(q.Key.Ref, q.Key.Token, Result{
+				PaymentID: q.Key.PaymentID, MerchantID: q.Key.MerchantID, Key: r.hash.Key(q.Key.Ref),
+				Outcome: Quarantined, Detail: q.Reason,
+			})
+		}
+		if len(c.Pending) == 0 && len(c.Quarantined) == 0 {
+			return nil
+		}
+		claimed += len(c.Pending) + len(c.Quarantined)
+		for i := range c.Pending {
+			c.Pending[i].Key.ReadAt = readAt
+			work <- job{pending: &c.Pending[i]}
+		}
+	}
+	return ctx.Err()
+}
+
+func (r *Reconciler) claimReview(ctx context.Context, batch int, work chan<- job) error {
+	return r.claimLooks(ctx, batch, work, r.store.ClaimReview, func(item *payments.InReview) job { return job{review: item} })
+}
+
+func (r *Reconciler) claimActions(ctx context.Context, batch int, work chan<- job) error {
+	return r.claimLooks(ctx, batch, work, r.store.ClaimActions, func(item *payments.InReview) job { return job{action: item} })
+}
+
+// claimLooks hands the payments claim marks as looked at to the workers.
+func (r *Reconciler) claimLooks(ctx context.Context, batch int, work chan<- job,
+	claim func(context.Context, time.Duration, int) ([]payments.InReview, error), as func(*payments.InReview) job) error {
+	claimed := 0
+	for claimed < maxPerPass && ctx.Err() == nil {
+		items, err := claim(ctx, r.cfg.Lease, batch)
+		if err != nil || len(items) == 0 {
+			return err
+		}
+		claimed += len(items)
+		for i := range items {
+			work <- as(&items[i])
+		}
+	}
+	return ctx.Err()
 }
 
 func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) Summary {
-	n, err := r.store.CountPayments(ctx, payments.RequiresReview)
+	b, err := r.store.Backlog(ctx)
 	if err != nil {
-		r.log.Error("count payments in review", "err", err)
-	}
-	sum.NeedsReview = n
-	var age time.Duration
-	oldest, oerr := r.store.OldestUnfinished(ctx)
-	if oerr != nil {
-		r.log.Error("find the oldest unfinished key", "err", oerr)
-	} else if !oldest.IsZero() {
-		age = r.now().Sub(oldest)
-	}
-	if err == nil && oerr == nil {
 		// A failed read must not look like "nothing stuck": the gauges keep their last values.
-		r.cfg.Observer.PassDone(n, age)
+		r.log.Error("read the backlog", "err", err)
+	} else {
+		r.cfg.Observer.PassDone(b)
 	}
+	sum.Backlog, sum.NeedsReview = b, b.NeedsReview
 	sum.Elapsed = time.Since(start)
 	return sum
 }
 
-// settle decides one key. The lookup runs outside any transaction; every
-// write after it is fenced on the version ClaimStale gave us.
+// subject is what an unfinished key created, in the terms the reconciler
+// settles it in: a payment's charge, or a refund.
+type subject struct {
+	id  string
+	psp string
+	// lookup asks the PSP and says what to record: the write of the
+	// subject's new state (final, or requires_review) and its outcome; or,
+	// pending, that the PSP holds it and it is to be looked at later. err is
+	// the lookup's own (psp.ErrNotFound, a failure) or an unreadable answer.
+	lookup func(ctx context.Context, a psp.Adapter) (record func(context.Context) error, o Outcome, detail string, pending bool, err error)
+	// fail is the write of "proven never sent"; review that of requires_review.
+	fail   func(context.Context) error
+	review func(why string) func(context.Context) error
+}
+
+// subjectOf is what p's key created.
+func (r *Reconciler) subjectOf(p payments.Pending) subject {
+	key, pay := p.Key, p.Payment
+	if p.Refund != nil {
+		return r.refundSubject(key, pay, *p.Refund)
+	}
+	write := func(pay payments.Payment) func(context.Context) error {
+		return func(ctx context.Context) error {
+			return r.store.Settle(ctx, key.Ref, key.Token, pay, payments.Render(pay))
+		}
+	}
+	return subject{
+		id:  pay.ID,
+		psp: pay.PSP,
+		lookup: func(ctx context.Context, a psp.Adapter) (func(context.Context) error, Outcome, string, bool, error) {
+			c, err := a.Lookup(ctx, pay.MerchantOrderID)
+			if err != nil {
+				return nil, "", "", false, err
+			}
+			settled, err := payments.ApplyCharge(pay, c)
+			switch {
+			case errors.Is(err, payments.ErrChargePending) && key.Ref.Endpoint == payments.EndpointConfirmPayment:
+				// A confirm's customer is at a front end: the payment waits
+				// for it, as the live confirm would have recorded.
+				return write(payments.AwaitCustomer(pay, c)), AwaitingCustomer, "the PSP waits for the customer", false, nil
+			case errors.Is(err, payments.ErrChargePending):
+				return nil, "", "", true, nil
+			case err != nil:
+				return nil, "", "", false, err
+			}
+			return write(settled), outcomeOf(settled.Status), settled.ReviewReason, false, nil
+		},
+		fail: func(ctx context.Context) error {
+			failed := pay
+			failed.Status, failed.DeclineCode = payments.Failed, payments.DeclineNotProcessed
+			return write(failed)(ctx)
+		},
+		review: func(why string) func(context.Context) error {
+			reviewed := pay
+			reviewed.Status, reviewed.ReviewReason = payments.RequiresReview, why
+			return write(reviewed)
+		},
+	}
+}
+
+// settle decides one unfinished key. The lookup runs outside any
+// transaction; every write after it is fenced on the claim's token.
 func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 	key, pay := p.Key, p.Payment
+	sub := r.subjectOf(p)
 	res := Result{
 		PaymentID:  pay.ID,
 		MerchantID: pay.MerchantID,
-		Key:        idemkeys.Hash(key.Ref),
+		Key:        r.hash.Key(key.Ref),
 		Attempts:   key.ReconcileAttempts,
-		Age:        r.now().Sub(pay.CreatedAt),
+		Age:        key.DBNow.Sub(pay.CreatedAt),
 	}
-	if left := key.LockedUntil.Sub(r.now()); left < r.cfg.PSPTimeout {
+	if p.Refund != nil {
+		res.RefundID, res.Age = p.Refund.ID, key.DBNow.Sub(p.Refund.CreatedAt)
+	}
+	// The claim's lease ends no earlier, in this process's time, than this.
+	if left := key.ReadAt.Add(r.cfg.Lease).Sub(r.cfg.Now()); left < r.cfg.PSPTimeout {
 		// Not enough lease left to look up and write: leave it to expire and be claimed afresh.
 		res.Outcome, res.Detail = Fenced, "lease ran short before the lookup"
-		return r.logged(key, res)
+		return r.logged(key.Ref, key.Token, res)
+	}
+	adapter, ok := r.psps.For(sub.psp)
+	if !ok {
+		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", sub.psp)
+		return r.reschedule(ctx, key, res, payments.Reschedule{After: r.cfg.BackoffMax, Attempts: key.ReconcileAttempts})
+	}
+	if key.NothingSent() {
+		// Every send the key was allowed ended "not processed" or never left.
+		res.Outcome, res.Detail = Failed, fmt.Sprintf("all %d attempt(s) to send certainly did nothing", key.ChargeAttempts)
+		return r.written(ctx, key, res, sub.fail)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
-	charge, err := r.psp.Lookup(lctx, pay.MerchantOrderID)
+	record, o, detail, pending, err := sub.lookup(lctx, adapter)
 	cancel()
-	caps := r.psp.Capabilities()
-	now := r.now()
+	caps := adapter.Capabilities()
 	switch {
+	case err == nil && pending:
+		// Accepted and waiting (a deposit, the customer): not a failed
+		// look, so no attempt is spent; looked at again on the back-off.
+		res.Outcome, res.Detail = Deferred, "pending at the PSP"
+		return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(r.cfg.BackoffBase), Attempts: key.ReconcileAttempts})
 	case err == nil:
-		switch charge.Status {
-		case psp.Succeeded:
-			pay.Status, res.Outcome = payments.Succeeded, Succeeded
-		case psp.Declined:
-			pay.Status, res.Outcome = payments.Declined, Declined
-		default:
-			return r.retry(ctx, p, res, "psp returned status "+string(charge.Status), now)
-		}
-		pay.PSPReference, pay.DeclineCode = charge.Reference, charge.DeclineCode
-		return r.complete(ctx, key, pay, res, now)
+		res.Outcome, res.Detail = o, detail
+		return r.written(ctx, key, res, record)
 	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
-		settleAt := key.MayChargeUntil.Add(caps.CreationWindow)
-		if now.Before(settleAt) {
-			// A charge sent under the last lease may still appear: look again once it cannot.
-			res.Outcome = Deferred
-			res.Detail = "not at the PSP yet; decidable at " + settleAt.UTC().Format(time.RFC3339)
-			return r.reschedule(ctx, key, res, settleAt, key.ReconcileAttempts, now)
-		}
-		pay.Status, pay.DeclineCode = payments.Failed, payments.DeclineNotProcessed
-		res.Outcome = Failed
-		res.Detail = "the PSP never processed it"
-		return r.complete(ctx, key, pay, res, now)
+		return r.notFound(ctx, key, sub, res, caps.CreationWindow)
 	case errors.Is(err, psp.ErrNotFound):
-		return r.retry(ctx, p, res, "not found, but the PSP's lookup is not authoritative", now)
+		return r.retry(ctx, key, sub, res, "not found, but the PSP's lookup is not authoritative")
 	}
-	return r.retry(ctx, p, res, err.Error(), now)
+	return r.retry(ctx, key, sub, res, err.Error())
 }
 
-// retry counts a pass that learned nothing, backs off, and hands the payment
-// to ops once the attempts are spent. It never guesses an outcome.
-func (r *Reconciler) retry(ctx context.Context, p payments.Pending, res Result, why string, now time.Time) Result {
-	key, pay := p.Key, p.Payment
+// notFound weighs an authoritative "no such charge" (or refund). "Failed"
+// needs proof that nothing can still appear: the database's clock at the
+// claim (which preceded the lookup) is past may_charge_until plus the
+// creation window, and an earlier authoritative "not found", recorded under
+// a reconciler's own lease after its lookup, is itself a creation window
+// old. Anything less defers the verdict; nothing is guessed.
+func (r *Reconciler) notFound(ctx context.Context, key idemkeys.Record, sub subject, res Result, window time.Duration) Result {
+	switch {
+	case key.MayChargeUntil.IsZero():
+		return r.retry(ctx, key, sub, res, "no record of when the last send could have left")
+	case key.DBNow.Before(key.MayChargeUntil.Add(window)):
+		at := key.MayChargeUntil.Add(window)
+		res.Outcome, res.Detail = Deferred, "not at the PSP yet; it may still appear until "+at.UTC().Format(time.RFC3339)
+		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
+	case key.NotFoundAt.IsZero():
+		res.Outcome, res.Detail = Deferred, "first authoritative not-found; confirmed after the creation window"
+		return r.reschedule(ctx, key, res, payments.Reschedule{After: window, Attempts: key.ReconcileAttempts, NotFound: true})
+	case key.DBNow.Before(key.NotFoundAt.Add(window)):
+		at := key.NotFoundAt.Add(window)
+		res.Outcome, res.Detail = Deferred, "second not-found due at "+at.UTC().Format(time.RFC3339)
+		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
+	}
+	res.Outcome, res.Detail = Failed, "the PSP has none, twice a creation window apart"
+	return r.written(ctx, key, res, sub.fail)
+}
+
+func outcomeOf(s payments.Status) Outcome {
+	switch s {
+	case payments.Succeeded:
+		return Succeeded
+	case payments.Declined:
+		return Declined
+	case payments.Failed:
+		return Failed
+	}
+	return Review
+}
+
+// retry counts a pass that learned nothing, backs off, and hands the
+// subject to the review queue once the attempts are spent. It never guesses.
+func (r *Reconciler) retry(ctx context.Context, key idemkeys.Record, sub subject, res Result, why string) Result {
 	res.Attempts = key.ReconcileAttempts + 1
 	res.Detail = why
 	if res.Attempts >= r.cfg.MaxAttempts {
 		res.Outcome = Review
-		pay.Status = payments.RequiresReview
-		return r.complete(ctx, key, pay, res, now)
+		return r.written(ctx, key, res, sub.review(fmt.Sprintf("%d lookups learned nothing; the last: %s", res.Attempts, why)))
 	}
 	res.Outcome = Retrying
-	return r.reschedule(ctx, key, res, now.Add(r.backoff(res.Attempts)), res.Attempts, now)
+	return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, res.Attempts)), Attempts: res.Attempts})
 }
 
 // backoff is base × 2^(attempts-1), capped.
-func (r *Reconciler) backoff(attempts int) time.Duration {
-	d := r.cfg.BackoffBase
-	for i := 1; i < attempts && d < r.cfg.BackoffMax; i++ {
+func backoff(base, max time.Duration, attempts int) time.Duration {
+	d := base
+	for i := 1; i < attempts && d < max; i++ {
 		d *= 2
 	}
-	return min(d, r.cfg.BackoffMax)
+	return min(d, max)
 }
 
-// complete stores the final state and the response a retry will replay,
-// rendered by the same function as the live path's.
-func (r *Reconciler) complete(ctx context.Context, key idemkeys.Record, pay payments.Payment, res Result, now time.Time) Result {
-	pay.UpdatedAt = now
-	err := r.store.Settle(ctx, key.Ref, key.LeaseVersion, pay, payments.Render(pay), now)
-	return r.logged(key, r.written(res, err))
+// jitter spreads d over ±20 %, so that payments stuck together (a PSP
+// outage) are not all looked at again at the same instant.
+func jitter(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-func (r *Reconciler) reschedule(ctx context.Context, key idemkeys.Record, res Result, after time.Time, attempts int, now time.Time) Result {
-	err := r.store.Reschedule(ctx, key.Ref, key.LeaseVersion, after, attempts, now)
-	return r.logged(key, r.written(res, err))
+// written runs the write that stores a subject's new state and the answer
+// a retry will replay (rendered by the same functions as the live path's),
+// and reports it.
+func (r *Reconciler) written(ctx context.Context, key idemkeys.Record, res Result, write func(context.Context) error) Result {
+	return r.logged(key.Ref, key.Token, r.outcome(res, write(ctx)))
 }
 
-func (r *Reconciler) written(res Result, err error) Result {
+func (r *Reconciler) reschedule(ctx context.Context, key idemkeys.Record, res Result, rs payments.Reschedule) Result {
+	err := r.store.Reschedule(ctx, key.Ref, key.Token, rs)
+	return r.logged(key.Ref, key.Token, r.outcome(res, err))
+}
+
+// outcome is res as the write that ended it left it.
+func (r *Reconciler) outcome(res Result, err error) Result {
 	switch {
 	case err == nil:
 	case errors.Is(err, idemkeys.ErrFenced):
 		res.Outcome, res.Detail = Fenced, "another worker took the key over"
 	default:
-		res.Outcome, res.Detail = Error, err.Error()
+		res.Outcome, res.Detail = DatabaseError, err.Error()
 	}
 	return res
 }
 
-func (r *Reconciler) logged(key idemkeys.Record, res Result) Result {
+func (r *Reconciler) logged(ref idemkeys.Ref, token idemkeys.Token, res Result) Result {
 	level := slog.LevelInfo
 	switch res.Outcome {
-	case Review, Error:
+	case Review, DatabaseError, Quarantined:
 		level = slog.LevelError
-	case Retrying, Fenced:
+	case Retrying, Fenced, Unconfigured, StillInReview:
 		level = slog.LevelWarn
 	}
 	r.log.Log(context.Background(), level, "reconcile",
-		"outcome", string(res.Outcome), "payment_id", res.PaymentID, "merchant", idemkeys.HashMerchant(res.MerchantID),
-		"key", res.Key, "lease_version", key.LeaseVersion, "attempts", res.Attempts, "detail", res.Detail)
+		"outcome", string(res.Outcome), "payment_id", res.PaymentID, "refund_id", res.RefundID, r.hash.Attr(ref),
+		"grant", token.Grant(), "attempts", res.Attempts, "in_review", res.InReview, "detail", res.Detail)
 	return res
 }
 
-// Purge deletes completed keys past retention in small batches.
+// Purge deletes completed keys past retention in small batches, resting
+// between them.
 func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
-	before := r.now().Add(-r.cfg.Retention)
 	var total int64
 	for {
-		n, err := r.store.PurgeKeys(ctx, before, r.cfg.PurgeBatch)
+		n, err := r.store.PurgeKeys(ctx, r.cfg.Retention, r.cfg.PurgeBatch)
 		total += n
 		r.cfg.Observer.Purged(n)
 		if err != nil || n < int64(r.cfg.PurgeBatch) {
 			if total > 0 {
-				r.log.Info("purged idempotency keys", "count", total, "completed_before", before)
+				r.log.Info("purged idempotency keys", "count", total, "retention", r.cfg.Retention.String())
 			}
 			return total, err
 		}
+		if r.cfg.PurgePause > 0 {
+			t := time.NewTimer(r.cfg.PurgePause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return total, ctx.Err()
+			case <-t.C:
+			}
+		}
 	}
 }
-
-func (r *Reconciler) now() time.Time { return r.cfg.Now().UTC().Truncate(time.Microsecond) }

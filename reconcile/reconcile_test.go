@@ -69,7 +69,7 @@ func newEnv(t *testing.T) *env {
 		psp:   fake.New(fake.WithCreationWindow(creationWindow)),
 		clock: &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)},
 	}
-	e.svc = payments.NewService(e.store, e.psp, payments.Config{
+	e.svc = payments.NewService(e.store, payments.OnePSP(e.psp), payments.Config{
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Second, Now: e.clock.Now,
 	})
 	m, key, err := payments.NewMerchant("Test merchant", e.clock.Now())
@@ -83,7 +83,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) reconciler(adapter psp.Adapter, st payments.Store, mod ...func(*reconcile.Config)) *reconcile.Reconciler {
+func (e *env) reconciler(adapter psp.Adapter, st reconcile.Store, mod ...func(*reconcile.Config)) *reconcile.Reconciler {
 	if adapter == nil {
 		adapter = e.psp
 	}
@@ -97,7 +97,13 @@ func (e *env) reconciler(adapter psp.Adapter, st payments.Store, mod ...func(*re
 	for _, m := range mod {
 		m(&cfg)
 	}
-	return reconcile.New(st, adapter, cfg)
+	return reconcile.New(st, payments.OnePSP(adapter), cfg)
+}
+
+// advance lets d pass: on the replicas' clock and on the database's.
+func (e *env) advance(d time.Duration) {
+	e.clock.Advance(d)
+	dbtest.Advance(e.t, e.db, d)
 }
 
 func (e *env) request(key string) payments.CreateRequest {
@@ -113,20 +119,19 @@ func (e *env) request(key string) payments.CreateRequest {
 func (e *env) crash(key string, charged bool) payments.Payment {
 	e.t.Helper()
 	req := e.request(key)
-	now := e.clock.Now()
 	p := payments.Payment{
 		ID: "pay_" + key, MerchantID: e.merch.ID, IdempotencyKey: key,
 		MerchantOrderID: payments.MerchantOrderID(e.merch.ID, key), Status: payments.Processing,
-		Amount: req.Amount, PaymentMethod: req.PaymentMethod, CreatedAt: now, UpdatedAt: now,
+		Amount: req.Amount, PaymentMethod: req.PaymentMethod, PSP: payments.PSPName(e.psp.Capabilities()),
 	}
-	rec := idemkeys.Record{
+	now, err := e.store.Claim(context.Background(), payments.Claim{
 		Ref:         idemkeys.Ref{MerchantID: e.merch.ID, Endpoint: payments.EndpointCreatePayment, Key: key},
-		Fingerprint: req.Fingerprint(), State: idemkeys.InProgress, PaymentID: p.ID, LeaseVersion: 1,
-		LockedUntil: now.Add(lease), CreatedAt: now,
-	}
-	if err := e.store.Claim(context.Background(), rec, p); err != nil {
+		Fingerprint: req.Fingerprint(), Token: idemkeys.FirstToken(), Lease: lease, Payment: p,
+	})
+	if err != nil {
 		e.t.Fatal(err)
 	}
+	p.CreatedAt, p.UpdatedAt = now, now
 	if charged {
 		if _, err := e.psp.Charge(context.Background(), psp.ChargeRequest{
 			MerchantOrderID: p.MerchantOrderID, Amount: p.Amount.Minor, Currency: p.Amount.Currency, PaymentMethod: p.PaymentMethod,
@@ -135,6 +140,10 @@ func (e *env) crash(key string, charged bool) payments.Payment {
 		}
 	}
 	return p
+}
+
+func (e *env) admin() *payments.Admin {
+	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
 }
 
 func (e *env) count(q string, args ...any) int {
@@ -177,7 +186,7 @@ func TestChargedButUnrecordedSettlesSucceeded(t *testing.T) {
 	r := e.reconciler(nil, nil)
 
 	wantOutcomes(t, runOnce(t, r), nil) // the lease is alive: not the reconciler's business yet
-	e.clock.Advance(lease + time.Second)
+	e.advance(lease + time.Second)
 	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Succeeded: 1})
 	if s := e.status(p.ID); s != payments.Succeeded {
 		t.Fatalf("payment %s", s)
@@ -203,12 +212,14 @@ func TestChargedButUnrecordedSettlesSucceeded(t *testing.T) {
 	wantOutcomes(t, runOnce(t, r), nil) // nothing left
 }
 
-// 2. never reached the PSP → failed once the creation window is over, untouched before.
+// 2. never reached the PSP → failed only with proof: an authoritative "not
+// found" once no charge can still appear, confirmed by a second one a
+// creation window later; untouched before.
 func TestNeverChargedFailsAfterCreationWindow(t *testing.T) {
 	e := newEnv(t)
 	p := e.crash("k", false)
 	r := e.reconciler(nil, nil)
-	e.clock.Advance(lease + time.Second)
+	e.advance(lease + time.Second)
 
 	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Deferred: 1})
 	if s := e.status(p.ID); s != payments.Processing {
@@ -219,10 +230,22 @@ func TestNeverChargedFailsAfterCreationWindow(t *testing.T) {
 	}
 	wantOutcomes(t, runOnce(t, r), nil) // not looked at again before the window ends
 
-	e.clock.Advance(creationWindow)
+	e.advance(creationWindow)
+	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Deferred: 1}) // the first proof
+	if s := e.status(p.ID); s != payments.Processing {
+		t.Fatalf("payment %s after one not-found, want processing", s)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE not_found_at IS NOT NULL`); n != 1 {
+		t.Fatal("the first authoritative not-found was not recorded")
+	}
+	wantOutcomes(t, runOnce(t, r), nil) // not looked at again before the second is due
+	e.advance(creationWindow)
 	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Failed: 1})
 	if s := e.status(p.ID); s != payments.Failed {
 		t.Fatalf("payment %s, want failed", s)
+	}
+	if e.psp.LookupCalls() != 3 {
+		t.Fatalf("%d lookups, want 3 (deferred, first proof, second proof)", e.psp.LookupCalls())
 	}
 	out, err := e.svc.Create(context.Background(), e.request("k"))
 	if err != nil {
@@ -240,7 +263,7 @@ func TestNeverChargedFailsAfterCreationWindow(t *testing.T) {
 func TestDeferredKeyStaysFreeForTheClient(t *testing.T) {
 	e := newEnv(t)
 	e.crash("k", false)
-	e.clock.Advance(lease + time.Second)
+	e.advance(lease + time.Second)
 	wantOutcomes(t, runOnce(t, e.reconciler(nil, nil)), map[reconcile.Outcome]int{reconcile.Deferred: 1})
 	out, err := e.svc.Create(context.Background(), e.request("k"))
 	if err != nil {
@@ -257,7 +280,7 @@ func TestFailingLookupsEndInReview(t *testing.T) {
 	p := e.crash("k", false)
 	e.psp.FailNextLookups(100)
 	r := e.reconciler(nil, nil) // MaxAttempts 3, back-off 1m, 2m
-	e.clock.Advance(lease + time.Second)
+	e.advance(lease + time.Second)
 
 	for attempt, backoff := range []time.Duration{time.Minute, 2 * time.Minute} {
 		sum := runOnce(t, r)
@@ -268,9 +291,10 @@ func TestFailingLookupsEndInReview(t *testing.T) {
 		if n := e.count(`SELECT reconcile_attempts FROM idempotency_keys`); n != attempt+1 {
 			t.Fatalf("stored attempts %d", n)
 		}
-		e.clock.Advance(backoff - time.Second)
+		// The back-off is jittered by ±20 %: nothing before 0.8×, due by 1.2×.
+		e.advance(backoff*8/10 - time.Second)
 		wantOutcomes(t, runOnce(t, r), nil) // still backing off
-		e.clock.Advance(time.Second)
+		e.advance(backoff*4/10 + time.Second)
 	}
 	sum := runOnce(t, r)
 	wantOutcomes(t, sum, map[reconcile.Outcome]int{reconcile.Review: 1})
@@ -293,7 +317,11 @@ func TestConcurrentReconcilersSettleEachRowOnce(t *testing.T) {
 	for i := range n {
 		e.crash(fmt.Sprintf("k%04d", i), i%2 == 0)
 	}
-	e.clock.Advance(lease + creationWindow + time.Second)
+	e.advance(lease + creationWindow + time.Second)
+	// The uncharged half needs its first proof first: one pass by one reconciler.
+	first := runOnce(t, e.reconciler(nil, nil))
+	wantOutcomes(t, first, map[reconcile.Outcome]int{reconcile.Succeeded: n / 2, reconcile.Deferred: n / 2})
+	e.advance(creationWindow)
 	var (
 		start = make(chan struct{})
 		wg    sync.WaitGroup
@@ -326,14 +354,16 @@ func TestConcurrentReconcilersSettleEachRowOnce(t *testing.T) {
 		}
 		t.Logf("reconciler %d settled %d rows", i, len(s.Results))
 	}
-	if total[reconcile.Succeeded] != n/2 || total[reconcile.Failed] != n/2 || len(seen) != n {
+	if total[reconcile.Failed] != n/2 || len(seen) != n/2 {
 		t.Fatalf("outcomes %v over %d payments", total, len(seen))
 	}
 	if c := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS'`); c != 0 {
 		t.Fatalf("%d keys still in progress", c)
 	}
-	if c := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE lease_version != 2`); c != 0 {
-		t.Fatalf("%d keys were claimed more than once", c)
+	// Claim, first pass, second pass: no key was claimed more than once by a pass.
+	if c := e.count(`SELECT COUNT(*) FROM idempotency_keys k JOIN payments p ON p.id = k.payment_id
+WHERE (k.lease_version >> 32) != IF(p.status = 'succeeded', 2, 3)`); c != 0 {
+		t.Fatalf("%d keys were claimed more than once in a pass", c)
 	}
 	if s, f := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'succeeded'`), e.count(`SELECT COUNT(*) FROM payments WHERE status = 'failed'`); s != n/2 || f != n/2 {
 		t.Fatalf("%d succeeded, %d failed", s, f)
@@ -377,7 +407,7 @@ func TestLiveWriterFencedByReconciler(t *testing.T) {
 		live <- created{out, err}
 	}()
 	<-chargeArrived
-	e.clock.Advance(lease + time.Second) // the live worker's lease expires mid-call
+	e.advance(lease + time.Second) // the live worker's lease expires mid-call
 
 	look := &blockingLookup{Adapter: e.psp, arrived: make(chan struct{}), release: make(chan struct{})}
 	r := e.reconciler(look, nil)
@@ -396,12 +426,12 @@ func TestLiveWriterFencedByReconciler(t *testing.T) {
 		t.Fatalf("live request: %v", res.err)
 	}
 	var stored []byte
-	var version int
-	if err := e.db.QueryRow(`SELECT response_body, lease_version FROM idempotency_keys WHERE state = 'COMPLETED'`).Scan(&stored, &version); err != nil {
+	var grant int
+	if err := e.db.QueryRow(`SELECT response_body, lease_version >> 32 FROM idempotency_keys WHERE state = 'COMPLETED'`).Scan(&stored, &grant); err != nil {
 		t.Fatal(err)
 	}
-	if version != 2 || !bytes.Equal(res.out.Response.Body, stored) || res.out.Response.Status != http.StatusCreated {
-		t.Fatalf("live answer %d %s; stored v%d %s", res.out.Response.Status, res.out.Response.Body, version, stored)
+	if grant != 2 || !bytes.Equal(res.out.Response.Body, stored) || res.out.Response.Status != http.StatusCreated {
+		t.Fatalf("live answer %d %s; stored by grant %d: %s", res.out.Response.Status, res.out.Response.Body, grant, stored)
 	}
 	if e.psp.ChargeCount() != 1 || e.count(`SELECT COUNT(*) FROM payments WHERE status = 'succeeded'`) != 1 {
 		t.Fatal("row and ledger disagree")
@@ -410,13 +440,13 @@ func TestLiveWriterFencedByReconciler(t *testing.T) {
 
 // countingStore counts purge batches.
 type countingStore struct {
-	payments.Store
+	reconcile.Store
 	purges atomic.Int32
 }
 
-func (c *countingStore) PurgeKeys(ctx context.Context, before time.Time, limit int) (int64, error) {
+func (c *countingStore) PurgeKeys(ctx context.Context, retention time.Duration, limit int) (int64, error) {
 	c.purges.Add(1)
-	return c.Store.PurgeKeys(ctx, before, limit)
+	return c.Store.PurgeKeys(ctx, retention, limit)
 }
 
 // 6. purge removes only expired completed rows, in batches; a purged key's
@@ -429,14 +459,14 @@ func TestPurgeExpiredKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.clock.Advance(6 * 24 * time.Hour)
+	e.advance(6 * 24 * time.Hour)
 	for i := range 5 {
 		if _, err := e.svc.Create(ctx, e.request(fmt.Sprintf("new%02d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.crash("unfinished", false)
-	e.clock.Advance(24*time.Hour + time.Second) // the old ones are past 7 days, the new ones are not
+	e.advance(24*time.Hour + time.Second) // the old ones are past 7 days, the new ones are not
 
 	cs := &countingStore{Store: e.store}
 	r := e.reconciler(nil, cs, func(c *reconcile.Config) { c.PurgeBatch = 10; c.Retention = 7 * 24 * time.Hour })
@@ -477,25 +507,34 @@ func TestResolveReviewedPayment(t *testing.T) {
 	p := e.crash("k", false)
 	e.psp.FailNextLookups(100)
 	r := e.reconciler(nil, nil, func(c *reconcile.Config) { c.MaxAttempts = 1 })
-	e.clock.Advance(lease + time.Second)
+	e.advance(lease + time.Second)
 	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Review: 1})
 	ctx := context.Background()
 
-	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Declined, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Declined, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeInvalid {
 		t.Fatalf("resolve to declined: %v", err)
 	}
-	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: "pay_nope", To: payments.Failed, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeNotFound {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: "pay_nope", To: payments.Failed, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeNotFound {
 		t.Fatalf("resolve unknown: %v", err)
 	}
-	got, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Succeeded, PSPReference: "psp_123", Reason: "seen in the PSP dashboard", Actor: "alice"})
+	// The PSP cannot be asked (its lookups fail): only a forced decision is recorded.
+	asked := payments.Resolution{PaymentID: p.ID, To: payments.Succeeded, PSPReference: "psp_123", Reason: "seen in the PSP dashboard", Actor: "alice"}
+	if _, err := e.admin().Resolve(ctx, asked); payments.ErrorCode(err) != payments.CodeConflict {
+		t.Fatalf("unforced resolve while the PSP cannot answer: %v", err)
+	}
+	if s := e.status(p.ID); s != payments.RequiresReview {
+		t.Fatalf("a refused resolve changed the payment to %s", s)
+	}
+	asked.Force = true
+	got, err := e.admin().Resolve(ctx, asked)
 	if err != nil || got.Status != payments.Succeeded {
 		t.Fatalf("resolve: %+v %v", got, err)
 	}
-	if _, err := e.svc.Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Failed, Reason: "again", Actor: "bob"}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Failed, Reason: "again", Actor: "bob"}); payments.ErrorCode(err) != payments.CodeConflict {
 		t.Fatalf("second resolve: %v", err)
 	}
-	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'alice' AND from_status = 'requires_review' AND to_status = 'succeeded' AND reason = 'seen in the PSP dashboard'`, p.ID); n != 1 {
-		t.Fatal("no audit row")
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'alice' AND from_status = 'requires_review' AND to_status = 'succeeded' AND reason LIKE 'seen in the PSP dashboard [PSP: no authoritative answer%'`, p.ID); n != 1 {
+		t.Fatal("no audit row with the PSP's answer")
 	}
 	out, err := e.svc.Create(ctx, e.request("k"))
 	if err != nil {

@@ -19,31 +19,33 @@ import (
 // re-read that follows stall (a database failover) for `stall`.
 type stalledAck struct {
 	*store.Store
-	clock *clock
-	stall time.Duration
-	once  sync.Once
+	advance func(time.Duration)
+	stall   time.Duration
+	once    sync.Once
 }
 
-func (s *stalledAck) Claim(ctx context.Context, rec idemkeys.Record, p payments.Payment) error {
-	if err := s.Store.Claim(ctx, rec, p); err != nil {
-		return err
+func (s *stalledAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
+	now, err := s.Store.Claim(ctx, c)
+	if err != nil {
+		return now, err
 	}
-	return fmt.Errorf("store.Claim: %w: commit: invalid connection", payments.ErrWriteUnknown)
+	return now, fmt.Errorf("store.Claim: %w: commit: invalid connection", payments.ErrWriteUnknown)
 }
 
 func (s *stalledAck) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, payments.Payment, error) {
-	s.once.Do(func() { s.clock.Advance(s.stall) })
+	s.once.Do(func() { s.advance(s.stall) })
 	return s.Store.LoadKey(ctx, ref)
 }
 
 // A worker whose claim was delayed past its lease (here: a lost COMMIT
 // acknowledgement and a long reconnect) must not send the charge: the
 // reconciler may already have judged the key never charged. It gives the key
-// back; the reconciler settles it failed, and the customer is not charged.
+// back, counted as a send that never left; the reconciler settles it failed
+// without needing the PSP's word, and the customer is not charged.
 func TestNoChargeAfterTheLeaseEnded(t *testing.T) {
 	e := newEnv(t)
-	st := &stalledAck{Store: e.store, clock: e.clock, stall: lease + creationWindow + time.Second}
-	svc := payments.NewService(st, e.psp, payments.Config{
+	st := &stalledAck{Store: e.store, advance: e.advance, stall: lease + creationWindow + time.Second}
+	svc := payments.NewService(st, payments.OnePSP(e.psp), payments.Config{
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Second, Now: e.clock.Now,
 	})
 	_, err := svc.Create(context.Background(), e.request("late"))
@@ -54,6 +56,9 @@ func TestNoChargeAfterTheLeaseEnded(t *testing.T) {
 		t.Fatal("a charge was sent after the lease had ended")
 	}
 	wantOutcomes(t, runOnce(t, e.reconciler(nil, nil)), map[reconcile.Outcome]int{reconcile.Failed: 1})
+	if e.psp.LookupCalls() != 0 {
+		t.Fatal("the reconciler asked the PSP about a key whose only send never left")
+	}
 }
 
 // noDedupe is the fake PSP declaring that it does not deduplicate order ids.
@@ -70,7 +75,7 @@ func (n noDedupe) Capabilities() psp.Capabilities {
 func TestRetriesDoNotKeepTheCreationWindowOpen(t *testing.T) {
 	e := newEnv(t)
 	adapter := noDedupe{e.psp}
-	svc := payments.NewService(e.store, adapter, payments.Config{
+	svc := payments.NewService(e.store, payments.OnePSP(adapter), payments.Config{
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Millisecond, Now: e.clock.Now,
 	})
 	r := e.reconciler(adapter, nil)
@@ -80,7 +85,7 @@ func TestRetriesDoNotKeepTheCreationWindowOpen(t *testing.T) {
 		t.Fatalf("first: %v", err)
 	}
 	for step := 1; step <= 180; step++ { // 30 minutes of a retry every 10 s, a reconcile pass every 30 s
-		e.clock.Advance(10 * time.Second)
+		e.advance(10 * time.Second)
 		_, _ = svc.Create(ctx, e.request("k"))
 		if step%3 == 0 {
 			runOnce(t, r)
@@ -98,7 +103,7 @@ func TestRetriesDoNotKeepTheCreationWindowOpen(t *testing.T) {
 // with a lookup that never answers, the payment still reaches review.
 func TestRetriesDoNotStarveTheReconciler(t *testing.T) {
 	e := newEnv(t)
-	svc := payments.NewService(e.store, e.psp, payments.Config{
+	svc := payments.NewService(e.store, payments.OnePSP(e.psp), payments.Config{
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Millisecond, Now: e.clock.Now,
 	})
 	r := e.reconciler(nil, nil) // MaxAttempts 3, back-off 1 m then 2 m
@@ -109,7 +114,7 @@ func TestRetriesDoNotStarveTheReconciler(t *testing.T) {
 	}
 	e.psp.FailNextLookups(1 << 20)
 	for step := 1; step <= 180; step++ {
-		e.clock.Advance(10 * time.Second)
+		e.advance(10 * time.Second)
 		_, _ = svc.Create(ctx, e.request("u"))
 		if step%3 == 0 {
 			runOnce(t, r)
@@ -127,11 +132,11 @@ func TestRetriesDoNotStarveTheReconciler(t *testing.T) {
 // slowLookup makes each lookup take 10 s of the injected clock and answer Unknown.
 type slowLookup struct {
 	*fake.PSP
-	clock *clock
+	advance func(time.Duration)
 }
 
 func (s slowLookup) Lookup(ctx context.Context, id string) (psp.Charge, error) {
-	s.clock.Advance(10 * time.Second)
+	s.advance(10 * time.Second)
 	return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: "lookup", Err: context.DeadlineExceeded}
 }
 
@@ -141,10 +146,10 @@ func TestSlowLookupsDoNotOutliveTheirLeases(t *testing.T) {
 	e := newEnv(t)
 	for i := range 24 {
 		e.crash(fmt.Sprintf("k%02d", i), false)
-		e.clock.Advance(time.Second)
+		e.advance(time.Second)
 	}
-	e.clock.Advance(lease + time.Second)
-	r := e.reconciler(slowLookup{e.psp, e.clock}, nil, func(c *reconcile.Config) {
+	e.advance(lease + time.Second)
+	r := e.reconciler(slowLookup{e.psp, e.advance}, nil, func(c *reconcile.Config) {
 		c.BatchSize, c.Concurrency, c.PSPTimeout, c.MaxAttempts = 4, 1, 10*time.Second, 100
 		c.BackoffBase, c.BackoffMax = time.Hour, time.Hour
 	})

@@ -42,16 +42,14 @@ func poolOptions() db.PoolOptions {
 	return db.PoolOptions{MaxOpen: 32, MaxIdle: 32, MaxLifetime: 30 * time.Minute}
 }
 
-// serviceConfig is GATEWAY_LEASE, GATEWAY_PSP_TIMEOUT, GATEWAY_INFLIGHT_WAIT
-// and GATEWAY_AUTH_CACHE_TTL at their defaults.
+// serviceConfig is the flow's settings at their defaults, as serve has them.
 func serviceConfig() payments.Config {
 	return payments.Config{
-		Lease:           30 * time.Second,
-		PSPTimeout:      10 * time.Second,
-		InFlightWait:    2 * time.Second,
-		AuthCacheTTL:    10 * time.Second,
-		ReplayCacheSize: 10_000,
-		Retention:       7 * 24 * time.Hour,
+		Lease:           payments.DefaultLease,
+		PSPTimeout:      payments.DefaultPSPTimeout,
+		InFlightWait:    payments.DefaultInFlightWait,
+		ReplayCacheSize: payments.DefaultReplayCacheSize,
+		Retention:       payments.DefaultRetention,
 	}
 }
 
@@ -278,8 +276,10 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 	adapter := metrics.InstrumentPSP(g.charges, m)
 	cfg := serviceConfig()
 	cfg.Logger, cfg.Observer = log, m
-	svc := payments.NewService(g.store, adapter, cfg)
-	handler := api.NewHandler(svc, g.store, api.Options{
+	svc := payments.NewService(g.store, payments.OnePSP(adapter), cfg)
+	auth := payments.NewAuth(g.store, payments.AuthConfig{CacheTTL: payments.DefaultAuthCacheTTL})
+	handler := api.NewHandler(svc, auth, g.store, api.Options{
+		Listings:     payments.NewListings(g.store),
 		MaxBodyBytes: maxBodyBytes,
 		Observer:     m,
 		Logger:       log,

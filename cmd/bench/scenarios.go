@@ -399,7 +399,7 @@ func (b *bench) reconcileRun(ctx context.Context, rep *report, replicas, round i
 	rows := b.opts.reconcileRows
 	b.prog.line("seeding %d stale rows for %d reconciler(s)", rows, replicas)
 	m := fake.New(fake.WithCreationWindow(time.Minute))
-	merchant, err := reconciletest.SeedStale(ctx, b.gw.dbx, m, rows, time.Now().Add(-time.Hour))
+	merchant, err := reconciletest.SeedStale(ctx, b.gw.dbx, m, rows, time.Hour)
 	if err != nil {
 		return stats{}, 0, err
 	}
@@ -455,7 +455,7 @@ func (b *bench) reconcileRun(ctx context.Context, rep *report, replicas, round i
 
 // newReconciler builds a reconciler with serve's default settings.
 func newReconciler(dbx *sqlx.DB, adapter psp.Adapter, obs reconcile.Observer) *reconcile.Reconciler {
-	return reconcile.New(store.New(dbx), adapter, reconcile.Config{
+	return reconcile.New(store.New(dbx), payments.OnePSP(adapter), reconcile.Config{
 		Lease:       serviceConfig().Lease,
 		PSPTimeout:  serviceConfig().PSPTimeout,
 		BatchSize:   reconcileBatch,

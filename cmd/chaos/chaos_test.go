@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,8 @@ func TestChaosShort(t *testing.T) {
 	}
 	f := rep.Faults
 	if f["replicas"]["kills"]+f["replicas"]["graceful stops"] == 0 || f["psp"]["error_after_charge"] == 0 ||
-		f["db proxies"]["resets"]+f["db proxies"]["dropped_responses"]+f["db proxies"]["outage_resets"] == 0 {
+		f["db proxies"]["resets"]+f["db proxies"]["dropped_responses"]+f["db proxies"]["outage_resets"] == 0 ||
+		f["db proxies"]["half_open"] == 0 {
 		t.Fatalf("the run injected too few faults to prove anything: %v", rep.Faults)
 	}
 }
@@ -46,7 +48,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 func TestPlanIsSeeded(t *testing.T) {
-	o := options{duration: 3 * time.Minute, seed: 7, replicas: 2, lease: 3 * time.Second, creationWindow: 5 * time.Second, partitions: true, freezes: true}
+	o := options{duration: 3 * time.Minute, seed: 7, replicas: 2, lease: 3 * time.Second, creationWindow: 5 * time.Second, partitions: true, freezes: true, halfOpen: true}
 	a, b := makePlan(o), makePlan(o)
 	if len(a) == 0 || len(a) != len(b) {
 		t.Fatalf("plans of one seed differ in length: %d, %d", len(a), len(b))
@@ -58,14 +60,57 @@ func TestPlanIsSeeded(t *testing.T) {
 		}
 		kinds[a[i].Kind]++
 	}
-	for _, k := range []string{"kill", "restart", "db-down", "db-stall", "psp-down", "partition", "freeze", "db-profile", "psp-profile"} {
+	for _, k := range []string{"kill", "restart", "db-down", "db-stall", "psp-down", "partition", "freeze", "db-profile", "psp-profile", "db-half-open"} {
 		if kinds[k] == 0 {
 			t.Errorf("a 3-minute plan has no %s: %v", k, kinds)
 		}
 	}
+	if kinds["node-kill"]+kinds["node-isolate"] > 0 {
+		t.Errorf("a plan without --cluster has node faults: %v", kinds)
+	}
 	o.seed = 8
 	if c := makePlan(o); len(c) == len(a) && c[0] == a[0] && c[len(c)-1] == a[len(a)-1] {
 		t.Errorf("seeds 7 and 8 drew the same plan")
+	}
+	// Half-open faults are drawn apart: without them, the plan is the same less them.
+	o.seed, o.halfOpen = 7, false
+	var noHalf []event
+	for _, ev := range a {
+		if ev.Kind != "db-half-open" {
+			noHalf = append(noHalf, ev)
+		}
+	}
+	if !slices.Equal(makePlan(o), noHalf) {
+		t.Errorf("--half-open changed the plan's other faults")
+	}
+	o.halfOpen = true
+	// A cluster run adds node faults without changing the draws of the others.
+	o.seed, o.cluster, o.nodes, o.nodeFaults = 7, true, 3, true
+	withNodes := makePlan(o)
+	var rest []event
+	var nodeFaults []event
+	for _, ev := range withNodes {
+		if ev.Kind == "node-kill" || ev.Kind == "node-isolate" {
+			nodeFaults = append(nodeFaults, ev)
+			continue
+		}
+		rest = append(rest, ev)
+	}
+	if !slices.Equal(rest, a) {
+		t.Errorf("--cluster changed the plan's other faults")
+	}
+	seen := map[string]bool{}
+	for i, ev := range nodeFaults {
+		seen[ev.Kind] = true
+		if i > 0 && ev.At < nodeFaults[i-1].At+nodeFaults[i-1].For {
+			t.Errorf("node faults overlap: %v and %v", nodeFaults[i-1], ev)
+		}
+		if ev.Kind == "node-isolate" && ev.For < 6*time.Second {
+			t.Errorf("%v is too short to leave the primary component", ev)
+		}
+	}
+	if !seen["node-kill"] || !seen["node-isolate"] {
+		t.Errorf("a 3-minute cluster plan lacks a node kill or a node isolation: %v", nodeFaults)
 	}
 }
 

@@ -160,7 +160,15 @@ func (c *checker) check(ctx context.Context, settled bool, inProgress, processin
 		return nil, err
 	}
 	c.checkRefusals()
-	return c.invs[1:], nil
+	invs := c.invs[1:]
+	if c.e.cc != nil {
+		inv, err := c.checkPrimaryOnly(ctx)
+		if err != nil {
+			return nil, err
+		}
+		invs = append(invs, inv)
+	}
+	return invs, nil
 }
 
 // checkCharges: invariants 1 and 2 against the ledger.

@@ -40,6 +40,11 @@ type answer struct {
 	Replayed   bool
 	Type       string        // problem type (without /problems/), for problem answers
 	RetryAfter time.Duration // the Retry-After header, when sent
+
+	// Set for the workload's requests: which replica answered, and when
+	// the request went out and its answer came back.
+	Replica   int
+	Sent, Got time.Time
 }
 
 // keyRecord is what happened to one (merchant, key) sent with a valid body.
@@ -102,6 +107,25 @@ type workload struct {
 	conflicts, midflight, abandoned       atomic.Int64
 	noRetryAfter                          atomic.Int64 // 409, 429, 502, 503, 504 without Retry-After
 	byStatus                              [600]atomic.Int64
+
+	traceMu sync.Mutex
+	trace   []traced // every request, in the order the answers came
+}
+
+// traced is one request of the workload: to which replica, when, and how
+// it was answered (Status 0: a network error).
+type traced struct {
+	Replica   int
+	Sent, Got time.Time
+	Status    int
+	Replayed  bool
+}
+
+// traced returns a copy of the requests so far.
+func (w *workload) traced() []traced {
+	w.traceMu.Lock()
+	defer w.traceMu.Unlock()
+	return append([]traced(nil), w.trace...)
 }
 
 func newWorkload(o options, merchants []merchant, replicas []string) *workload {
@@ -387,7 +411,12 @@ func (w *workload) refused(ctx context.Context, r *rand.Rand, b *badRecord, apiK
 func (w *workload) post(ctx context.Context, replica int, apiKey, key string, body []byte, timeout time.Duration) (answer, error) {
 	base := w.replicas[replica]
 	w.requests.Add(1)
+	sent := time.Now()
 	a, err := doPost(ctx, w.http, base, apiKey, key, body, timeout)
+	a.Replica, a.Sent, a.Got = replica, sent, time.Now()
+	w.traceMu.Lock()
+	w.trace = append(w.trace, traced{Replica: replica, Sent: sent, Got: a.Got, Status: a.Status, Replayed: a.Replayed})
+	w.traceMu.Unlock()
 	if err != nil {
 		w.netErrors.Add(1)
 		return a, err

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,8 @@ type env struct {
 	replicas  []*replica
 	merchants []merchant
 	logDir    string
+
+	cc *clusterChaos // --cluster: the Galera cluster and its faults
 }
 
 // merchant is one merchant created for the run.
@@ -102,13 +105,26 @@ func setup(ctx context.Context, opts options, getenv func(string) string, say fu
 		return nil, err
 	}
 	for i := range opts.replicas {
-		p, err := newFaultProxy(fmt.Sprintf("db%d", i), e.serverCfg.Addr, opts.seed+uint64(i)*7919)
+		upstream := e.serverCfg.Addr
+		if e.cc != nil {
+			upstream = e.cc.c.Node(e.nodeOf(i)).Addr()
+		}
+		p, err := newFaultProxy(fmt.Sprintf("db%d", i), upstream, opts.seed+uint64(i)*7919)
 		if err != nil {
 			return nil, err
 		}
+		p.sniff = true
 		e.dbProxies = append(e.dbProxies, p)
 	}
-	say("fake PSP on %s (proxy %s); MariaDB %s via proxies %s", e.pspURL, e.pspProxy.addr, e.serverCfg.Addr, proxyAddrs(e.dbProxies))
+	if e.cc != nil {
+		var to []string
+		for i, p := range e.dbProxies {
+			to = append(to, fmt.Sprintf("replica %d → %s → node%d %s", i, p.addr, e.nodeOf(i), p.upstream))
+		}
+		say("fake PSP on %s (proxy %s); Galera cluster %s: %s", e.pspURL, e.pspProxy.addr, e.cc.c.Name(), strings.Join(to, ", "))
+	} else {
+		say("fake PSP on %s (proxy %s); MariaDB %s via proxies %s", e.pspURL, e.pspProxy.addr, e.serverCfg.Addr, proxyAddrs(e.dbProxies))
+	}
 
 	for i := range opts.merchants {
 		m, err := e.createMerchant(ctx, fmt.Sprintf("chaos merchant %d", i+1))
@@ -155,6 +171,9 @@ func replicaAddrs(rs []*replica) string {
 // GATEWAY_TEST_DSN (dropped afterwards), or on a private MariaDB in the
 // temporary directory (stopped and removed afterwards).
 func (e *env) startDatabase(ctx context.Context, getenv func(string) string) error {
+	if e.opts.cluster {
+		return e.startCluster(ctx)
+	}
 	serverDSN := getenv("GATEWAY_TEST_DSN")
 	if serverDSN == "" {
 		dir := filepath.Join(e.dir, "mariadb")
@@ -166,6 +185,13 @@ func (e *env) startDatabase(ctx context.Context, getenv func(string) string) err
 		e.stopDB = srv.Stop
 		serverDSN = srv.DSN("")
 	}
+	return e.createDatabase(ctx, serverDSN, true)
+}
+
+// createDatabase creates and migrates the run's database on serverDSN's
+// server, and drops it on teardown when drop is set (a throwaway server
+// goes as a whole).
+func (e *env) createDatabase(ctx context.Context, serverDSN string, drop bool) error {
 	cfg, err := mysql.ParseDSN(serverDSN)
 	if err != nil {
 		return fmt.Errorf("GATEWAY_TEST_DSN: %w", err)
@@ -187,6 +213,11 @@ func (e *env) startDatabase(ctx context.Context, getenv func(string) string) err
 		return fmt.Errorf("create database: %w", err)
 	}
 	e.dropDB = func() error {
+		if !drop {
+			// The server goes as a whole; its connections may be long broken.
+			_ = admin.Close()
+			return nil
+		}
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, err := admin.ExecContext(cctx, "DROP DATABASE IF EXISTS `"+e.dbName+"`")
@@ -195,6 +226,11 @@ func (e *env) startDatabase(ctx context.Context, getenv func(string) string) err
 	e.dsn = e.dsnVia(cfg.Addr)
 	if err := db.MigrateUp(e.dsn); err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	if e.opts.cluster {
+		// The checks read on one node what replicas wrote on others.
+		e.db, err = openCausal(ctx, e.dsn)
+		return err
 	}
 	e.db, err = db.Open(ctx, e.dsn, db.PoolOptions{MaxOpen: 8, MaxIdle: 8})
 	return err
@@ -278,7 +314,7 @@ func (e *env) newReplica(i int) (*replica, error) {
 	o := e.opts
 	vars := map[string]string{
 		"GATEWAY_ADDR":                   addr,
-		"GATEWAY_DATABASE_DSN":           e.dsnVia(e.dbProxies[i].addr),
+		"GATEWAY_DATABASE_DSN":           e.replicaDSN(i),
 		"GATEWAY_PSP":                    "fakehttp",
 		"GATEWAY_PSP_URL":                "http://" + e.pspProxy.addr,
 		"GATEWAY_PSP_CREATION_WINDOW":    o.creationWindow.String(),
@@ -293,7 +329,7 @@ func (e *env) newReplica(i int) (*replica, error) {
 		"GATEWAY_IDEMPOTENCY_RETENTION":  "720h",
 		"GATEWAY_DB_MAX_OPEN_CONNS":      "16",
 		"GATEWAY_DB_MAX_IDLE_CONNS":      "16",
-		"GATEWAY_SHUTDOWN_TIMEOUT":       "5s",
+		"GATEWAY_SHUTDOWN_TIMEOUT":       "8s",
 		"GATEWAY_LOG_FORMAT":             "json",
 		"GATEWAY_LOG_LEVEL":              "info",
 	}
@@ -314,6 +350,20 @@ func (e *env) newReplica(i int) (*replica, error) {
 		env:     envv,
 		logPath: filepath.Join(e.logDir, fmt.Sprintf("replica-%d.log", i)),
 	}, nil
+}
+
+// replicaDSN is replica i's database, through its proxy.
+func (e *env) replicaDSN(i int) string {
+	c := e.serverCfg.Clone()
+	c.Addr = e.dbProxies[i].addr
+	c.DBName = e.dbName
+	if e.opts.syncWait > 0 {
+		if c.Params == nil {
+			c.Params = map[string]string{}
+		}
+		c.Params["wsrep_sync_wait"] = strconv.Itoa(e.opts.syncWait)
+	}
+	return c.FormatDSN()
 }
 
 // teardown stops everything; keepLogs leaves the temporary directory (with
@@ -344,6 +394,11 @@ func (e *env) teardown(keepLogs bool) {
 	if e.dropDB != nil {
 		if err := e.dropDB(); err != nil {
 			e.say("drop database %s: %v", e.dbName, err)
+		}
+	}
+	if e.cc != nil && keepLogs {
+		if err := e.cc.c.CopyLogs(e.logDir); err != nil {
+			e.say("copy the nodes' error logs: %v", err)
 		}
 	}
 	if e.stopDB != nil {

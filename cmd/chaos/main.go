@@ -81,8 +81,17 @@ type options struct {
 	reconcileEvery time.Duration
 	partitions     bool
 	freezes        bool
+	halfOpen       bool
 	verbose        bool
 	planOnly       bool
+	// cluster runs against a private Galera cluster of nodes nodes, with
+	// node faults unless nodeFaults is off; syncWait > 0 sets
+	// wsrep_sync_wait on the replicas' connections.
+	cluster    bool
+	nodes      int
+	nodeFaults bool
+	syncWait   int
+	throughput bool
 	// gatewayEnv overrides the replicas' GATEWAY_* settings, replicaEnv
 	// those of one replica (tests).
 	gatewayEnv map[string]string
@@ -108,19 +117,40 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.reconcileEvery, "reconcile-every", time.Second, "the replicas' reconciler runs @every this")
 	fs.BoolVar(&o.partitions, "partitions", true, "cut one replica off the database for longer than lease + creation window, once a minute")
 	fs.BoolVar(&o.freezes, "freezes", true, "pause one replica (SIGSTOP) for longer than lease + creation window, once a minute")
+	fs.BoolVar(&o.halfOpen, "half-open", true, "cut the replicas' side of a database connection mid-transaction, leaving the server's side open, every 15-30s, and measure how long its locks are held (not with --cluster)")
 	fs.BoolVar(&o.verbose, "v", false, "print the fault plan")
 	fs.BoolVar(&o.planOnly, "plan", false, "print the fault plan of --seed and --duration, and exit")
+	fs.BoolVar(&o.cluster, "cluster", false, "run against a private MariaDB Galera cluster, the replicas spread over its nodes, adding node kills and partitions")
+	fs.IntVar(&o.nodes, "nodes", 3, "--cluster: nodes in the cluster (node faults need at least 3)")
+	fs.BoolVar(&o.nodeFaults, "node-faults", true, "--cluster: SIGKILL and restart nodes, and cut nodes off the others, one at a time")
+	fs.IntVar(&o.syncWait, "sync-wait", 0, "--cluster: set wsrep_sync_wait to `N` on the replicas' database connections (causal reads on every statement)")
+	fs.BoolVar(&o.throughput, "throughput", false, "measure fresh payments per second without faults, on one server and on a 3-node cluster, for --duration each; no chaos")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
 		}
 		return o, usageError{err}
 	}
+	replicasSet := false
+	fs.Visit(func(f *flag.Flag) { replicasSet = replicasSet || f.Name == "replicas" })
+	if (o.cluster || o.throughput) && !replicasSet {
+		o.replicas = o.nodes // one replica on every node
+	}
+	if o.nodes < 3 {
+		o.nodeFaults = false // one node down of two costs the quorum
+	}
+	if o.cluster || o.throughput {
+		// The watch reads innodb_trx of the server behind the cut session,
+		// which on a cluster is one node of several.
+		o.halfOpen = false
+	}
 	switch {
 	case fs.NArg() > 0:
 		return o, usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	case o.duration < 5*time.Second:
 		return o, usageError{errors.New("--duration must be at least 5s")}
+	case o.cluster && (o.nodes < 1 || o.nodes > 9):
+		return o, usageError{errors.New("--nodes must be 1 to 9")}
 	case o.replicas < 1 || o.clients < 1 || o.merchants < 1:
 		return o, usageError{errors.New("--replicas, --clients and --merchants must be at least 1")}
 	case o.lease <= o.pspTimeout:
@@ -160,6 +190,9 @@ type report struct {
 	Keys           int            `json:"idempotency_keys"`
 	RequiresReview int            `json:"requires_review"`
 
+	Cluster  *clusterReport  `json:"cluster,omitempty"`
+	HalfOpen *halfOpenReport `json:"half_open,omitempty"`
+
 	Settled    bool         `json:"settled"`
 	SettleTime string       `json:"settle_time"`
 	Invariants []*invariant `json:"invariants"`
@@ -179,6 +212,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func runOptions(ctx context.Context, opts options, getenv func(string) string, stdout, stderr io.Writer, began time.Time) (_ *report, err error) {
+	if opts.throughput {
+		return &report{Seed: opts.seed}, measureThroughput(ctx, opts, stdout, stderr, began)
+	}
 	if opts.planOnly {
 		fmt.Fprintf(stdout, "fault plan of seed %d over %s:\n", opts.seed, opts.duration)
 		for _, ev := range makePlan(opts) {
@@ -197,6 +233,11 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	}
 	rep := &report{Seed: opts.seed, Duration: opts.duration.String(), Replicas: opts.replicas, Clients: opts.clients, Merchants: opts.merchants}
 	defer func() { e.teardown(err != nil || rep.Violations > 0) }()
+	if e.cc != nil {
+		monCtx, stopMon := context.WithCancel(ctx)
+		defer stopMon()
+		go e.cc.mon.run(monCtx)
+	}
 
 	plan := makePlan(opts)
 	for _, ev := range plan {
@@ -210,7 +251,7 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		urls = append(urls, r.url())
 	}
 	w := newWorkload(opts, e.merchants, urls)
-	x := newInjector(e, plan)
+	x := newInjector(ctx, e, plan)
 
 	say("chaos for %s", opts.duration)
 	chaosCtx, cancel := context.WithTimeout(ctx, opts.duration)
@@ -245,6 +286,15 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	// every replica gracefully, which drains them, and start it again, so
 	// that nothing but the reconcilers writes from here on.
 	x.calm()
+	if e.cc != nil {
+		say("faults off; bringing every node back into one synced cluster")
+		rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
+		err := e.cc.restore(rctx)
+		rcancel()
+		if err != nil {
+			return nil, fmt.Errorf("the cluster did not come back whole: %w", err)
+		}
+	}
 	say("faults off after %d requests; draining and restarting every replica", w.requests.Load())
 	drained := make(chan struct{}, len(e.replicas))
 	for _, r := range e.replicas {
@@ -278,11 +328,18 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	if err != nil {
 		return nil, err
 	}
+	if opts.halfOpen {
+		rep.HalfOpen = x.halfOpenReport(e)
+		invs = append(invs, checkHalfOpen(rep.HalfOpen))
+	}
 	rep.Invariants = invs
 	for _, inv := range invs {
 		rep.Violations += inv.Violations
 	}
 	rep.fill(w, x, e, c, pspStats)
+	if e.cc != nil {
+		rep.Cluster = e.clusterFigures(w, len(c.payments))
+	}
 	rep.WallTime = time.Since(began).Round(100 * time.Millisecond).String()
 	if rep.Violations > 0 {
 		rep.LogDir = e.logDir
@@ -418,6 +475,15 @@ func (rep *report) print(out io.Writer) {
 	fmt.Fprintf(tw, "idempotency keys\t%d\n", rep.Keys)
 	fmt.Fprintf(tw, "requires_review\t%d (allowed; a person decides)\n", rep.RequiresReview)
 	fmt.Fprintf(tw, "settled\t%v after %s\n", rep.Settled, rep.SettleTime)
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
+	}
+	if rep.HalfOpen != nil {
+		rep.HalfOpen.print(line)
+	}
+	if rep.Cluster != nil {
+		rep.Cluster.print(line)
+	}
 	_ = tw.Flush()
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
@@ -439,6 +505,13 @@ func (rep *report) print(out io.Writer) {
 	} else {
 		fmt.Fprintln(out, "\nOK: no invariant violated")
 	}
+	failed := 0
+	for _, inv := range rep.Invariants {
+		if inv.Violations > 0 {
+			failed++
+		}
+	}
+	fmt.Fprintf(out, "invariants: %d passed, %d failed\n", len(rep.Invariants)-failed, failed)
 }
 
 func kv[V int | int64](m map[string]V) string {

@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"gateway/db/localdb"
 )
 
 // faultProxy is a small TCP proxy that sits between the gateway and one of
@@ -25,7 +25,12 @@ import (
 //     open connection is reset;
 //   - stall: nothing moves in either direction until the stall ends (a
 //     network partition, or a server that hangs); the bytes are delivered
-//     afterwards, as TCP would after a partition heals.
+//     afterwards, as TCP would after a partition heals;
+//   - half-open: one connection in the middle of a transaction loses its
+//     client side (reset, as a crashed host or a NAT that dropped the flow
+//     leaves it) while its server side stays open and silent: the server
+//     keeps the session, its transaction and its locks until it ends the
+//     session itself (see halfopen.go).
 //
 // It always listens on the same address, also after an outage, so that the
 // gateway's pool reconnects to it.
@@ -47,9 +52,16 @@ type faultProxy struct {
 	// client chunk it matches (one shot): a reproduction's precise partition.
 	stallAfter func([]byte) bool
 	stalledBy  chan struct{} // closed when a stallAfter trigger fired
+	// halfOpenTo, when set, receives the next link cut half-open (one shot).
+	halfOpenTo chan *halfOpenCut
 
 	wg    sync.WaitGroup
 	stats proxyStats
+
+	// sniff counts the MySQL error packets delivered to clients, by number.
+	sniff     bool
+	errMu     sync.Mutex
+	errCounts map[uint16]int64
 }
 
 // proxyFaults are the per-chunk fault settings.
@@ -72,6 +84,7 @@ type proxyStats struct {
 	Downs            atomic.Int64
 	Stalls           atomic.Int64
 	OutageResets     atomic.Int64
+	HalfOpen         atomic.Int64
 }
 
 func (s *proxyStats) snapshot() map[string]int64 {
@@ -83,6 +96,7 @@ func (s *proxyStats) snapshot() map[string]int64 {
 		"outages_down":      s.Downs.Load(),
 		"stalls":            s.Stalls.Load(),
 		"outage_resets":     s.OutageResets.Load(),
+		"half_open":         s.HalfOpen.Load(),
 	}
 }
 
@@ -91,6 +105,16 @@ type link struct {
 	client, server net.Conn
 	once           sync.Once
 	dropNext       atomic.Bool
+	scan           errScanner // of the server's stream, used by its pump alone
+	// connID is the server's id of the session, read from its greeting by
+	// the server's pump (greeted once it has).
+	connID  atomic.Uint32
+	greeted bool
+	// inTx: the client began a transaction it has not ended (the client's
+	// pump alone writes it).
+	inTx bool
+	// half is set when the client's side was cut half-open.
+	half atomic.Pointer[halfOpenCut]
 }
 
 // reset closes both ends with RST, as a crashed peer or a middlebox would.
@@ -180,7 +204,24 @@ func (p *faultProxy) pump(l *link, src, dst net.Conn, toClient bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if h := l.half.Load(); h != nil {
+			if !toClient {
+				return // the cut client's side: gone, the server's stays
+			}
+			// What the server says goes nowhere; reading on only notices
+			// when the server ends the session.
+			if err != nil {
+				h.serverEnded()
+				_ = src.Close()
+				return
+			}
+			continue
+		}
 		if n > 0 {
+			if toClient && !l.greeted {
+				l.greeted = true
+				l.connID.Store(greetingConnID(buf[:n]))
+			}
 			if !p.gate() {
 				p.stats.OutageResets.Add(1)
 				l.reset()
@@ -204,18 +245,38 @@ func (p *faultProxy) pump(l *link, src, dst net.Conn, toClient bool) {
 					return
 				}
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				l.close()
-				return
-			}
+			var cut *halfOpenCut
 			if !toClient {
+				// Both before the write: the answer may come back before
+				// the write returns.
 				if drop {
 					l.dropNext.Store(true)
 				}
+				cut = p.prepareHalfOpen(l, buf[:n])
+			}
+			_, werr := dst.Write(buf[:n])
+			if cut != nil {
+				p.cutClient(l, cut)
+				return
+			}
+			if werr != nil {
+				if l.half.Load() != nil {
+					continue // cut meanwhile: the server's side stays open
+				}
+				l.close()
+				return
+			}
+			if toClient && p.sniff {
+				l.scan.feed(buf[:n], p.countError)
+			}
+			if !toClient {
 				p.maybeStallAfter(buf[:n])
 			}
 		}
 		if err != nil {
+			if l.half.Load() != nil {
+				continue // the next read ends the server's side
+			}
 			l.close()
 			return
 		}
@@ -278,6 +339,27 @@ func (p *faultProxy) notifyLocked() {
 	p.changed = make(chan struct{})
 }
 
+func (p *faultProxy) countError(code uint16) {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	if p.errCounts == nil {
+		p.errCounts = map[uint16]int64{}
+	}
+	p.errCounts[code]++
+}
+
+// mysqlErrors returns how many MySQL errors of each number the proxy
+// delivered to its clients (sniffing proxies only).
+func (p *faultProxy) mysqlErrors() map[uint16]int64 {
+	p.errMu.Lock()
+	defer p.errMu.Unlock()
+	out := make(map[uint16]int64, len(p.errCounts))
+	for k, v := range p.errCounts {
+		out[k] = v
+	}
+	return out
+}
+
 // setFaults replaces the per-chunk fault settings.
 func (p *faultProxy) setFaults(f proxyFaults) {
 	p.mu.Lock()
@@ -310,7 +392,12 @@ func (p *faultProxy) down() (end func()) {
 	}
 	links := make([]*link, 0, len(p.links))
 	for l := range p.links {
-		links = append(links, l)
+		// A half-open session's client is already gone; its server side is
+		// what is being measured, and an outage cannot reach a peer that
+		// left.
+		if l.half.Load() == nil {
+			links = append(links, l)
+		}
 	}
 	p.notifyLocked()
 	p.mu.Unlock()
@@ -359,6 +446,7 @@ func (p *faultProxy) calm() {
 	p.mu.Lock()
 	p.faults = proxyFaults{}
 	p.stallAfter = nil
+	p.halfOpenTo = nil
 	p.stallDepth = 0
 	down := p.downDepth > 0 || p.ln == nil
 	if down {
@@ -433,24 +521,9 @@ type nopConn struct{ net.Conn }
 
 func (nopConn) Close() error { return nil }
 
-// listenLowPort listens on a random loopback port below the kernel's
-// ephemeral range, so that the port can be closed during an outage (or by a
-// killed replica) and bound again without an outgoing connection having
-// taken it meanwhile. It falls back to any free port.
-func listenLowPort() (net.Listener, error) {
-	low := ephemeralLow()
-	const floor = 20000
-	if low-floor >= 2000 {
-		for range 40 {
-			port := floor + rand.IntN(low-floor)
-			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-			if err == nil {
-				return ln, nil
-			}
-		}
-	}
-	return net.Listen("tcp", "127.0.0.1:0")
-}
+// listenLowPort listens on a free loopback port below the ephemeral
+// range, so that it can be bound again after an outage or a kill.
+func listenLowPort() (net.Listener, error) { return localdb.ListenLowPort("127.0.0.1") }
 
 // lowPort returns a free port from listenLowPort, closed for a child to bind.
 func lowPort() (string, error) {
@@ -460,20 +533,4 @@ func lowPort() (string, error) {
 	}
 	addr := ln.Addr().String()
 	return addr, ln.Close()
-}
-
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 1 {
-		return 32768
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return n
 }

@@ -30,8 +30,14 @@ func (ev event) String() string {
 		s += " " + ev.Profile
 	case "kill", "restart":
 		s += fmt.Sprintf(" replica %d, started again after %s", ev.Target, ev.For.Round(time.Millisecond))
+	case "node-kill":
+		s += fmt.Sprintf(" node %d, restarted after %s", ev.Target, ev.For.Round(time.Millisecond))
+	case "node-isolate":
+		s += fmt.Sprintf(" node %d for %s", ev.Target, ev.For.Round(time.Millisecond))
 	case "freeze", "partition":
 		s += fmt.Sprintf(" replica %d for %s", ev.Target, ev.For.Round(time.Millisecond))
+	case "db-half-open":
+		s += fmt.Sprintf(" replica %d", ev.Target)
 	default:
 		s += fmt.Sprintf(" for %s", ev.For.Round(time.Millisecond))
 	}
@@ -144,6 +150,35 @@ func makePlan(o options) []event {
 			}
 		}
 	}
+	// Cluster faults, one at a time, alternating: SIGKILL a node and
+	// restart it once the others have noticed (they need about 3 s), or
+	// cut a node off the others for longer than that, so that it leaves
+	// the primary component, and heal it.
+	if o.cluster && o.nodeFaults {
+		kinds := []string{"node-kill", "node-isolate"}
+		k := r.IntN(2)
+		for t := between(8*time.Second, 15*time.Second); t < d-10*time.Second; k++ {
+			ev := event{At: t, Kind: kinds[k%2], Target: r.IntN(o.nodes)}
+			if ev.Kind == "node-kill" {
+				ev.For = between(5*time.Second, 9*time.Second)
+			} else {
+				ev.For = between(6*time.Second, 14*time.Second)
+			}
+			evs = append(evs, ev)
+			t += ev.For + between(12*time.Second, 20*time.Second)
+		}
+	}
+	// Half-open sessions: a database connection of one replica loses its
+	// client side mid-transaction, its server side left open. Drawn from a
+	// stream of their own, so that they leave a seed's other faults as
+	// they were. Each is watched until the server ends it (about
+	// db.IdleTransactionTimeout), so the last comes that long before the end.
+	if o.halfOpen {
+		h := rand.New(rand.NewPCG(o.seed, o.seed^0x13198a2e03707344))
+		for t := 2*time.Second + time.Duration(h.Int64N(int64(2*time.Second))); t < d-15*time.Second; t += 15*time.Second + time.Duration(h.Int64N(int64(15*time.Second))) {
+			evs = append(evs, event{At: t, Kind: "db-half-open", Target: h.IntN(o.replicas)})
+		}
+	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At < evs[j].At })
 	return evs
 }
@@ -160,10 +195,16 @@ type injector struct {
 
 	kills, terms, killsSkipped, restarts, freezes, partitions atomic.Int64
 	dbDowns, dbStalls, pspDowns                               atomic.Int64
+
+	// outer bounds what outlives the chaos phase: the watch of a half-open
+	// session, which ends when the server ends the session.
+	outer     context.Context
+	halfArmed atomic.Int64
+	halfOpens []halfOpenSession // under mu
 }
 
-func newInjector(e *env, plan []event) *injector {
-	return &injector{e: e, plan: plan, restarting: map[int]bool{}, held: map[int]string{}}
+func newInjector(outer context.Context, e *env, plan []event) *injector {
+	return &injector{outer: outer, e: e, plan: plan, restarting: map[int]bool{}, held: map[int]string{}}
 }
 
 // run applies the plan from start until ctx ends, then waits until every
@@ -261,6 +302,10 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		thaw()
 	case "kill", "restart":
 		x.kill(ctx, ev)
+	case "node-kill", "node-isolate":
+		x.e.cc.apply(ctx, ev)
+	case "db-half-open":
+		x.halfOpen(ctx, ev)
 	}
 }
 

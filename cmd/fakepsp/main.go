@@ -5,6 +5,14 @@
 //
 //	go run ./cmd/fakepsp -latency-max-ms 300 -error-after-charge 0.05 -drop-connection-after-charge 0.05
 //
+// Its payment methods answer every outcome a real PSP gives: pm_card_ok
+// succeeds; pm_card_declined, pm_card_insufficient_funds and pm_card_lost are
+// declined (the raw code kept); pm_card_3ds is pending with a redirect to its
+// 3-D Secure page (GET /3ds/{reference}) when the charge allows a next
+// action; pm_virtual_account is pending until POST
+// /admin/charges/{merchant_order_id}/settle; pm_invalid_request, a currency
+// it does not take and a non-positive amount are refused 400 (rejected).
+//
 // It listens on 127.0.0.1:9090 unless -addr or FAKEPSP_ADDR says otherwise,
 // and shuts down gracefully on SIGINT or SIGTERM.
 package main

@@ -3,284 +3,335 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"gateway/db"
+	"gateway/idemkeys"
+	"gateway/payments"
 	"gateway/reconcile"
 )
 
-// Config is every setting of the gateway, read from GATEWAY_* variables.
-type Config struct {
-	Addr            string
-	DatabaseDSN     string
-	PSP             string
-	PSPURL          string
-	PSPCreation     time.Duration
-	TossSecretKey   string
-	StripeSecretKey string
-	FakePSPLatency  time.Duration
-	DBMaxOpenConns  int
-	DBMaxIdleConns  int
-	Lease           time.Duration
-	PSPTimeout      time.Duration
-	InFlightWait    time.Duration
-	MaxBodyBytes    int64
-	ShutdownTimeout time.Duration
-	AutoMigrate     bool
-	LogFormat       string
-	LogLevel        string
-	DevDataDir      string
+// The configuration is made of groups of flags, each flag also read from its
+// GATEWAY_* variable (the flag wins). A command embeds the groups it needs,
+// so its --help shows those and no others. Every group checks itself in
+// check(); the command line's Validate runs the checks of every group the
+// chosen command embeds and reports all problems at once.
+//
+// The names follow one rule: the variable GATEWAY_FOO_BAR is the flag
+// --foo-bar. Defaults come from the payments.Default* and reconcile.Default*
+// constants through the variables below.
 
-	AdminAddr     string
-	AuthCacheTTL  time.Duration
-	RatePerSecond float64
-	RateBurst     int
-
-	ReconcileSchedule    string
-	ReconcileMaxAttempts int
-	ReconcileBatch       int
-	ReconcileConcurrency int
-	ReconcileBackoff     time.Duration
-	ReconcileBackoffMax  time.Duration
-	Retention            time.Duration
-	PurgeBatch           int
-}
-
-// setting describes one variable: its name, default and meaning, and how it
-// is stored into a Config. The list drives parsing and --help alike.
-type setting struct {
-	name, def, help string
-	set             func(c *Config, v string) error
-}
-
-func settings() []setting {
-	return []setting{
-		{"GATEWAY_ADDR", "127.0.0.1:8080", "HTTP listen address (host:port)", func(c *Config, v string) error {
-			if _, _, err := net.SplitHostPort(v); err != nil {
-				return fmt.Errorf("must be host:port: %v", err)
-			}
-			c.Addr = v
-			return nil
-		}},
-		{"GATEWAY_ADMIN_ADDR", "", "serve /metrics on this separate address (host:port) instead of on GATEWAY_ADDR", func(c *Config, v string) error {
-			if v != "" {
-				if _, _, err := net.SplitHostPort(v); err != nil {
-					return fmt.Errorf("must be host:port: %v", err)
-				}
-			}
-			c.AdminAddr = v
-			return nil
-		}},
-		{"GATEWAY_AUTH_CACHE_TTL", "10s", "how long a replica trusts a verified API key without reading the database (a revoked key works that much longer); 0s reads every time", func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return errors.New("must be a duration ≥ 0 such as 0s or 10s")
-			}
-			c.AuthCacheTTL = d
-			return nil
-		}},
-		{"GATEWAY_RATE_LIMIT", "100", "requests per second each merchant may send to one replica; 0 turns the limit off", func(c *Config, v string) error {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 {
-				return errors.New("must be a number ≥ 0")
-			}
-			c.RatePerSecond = f
-			return nil
-		}},
-		{"GATEWAY_RATE_BURST", "200", "requests a merchant may send at once above the rate", intSetting(func(c *Config, n int) { c.RateBurst = n })},
-		{"GATEWAY_DATABASE_DSN", "", "MySQL/MariaDB DSN, e.g. user:pass@tcp(127.0.0.1:3306)/gateway (dev: unset starts a private MariaDB)", func(c *Config, v string) error {
-			if v != "" {
-				if _, err := db.Config(v); err != nil {
-					return err
-				}
-			}
-			c.DatabaseDSN = v
-			return nil
-		}},
-		{"GATEWAY_PSP", "fake", "payment provider adapter: fake (in-process fake), fakehttp (the standalone fake, cmd/fakepsp), toss, stripe", func(c *Config, v string) error {
-			switch v {
-			case "fake", "fakehttp", "toss", "stripe":
-				c.PSP = v
-				return nil
-			case "mock", "mockhttp": // the names of earlier releases
-				c.PSP = strings.Replace(v, "mock", "fake", 1)
-				return nil
-			}
-			return fmt.Errorf("unknown PSP %q; available: fake, fakehttp, toss, stripe", v)
-		}},
-		{"GATEWAY_PSP_URL", "", "PSP base URL (fakehttp: http://127.0.0.1:9090, or unset under dev to start one; toss and stripe: their public API)", func(c *Config, v string) error {
-			if v != "" {
-				u, err := url.Parse(v)
-				if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-					return errors.New("must be an http(s) URL such as http://127.0.0.1:9090")
-				}
-			}
-			c.PSPURL = v
-			return nil
-		}},
-		{"GATEWAY_PSP_CREATION_WINDOW", "", "override how long after a charge was sent it may still appear at the PSP (default: the adapter's own)", func(c *Config, v string) error {
-			if v == "" {
-				return nil
-			}
-			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return errors.New("must be a positive duration such as 2m")
-			}
-			c.PSPCreation = d
-			return nil
-		}},
-		{"GATEWAY_TOSS_SECRET_KEY", "", "secret: Toss Payments secret key (test_sk_… or live_sk_…), required with GATEWAY_PSP=toss", func(c *Config, v string) error {
-			c.TossSecretKey = v
-			return nil
-		}},
-		{"GATEWAY_STRIPE_SECRET_KEY", "", "secret: Stripe secret or restricted key (sk_…, rk_…), required with GATEWAY_PSP=stripe", func(c *Config, v string) error {
-			c.StripeSecretKey = v
-			return nil
-		}},
-		{"GATEWAY_FAKE_PSP_LATENCY", "0s", "fake PSP only: how long each simulated PSP call takes", func(c *Config, v string) error {
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return errors.New("must be a duration ≥ 0 such as 0s or 100ms")
-			}
-			c.FakePSPLatency = d
-			return nil
-		}},
-		{"GATEWAY_DB_MAX_OPEN_CONNS", "32", "most database connections the pool opens", intSetting(func(c *Config, n int) { c.DBMaxOpenConns = n })},
-		{"GATEWAY_DB_MAX_IDLE_CONNS", "32", "idle database connections kept open", intSetting(func(c *Config, n int) { c.DBMaxIdleConns = n })},
-		{"GATEWAY_LEASE", "30s", "how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT", durationSetting(func(c *Config, d time.Duration) { c.Lease = d })},
-		{"GATEWAY_PSP_TIMEOUT", "10s", "deadline of each PSP call", durationSetting(func(c *Config, d time.Duration) { c.PSPTimeout = d })},
-		{"GATEWAY_INFLIGHT_WAIT", "2s", "how long a duplicate request waits for the first one before answering 409", durationSetting(func(c *Config, d time.Duration) { c.InFlightWait = d })},
-		{"GATEWAY_MAX_BODY_BYTES", "65536", "largest accepted request body", func(c *Config, v string) error {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 1024 {
-				return errors.New("must be an integer ≥ 1024")
-			}
-			c.MaxBodyBytes = n
-			return nil
-		}},
-		{"GATEWAY_SHUTDOWN_TIMEOUT", "15s", "how long in-flight requests may finish after SIGINT/SIGTERM", durationSetting(func(c *Config, d time.Duration) { c.ShutdownTimeout = d })},
-		{"GATEWAY_AUTO_MIGRATE", "false", "apply pending migrations when serve starts (true|false)", func(c *Config, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return errors.New("must be true or false")
-			}
-			c.AutoMigrate = b
-			return nil
-		}},
-		{"GATEWAY_LOG_FORMAT", "json", "log format: json or text", func(c *Config, v string) error {
-			if v != "json" && v != "text" {
-				return errors.New("must be json or text")
-			}
-			c.LogFormat = v
-			return nil
-		}},
-		{"GATEWAY_LOG_LEVEL", "info", "log level: debug, info, warn or error", func(c *Config, v string) error {
-			switch v {
-			case "debug", "info", "warn", "error":
-				c.LogLevel = v
-				return nil
-			}
-			return errors.New("must be debug, info, warn or error")
-		}},
-		{"GATEWAY_RECONCILE_SCHEDULE", "@every 30s", "when the reconciler runs inside serve: a cron spec, @every DURATION, or off", func(c *Config, v string) error {
-			if _, err := reconcile.ParseSchedule(v); err != nil {
-				return err
-			}
-			c.ReconcileSchedule = v
-			return nil
-		}},
-		{"GATEWAY_RECONCILE_MAX_ATTEMPTS", "10", "failed PSP lookups before a payment becomes requires_review", intSetting(func(c *Config, n int) { c.ReconcileMaxAttempts = n })},
-		{"GATEWAY_RECONCILE_BATCH", "100", "stale keys claimed per reconciler transaction", intSetting(func(c *Config, n int) { c.ReconcileBatch = n })},
-		{"GATEWAY_RECONCILE_CONCURRENCY", "16", "PSP lookups the reconciler runs at once", intSetting(func(c *Config, n int) { c.ReconcileConcurrency = n })},
-		{"GATEWAY_RECONCILE_BACKOFF", "30s", "wait after a failed lookup; doubles per attempt", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoff = d })},
-		{"GATEWAY_RECONCILE_BACKOFF_MAX", "30m", "longest wait between lookups of one payment", durationSetting(func(c *Config, d time.Duration) { c.ReconcileBackoffMax = d })},
-		{"GATEWAY_IDEMPOTENCY_RETENTION", "168h", "how long a completed key replays its response before it is purged", durationSetting(func(c *Config, d time.Duration) { c.Retention = d })},
-		{"GATEWAY_PURGE_BATCH", "500", "keys deleted per purge statement", intSetting(func(c *Config, n int) { c.PurgeBatch = n })},
-		{"GATEWAY_DEV_DATA_DIR", ".data/mariadb", "dev only: data directory of the private MariaDB", func(c *Config, v string) error {
-			if v == "" {
-				return errors.New("must not be empty")
-			}
-			c.DevDataDir = v
-			return nil
-		}},
+// defaultVars are the defaults interpolated into the flags' default tags.
+func defaultVars() map[string]string {
+	return map[string]string{
+		"lease":                  durationDefault(payments.DefaultLease),
+		"psp_timeout":            durationDefault(payments.DefaultPSPTimeout),
+		"inflight_wait":          durationDefault(payments.DefaultInFlightWait),
+		"retention":              durationDefault(payments.DefaultRetention),
+		"auth_cache_ttl":         durationDefault(payments.DefaultAuthCacheTTL),
+		"max_clock_skew":         durationDefault(db.DefaultMaxClockSkew),
+		"reconcile_schedule":     reconcile.DefaultSchedule,
+		"reconcile_max_attempts": fmt.Sprint(reconcile.DefaultMaxAttempts),
+		"reconcile_batch":        fmt.Sprint(reconcile.DefaultBatchSize),
+		"reconcile_concurrency":  fmt.Sprint(reconcile.DefaultConcurrency),
+		"reconcile_backoff":      durationDefault(reconcile.DefaultBackoffBase),
+		"reconcile_backoff_max":  durationDefault(reconcile.DefaultBackoffMax),
+		"purge_batch":            fmt.Sprint(reconcile.DefaultPurgeBatch),
+		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
+		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
 	}
 }
 
-func intSetting(store func(*Config, int)) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return errors.New("must be a positive integer")
-		}
-		store(c, n)
+// checker is a group of settings that validates itself, alone and across its fields.
+type checker interface {
+	check() []error
+}
+
+// problem names a setting by its variable and its flag.
+func problem(env, format string, args ...any) error {
+	return fmt.Errorf("%s (%s) %s", env, flagOf(env), fmt.Sprintf(format, args...))
+}
+
+// flagOf is the flag of a variable: GATEWAY_FOO_BAR is --foo-bar.
+func flagOf(env string) string {
+	return "--" + strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(env, "GATEWAY_")), "_", "-")
+}
+
+// dsnConfig names the database.
+type dsnConfig struct {
+	DSN string `name:"database-dsn" env:"GATEWAY_DATABASE_DSN" placeholder:"DSN" group:"database" help:"MySQL/MariaDB DSN, e.g. user:pass@tcp(127.0.0.1:3306)/gateway (prefer the variable: arguments show in the process list)"`
+}
+
+func (c *dsnConfig) check() []error {
+	if c.DSN == "" {
 		return nil
 	}
+	if _, err := db.Config(c.DSN); err != nil {
+		return []error{problem("GATEWAY_DATABASE_DSN", "is not a DSN such as user:pass@tcp(127.0.0.1:3306)/gateway: %v", err)}
+	}
+	return nil
 }
 
-func durationSetting(store func(*Config, time.Duration)) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return errors.New("must be a positive duration such as 500ms, 10s or 1m")
-		}
-		store(c, d)
+// require is for the commands that cannot start a database of their own.
+func (c *dsnConfig) require() []error {
+	if c.DSN == "" {
+		return []error{errors.New("GATEWAY_DATABASE_DSN is not set (nor --database-dsn); for example GATEWAY_DATABASE_DSN='root@tcp(127.0.0.1:3306)/gateway' (or use `gateway dev`, which starts a private MariaDB)")}
+	}
+	return nil
+}
+
+// poolConfig sizes the connection pool of a long-running process.
+type poolConfig struct {
+	MaxOpenConns int `name:"db-max-open-conns" env:"GATEWAY_DB_MAX_OPEN_CONNS" default:"32" group:"database" help:"most database connections the pool opens"`
+	MaxIdleConns int `name:"db-max-idle-conns" env:"GATEWAY_DB_MAX_IDLE_CONNS" default:"32" group:"database" help:"idle database connections kept open"`
+}
+
+func (c *poolConfig) check() []error {
+	var errs []error
+	errs = positive(errs, "GATEWAY_DB_MAX_OPEN_CONNS", c.MaxOpenConns)
+	errs = positive(errs, "GATEWAY_DB_MAX_IDLE_CONNS", c.MaxIdleConns)
+	if c.MaxIdleConns > c.MaxOpenConns {
+		errs = append(errs, fmt.Errorf("GATEWAY_DB_MAX_IDLE_CONNS (%d) must not exceed GATEWAY_DB_MAX_OPEN_CONNS (%d)", c.MaxIdleConns, c.MaxOpenConns))
+	}
+	return errs
+}
+
+// adminConfig is the separate listener for /metrics.
+type adminConfig struct {
+	AdminAddr string `name:"admin-addr" env:"GATEWAY_ADMIN_ADDR" placeholder:"HOST:PORT" group:"http" help:"serve /metrics on this separate address instead of on GATEWAY_ADDR (unset: on GATEWAY_ADDR)"`
+}
+
+func (c *adminConfig) check() []error {
+	if c.AdminAddr == "" {
 		return nil
 	}
+	return hostPort(nil, "GATEWAY_ADMIN_ADDR", c.AdminAddr)
 }
 
-// loadConfig reads every variable, applies defaults and validates the whole,
-// reporting all problems at once.
-func loadConfig(getenv func(string) string) (Config, error) {
-	var c Config
-	var errs []error
-	for _, s := range settings() {
-		v := getenv(s.name)
-		if v == "" {
-			v = s.def
-		}
-		if err := s.set(&c, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
-	}
-	return c, c.Validate()
+// httpConfig is the public listener and what it allows each merchant.
+type httpConfig struct {
+	Addr            string        `name:"addr" env:"GATEWAY_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" group:"http" help:"HTTP listen address"`
+	Admin           adminConfig   `embed:""`
+	AuthCacheTTL    time.Duration `name:"auth-cache-ttl" env:"GATEWAY_AUTH_CACHE_TTL" default:"${auth_cache_ttl}" group:"http" help:"how long a replica trusts a verified API key without reading the database (a revoked key works that much longer); 0s reads every time"`
+	RateLimit       float64       `name:"rate-limit" env:"GATEWAY_RATE_LIMIT" default:"100" group:"http" help:"requests per second each merchant may send to one replica; 0 turns the limit off"`
+	RateBurst       int           `name:"rate-burst" env:"GATEWAY_RATE_BURST" default:"200" group:"http" help:"requests a merchant may send at once above the rate"`
+	InFlightWait    time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"${inflight_wait}" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
+	MaxBodyBytes    int64         `name:"max-body-bytes" env:"GATEWAY_MAX_BODY_BYTES" default:"65536" group:"http" help:"largest accepted request body"`
+	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"30s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM; at least twice GATEWAY_PSP_TIMEOUT plus 5s"`
 }
 
-// Validate checks the settings against each other.
-func (c Config) Validate() error {
+func (c *httpConfig) check() []error {
+	errs := hostPort(nil, "GATEWAY_ADDR", c.Addr)
+	if c.AuthCacheTTL < 0 {
+		errs = append(errs, problem("GATEWAY_AUTH_CACHE_TTL", "must be a duration ≥ 0 such as 0s or 10s"))
+	}
+	if c.RateLimit < 0 {
+		errs = append(errs, problem("GATEWAY_RATE_LIMIT", "must be a number ≥ 0"))
+	}
+	errs = positive(errs, "GATEWAY_RATE_BURST", c.RateBurst)
+	errs = positiveDuration(errs, "GATEWAY_INFLIGHT_WAIT", c.InFlightWait)
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, problem("GATEWAY_MAX_BODY_BYTES", "must be an integer ≥ 1024"))
+	}
+	return positiveDuration(errs, "GATEWAY_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+}
+
+// flowConfig times the payment flow; the reconciler shares it.
+type flowConfig struct {
+	Lease      time.Duration `name:"lease" env:"GATEWAY_LEASE" default:"${lease}" group:"flow" help:"how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT"`
+	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"${psp_timeout}" group:"flow" help:"deadline of each PSP call"`
+	Retention  time.Duration `name:"idempotency-retention" env:"GATEWAY_IDEMPOTENCY_RETENTION" default:"${retention}" group:"flow" help:"how long a completed key replays its response before it is purged"`
+}
+
+func (c *flowConfig) check() []error {
 	var errs []error
+	errs = positiveDuration(errs, "GATEWAY_LEASE", c.Lease)
+	errs = positiveDuration(errs, "GATEWAY_PSP_TIMEOUT", c.PSPTimeout)
+	errs = positiveDuration(errs, "GATEWAY_IDEMPOTENCY_RETENTION", c.Retention)
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
 	}
-	switch {
-	case c.PSP == "toss" && c.TossSecretKey == "":
-		errs = append(errs, errors.New("GATEWAY_PSP=toss needs GATEWAY_TOSS_SECRET_KEY"))
-	case c.PSP == "stripe" && c.StripeSecretKey == "":
-		errs = append(errs, errors.New("GATEWAY_PSP=stripe needs GATEWAY_STRIPE_SECRET_KEY"))
-	}
-	if c.ReconcileBackoffMax < c.ReconcileBackoff {
-		errs = append(errs, fmt.Errorf("GATEWAY_RECONCILE_BACKOFF_MAX (%s) must not be below GATEWAY_RECONCILE_BACKOFF (%s)", c.ReconcileBackoffMax, c.ReconcileBackoff))
-	}
-	if c.DBMaxIdleConns > c.DBMaxOpenConns {
-		errs = append(errs, fmt.Errorf("GATEWAY_DB_MAX_IDLE_CONNS (%d) must not exceed GATEWAY_DB_MAX_OPEN_CONNS (%d)", c.DBMaxIdleConns, c.DBMaxOpenConns))
-	}
-	return errors.Join(errs...)
+	return errs
 }
 
-// requireDSN is for the subcommands that cannot start a database of their own.
-func (c Config) requireDSN() error {
-	if c.DatabaseDSN == "" {
-		return errors.New("GATEWAY_DATABASE_DSN is not set; for example GATEWAY_DATABASE_DSN='root@tcp(127.0.0.1:3306)/gateway' (or use `gateway dev`, which starts a private MariaDB)")
+// pspConfig chooses and reaches the payment provider.
+type pspConfig struct {
+	PSP             string         `name:"psp" env:"GATEWAY_PSP" default:"fake" placeholder:"NAME" group:"psp" help:"payment provider adapter: fake (in-process fake), fakehttp (the standalone fake, cmd/fakepsp), toss, stripe"`
+	URL             string         `name:"psp-url" env:"GATEWAY_PSP_URL" placeholder:"URL" group:"psp" help:"PSP base URL (fakehttp: http://127.0.0.1:9090, or unset under dev to start one; toss and stripe: their public API)"`
+	CreationWindow  *time.Duration `name:"psp-creation-window" env:"GATEWAY_PSP_CREATION_WINDOW" placeholder:"DURATION" group:"psp" help:"override how long after a charge was sent it may still appear at the PSP (unset: the adapter's own)"`
+	FakeLatency     time.Duration  `name:"fake-psp-latency" env:"GATEWAY_FAKE_PSP_LATENCY" default:"0s" group:"psp" help:"fake PSP only: how long each simulated PSP call takes"`
+	TossSecretKey   string         `name:"toss-secret-key" env:"GATEWAY_TOSS_SECRET_KEY" hidden:"" secret:"" help:"Toss Payments secret key (test_sk_… or live_sk_…), required with GATEWAY_PSP=toss"`
+	StripeSecretKey string         `name:"stripe-secret-key" env:"GATEWAY_STRIPE_SECRET_KEY" hidden:"" secret:"" help:"Stripe secret or restricted key (sk_…, rk_…), required with GATEWAY_PSP=stripe"`
+	Checkout        checkoutConfig `embed:""`
+}
+
+// adapter is the adapter's name; earlier releases called the fakes mock and mockhttp.
+func (c *pspConfig) adapter() string {
+	if c.PSP == "mock" || c.PSP == "mockhttp" {
+		return strings.Replace(c.PSP, "mock", "fake", 1)
 	}
-	return nil
+	return c.PSP
+}
+
+func (c *pspConfig) check() []error {
+	var errs []error
+	switch c.adapter() {
+	case "fake", "fakehttp", "toss", "stripe":
+	default:
+		errs = append(errs, problem("GATEWAY_PSP", "names an unknown PSP %q; available: fake, fakehttp, toss, stripe", c.PSP))
+	}
+	if c.URL != "" {
+		u, err := url.Parse(c.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, problem("GATEWAY_PSP_URL", "must be an http(s) URL such as http://127.0.0.1:9090"))
+		}
+	}
+	if c.CreationWindow != nil && *c.CreationWindow <= 0 {
+		errs = append(errs, problem("GATEWAY_PSP_CREATION_WINDOW", "must be a positive duration such as 2m"))
+	}
+	if c.FakeLatency < 0 {
+		errs = append(errs, problem("GATEWAY_FAKE_PSP_LATENCY", "must be a duration ≥ 0 such as 0s or 100ms"))
+	}
+	switch {
+	case c.adapter() == "toss" && c.TossSecretKey == "":
+		errs = append(errs, errors.New("GATEWAY_PSP=toss needs GATEWAY_TOSS_SECRET_KEY"))
+	case c.adapter() == "stripe" && c.StripeSecretKey == "":
+		errs = append(errs, errors.New("GATEWAY_PSP=stripe needs GATEWAY_STRIPE_SECRET_KEY"))
+	}
+	if c.Checkout.StripeWebhookSecret != "" && c.StripeSecretKey == "" {
+		errs = append(errs, errors.New("GATEWAY_STRIPE_WEBHOOK_SECRET needs GATEWAY_STRIPE_SECRET_KEY: the gateway asks Stripe about what a notification names"))
+	}
+	return errs
+}
+
+// checkoutConfig is the two-step checkout and the PSPs' notifications:
+// how long a payment waits for its confirmation, the public keys front ends
+// are handed to start a PSP's client, and the secret that verifies
+// Stripe's notifications (Toss's are checked by asking Toss).
+type checkoutConfig struct {
+	ConfirmExpiry        time.Duration `name:"confirm-expiry" env:"GATEWAY_CONFIRM_EXPIRY" default:"${confirm_expiry}" group:"checkout" help:"how long a payment created with \"confirm\": false waits for POST /payments/{id}/confirm before the reconciler cancels it"`
+	TossClientKey        string        `name:"toss-client-key" env:"GATEWAY_TOSS_CLIENT_KEY" placeholder:"KEY" group:"checkout" help:"Toss client key (test_ck_…, live_ck_…: public) that two-step checkouts hand to front ends to open Toss's payment widget"`
+	StripePublishableKey string        `name:"stripe-publishable-key" env:"GATEWAY_STRIPE_PUBLISHABLE_KEY" placeholder:"KEY" group:"checkout" help:"Stripe publishable key (pk_…: public) that two-step checkouts hand to front ends for Stripe.js"`
+	StripeWebhookSecret  string        `name:"stripe-webhook-secret" env:"GATEWAY_STRIPE_WEBHOOK_SECRET" hidden:"" secret:"" help:"signing secret (whsec_…) of the Stripe webhook endpoint POST /psp/stripe/webhook; unset: Stripe's notifications are answered 404"`
+}
+
+func (c *checkoutConfig) check() []error {
+	errs := positiveDuration(nil, "GATEWAY_CONFIRM_EXPIRY", c.ConfirmExpiry)
+	if c.StripePublishableKey != "" && !strings.HasPrefix(c.StripePublishableKey, "pk_") {
+		errs = append(errs, problem("GATEWAY_STRIPE_PUBLISHABLE_KEY", "must be a publishable key (pk_test_… or pk_live_…), never a secret key"))
+	}
+	return errs
+}
+
+// creationWindow is the override, 0 for the adapter's own.
+func (c *pspConfig) creationWindow() time.Duration {
+	if c.CreationWindow == nil {
+		return 0
+	}
+	return *c.CreationWindow
+}
+
+// reconcileConfig tunes the reconciler and the purge of expired keys.
+type reconcileConfig struct {
+	Schedule    string        `name:"reconcile-schedule" env:"GATEWAY_RECONCILE_SCHEDULE" default:"${reconcile_schedule}" placeholder:"SPEC" group:"reconcile" help:"when the reconciler runs: a cron spec, @every DURATION, or off"`
+	MaxAttempts int           `name:"reconcile-max-attempts" env:"GATEWAY_RECONCILE_MAX_ATTEMPTS" default:"${reconcile_max_attempts}" group:"reconcile" help:"failed PSP lookups before a payment becomes requires_review"`
+	Batch       int           `name:"reconcile-batch" env:"GATEWAY_RECONCILE_BATCH" default:"${reconcile_batch}" group:"reconcile" help:"stale keys claimed per reconciler transaction"`
+	Concurrency int           `name:"reconcile-concurrency" env:"GATEWAY_RECONCILE_CONCURRENCY" default:"${reconcile_concurrency}" group:"reconcile" help:"PSP lookups the reconciler runs at once"`
+	Backoff     time.Duration `name:"reconcile-backoff" env:"GATEWAY_RECONCILE_BACKOFF" default:"${reconcile_backoff}" group:"reconcile" help:"wait after a failed lookup; doubles per attempt"`
+	BackoffMax  time.Duration `name:"reconcile-backoff-max" env:"GATEWAY_RECONCILE_BACKOFF_MAX" default:"${reconcile_backoff_max}" group:"reconcile" help:"longest wait between lookups of one payment"`
+	PurgeBatch  int           `name:"purge-batch" env:"GATEWAY_PURGE_BATCH" default:"${purge_batch}" group:"reconcile" help:"expired keys deleted per purge statement"`
+}
+
+func (c *reconcileConfig) check() []error {
+	var errs []error
+	if _, err := reconcile.ParseSchedule(c.Schedule); err != nil {
+		errs = append(errs, problem("GATEWAY_RECONCILE_SCHEDULE", "%v", err))
+	}
+	errs = positive(errs, "GATEWAY_RECONCILE_MAX_ATTEMPTS", c.MaxAttempts)
+	errs = positive(errs, "GATEWAY_RECONCILE_BATCH", c.Batch)
+	errs = positive(errs, "GATEWAY_RECONCILE_CONCURRENCY", c.Concurrency)
+	errs = positiveDuration(errs, "GATEWAY_RECONCILE_BACKOFF", c.Backoff)
+	errs = positiveDuration(errs, "GATEWAY_RECONCILE_BACKOFF_MAX", c.BackoffMax)
+	errs = positive(errs, "GATEWAY_PURGE_BATCH", c.PurgeBatch)
+	if c.BackoffMax < c.Backoff {
+		errs = append(errs, fmt.Errorf("GATEWAY_RECONCILE_BACKOFF_MAX (%s) must not be below GATEWAY_RECONCILE_BACKOFF (%s)", c.BackoffMax, c.Backoff))
+	}
+	return errs
+}
+
+// logConfig shapes the logs of a long-running process.
+type logConfig struct {
+	Format     string `name:"log-format" env:"GATEWAY_LOG_FORMAT" default:"json" placeholder:"json|text" group:"log" help:"log format: json or text"`
+	Level      string `name:"log-level" env:"GATEWAY_LOG_LEVEL" default:"info" placeholder:"LEVEL" group:"log" help:"log level: debug, info, warn or error"`
+	HashSecret string `name:"log-hash-secret" env:"GATEWAY_LOG_HASH_SECRET" hidden:"" secret:"" help:"keys the hashes that name idempotency keys and merchants in logs, so lines correlate across replicas but cannot be reversed (unset: a random one per process)"`
+
+	hash *idemkeys.Hasher
+}
+
+func (c *logConfig) check() []error {
+	var errs []error
+	if c.Format != "json" && c.Format != "text" {
+		errs = append(errs, problem("GATEWAY_LOG_FORMAT", "must be json or text"))
+	}
+	switch c.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, problem("GATEWAY_LOG_LEVEL", "must be debug, info, warn or error"))
+	}
+	return errs
+}
+
+// hasher is the one keyed hasher of this process: with no secret it is
+// random, so it must be made once.
+func (c *logConfig) hasher() *idemkeys.Hasher {
+	if c.hash == nil {
+		c.hash = idemkeys.NewHasher([]byte(c.HashSecret))
+	}
+	return c.hash
+}
+
+// serverConfig is everything a serving process reads: serve and dev.
+type serverConfig struct {
+	DB           dsnConfig       `embed:""`
+	Pool         poolConfig      `embed:""`
+	HTTP         httpConfig      `embed:""`
+	Flow         flowConfig      `embed:""`
+	MaxClockSkew time.Duration   `name:"max-clock-skew" env:"GATEWAY_MAX_CLOCK_SKEW" default:"${max_clock_skew}" group:"flow" help:"how far this replica's clock may stray from the database's before it stops taking payments and reports not ready"`
+	PSP          pspConfig       `embed:""`
+	Reconcile    reconcileConfig `embed:""`
+	Log          logConfig       `embed:""`
+}
+
+func (c *serverConfig) check() []error {
+	errs := positiveDuration(nil, "GATEWAY_MAX_CLOCK_SKEW", c.MaxClockSkew)
+	if least := 2*c.Flow.PSPTimeout + 5*time.Second; c.HTTP.ShutdownTimeout < least {
+		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.HTTP.ShutdownTimeout, least))
+	}
+	return errs
+}
+
+func positive(errs []error, env string, n int) []error {
+	if n < 1 {
+		return append(errs, problem(env, "must be a positive integer"))
+	}
+	return errs
+}
+
+func positiveDuration(errs []error, env string, d time.Duration) []error {
+	if d <= 0 {
+		return append(errs, problem(env, "must be a positive duration such as 500ms, 10s or 1m"))
+	}
+	return errs
+}
+
+func hostPort(errs []error, env, v string) []error {
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		return append(errs, problem(env, "must be host:port: %v", err))
+	}
+	return errs
 }
 
 // maskDSN hides the password of a DSN for logs.
@@ -289,22 +340,17 @@ func maskDSN(dsn string) string {
 	if err != nil {
 		return "(invalid DSN)"
 	}
-	if cfg.Passwd != "" {
-		cfg.Passwd = "xxxxx"
-	}
 	return cfg.User + "@" + cfg.Net + "(" + cfg.Addr + ")/" + cfg.DBName
 }
 
-// printSettings writes the variable table used by --help.
-func printSettings(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
-	for _, s := range settings() {
-		def := s.def
-		if def == "" {
-			def = "(unset)"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.name, def, strings.TrimSpace(s.help))
+// durationDefault writes a default duration the way an operator would ("168h", not "168h0m0s").
+func durationDefault(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
 	}
-	_ = tw.Flush()
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

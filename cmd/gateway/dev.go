@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -14,17 +14,29 @@ import (
 
 	"gateway/db"
 	"gateway/db/localdb"
+	"gateway/payments"
 	"gateway/psp/fake/fakeserver"
 )
 
-// runDev is what `make run` calls: everything a newcomer needs in one process.
-func runDev(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("dev", "gateway dev", stderr)
-	if help, err := parseFlags(fs, args); help || err != nil {
-		return err
+// devCmd is `gateway dev`, what `make run` calls: everything a newcomer
+// needs in one process.
+type devCmd struct {
+	Server  serverConfig `embed:""`
+	DataDir string       `name:"dev-data-dir" env:"GATEWAY_DEV_DATA_DIR" default:".data/mariadb" placeholder:"DIR" help:"data directory of the private MariaDB, started when GATEWAY_DATABASE_DSN is unset"`
+}
+
+func (c *devCmd) check() []error {
+	if c.DataDir == "" {
+		return []error{problem("GATEWAY_DEV_DATA_DIR", "must not be empty")}
 	}
-	if cfg.DatabaseDSN == "" {
-		dir, err := filepath.Abs(cfg.DevDataDir)
+	return nil
+}
+
+func (c *devCmd) Run(ctx context.Context, a *app) error {
+	cfg := c.Server
+	stderr := a.stderr
+	if cfg.DB.DSN == "" {
+		dir, err := filepath.Abs(c.DataDir)
 		if err != nil {
 			return err
 		}
@@ -41,50 +53,66 @@ func runDev(ctx context.Context, cfg Config, args []string, stdout, stderr io.Wr
 		if err := createDatabase(ctx, srv.DSN(""), "gateway"); err != nil {
 			return err
 		}
-		cfg.DatabaseDSN = srv.DSN("gateway")
+		cfg.DB.DSN = srv.DSN("gateway")
 		fmt.Fprintf(stderr, "private MariaDB on %s, data in %s\n", srv.Addr(), dir)
 	}
-	if cfg.PSP == "fakehttp" && cfg.PSPURL == "" {
+	if cfg.PSP.adapter() == "fakehttp" && cfg.PSP.URL == "" {
 		// The standalone fake PSP, served over real HTTP from this process.
 		url, stop, err := startFakePSP()
 		if err != nil {
 			return err
 		}
 		defer stop()
-		cfg.PSPURL = url
+		cfg.PSP.URL = url
 		fmt.Fprintf(stderr, "fake PSP on %s (faults: PUT %s/admin/faults, ledger: GET %s/admin/ledger)\n", url, url, url)
 	}
-	if err := db.MigrateUp(cfg.DatabaseDSN); err != nil {
-		return err
-	}
-	dbx, err := openDB(ctx, cfg)
+	mg, err := db.NewMigrator(cfg.DB.DSN)
 	if err != nil {
 		return err
 	}
-	m, key, err := createMerchant(ctx, dbx, "Demo merchant")
-	dbx.Close()
+	prog := a.progress(false)
+	mg.Progress = func(s db.Step) { prog.linef("%s", stepLine(s)) }
+	if err := errors.Join(mg.Up(), mg.Close()); err != nil {
+		return err
+	}
+	var (
+		m   payments.Merchant
+		key payments.APIKey
+	)
+	err = withAdmin(ctx, cfg.DB, payments.AdminConfig{}, func(adm *payments.Admin) (err error) {
+		m, key, err = adm.CreateMerchant(ctx, "Demo merchant")
+		return err
+	})
 	if err != nil {
 		return err
 	}
-	cfg.AutoMigrate = false
-	log := newLogger(cfg, stderr)
-	return serve(ctx, cfg, log, func(addr string) {
-		fmt.Fprintf(stdout, `
+	checkout, err := newDevCheckout(ctx, cfg.DB, m, key.Plaintext)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	return serve(ctx, &cfg, false, log, func(addr string) {
+		fmt.Fprintf(a.stdout, `
 Gateway ready on http://%[1]s (PSP %[5]s, database %[4]s)
 Demo merchant %[2]s, API key (shown once): %[3]s
 
-Try a payment:
+Try a payment (run it twice: the second answer is a replay, Idempotent-Replayed: true):
+  KEY=$(cat /proc/sys/kernel/random/uuid)
   curl -i -X POST http://%[1]s/payments \
     -H 'Authorization: Bearer %[3]s' \
-    -H "Idempotency-Key: $(cat /proc/sys/kernel/random/uuid)" \
+    -H "Idempotency-Key: $KEY" \
     -H 'Content-Type: application/json' \
     -d '{"amount": 1000, "currency": "KRW", "payment_method": "pm_card_ok", "description": "demo", "metadata": {"order": "A-1"}}'
 
 Payment methods: pm_card_ok (succeeds), pm_card_declined, pm_card_insufficient_funds (decline).
+
+Checkout demo (confirms in the browser with publishable key %[6]s):
+  %[7]s
+
 Press Ctrl-C to stop.
 
-`, addr, m.ID, key.Plaintext, maskDSN(cfg.DatabaseDSN), pspName(cfg))
-	})
+`, addr, m.ID, key.Plaintext, maskDSN(cfg.DB.DSN), pspName(cfg.PSP), checkout.publishableKey, demoURL(addr))
+	}, checkout.mount(ctx, cfg.DB, log))
 }
 
 // createDatabase creates name on the server at serverDSN if it is missing.
@@ -120,9 +148,9 @@ func startFakePSP() (url string, stop func(), err error) {
 	return "http://" + ln.Addr().String(), func() { srv.Close(); _ = hs.Close() }, nil
 }
 
-func pspName(cfg Config) string {
-	if cfg.PSPURL != "" {
-		return cfg.PSP + " at " + cfg.PSPURL
+func pspName(cfg pspConfig) string {
+	if cfg.URL != "" {
+		return cfg.adapter() + " at " + cfg.URL
 	}
-	return cfg.PSP
+	return cfg.adapter()
 }

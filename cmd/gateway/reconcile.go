@@ -2,118 +2,90 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"strconv"
-	"text/tabwriter"
+	"sync"
 	"time"
-
-	"github.com/jmoiron/sqlx"
 
 	"gateway/metrics"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/reconcile"
 )
 
-// exitError ends the program with a chosen status after its output was written.
-type exitError struct {
-	code int
-	msg  string
+// reconcileCmd is `gateway reconcile`: the reconciler in its own process.
+type reconcileCmd struct {
+	Once bool `name:"once" help:"run one pass, print what it did and exit (status 3 when payments need review)"`
+	JSON bool `name:"json" help:"with --once: print one JSON document instead of tables, and no progress"`
+
+	DB        dsnConfig       `embed:""`
+	Pool      poolConfig      `embed:""`
+	Admin     adminConfig     `embed:""`
+	Flow      flowConfig      `embed:""`
+	PSP       pspConfig       `embed:""`
+	Reconcile reconcileConfig `embed:""`
+	Log       logConfig       `embed:""`
 }
 
-func (e exitError) Error() string { return e.msg }
-
-// exitNeedsReview is `reconcile --once`'s status when payments await ops.
-const exitNeedsReview = 3
-
-func newReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
-	return reconcile.New(store.New(dbx), adapter, reconcile.Config{
-		Lease:       cfg.Lease,
-		PSPTimeout:  cfg.PSPTimeout,
-		BatchSize:   cfg.ReconcileBatch,
-		Concurrency: cfg.ReconcileConcurrency,
-		MaxAttempts: cfg.ReconcileMaxAttempts,
-		BackoffBase: cfg.ReconcileBackoff,
-		BackoffMax:  cfg.ReconcileBackoffMax,
-		Retention:   cfg.Retention,
-		PurgeBatch:  cfg.PurgeBatch,
-		Logger:      log,
-		Observer:    obs,
-	})
+func (c *reconcileCmd) check() []error {
+	errs := c.DB.require()
+	if c.JSON && !c.Once {
+		errs = append(errs, errors.New("--json goes with --once"))
+	}
+	if c.PSP.adapter() == "fake" {
+		errs = append(errs, errors.New("GATEWAY_PSP=fake is an in-process fake that knows only its own process's charges, so a separate reconciler would see every charge as missing; run the reconciler inside `gateway serve` (GATEWAY_RECONCILE_SCHEDULE) or use a PSP reachable from both"))
+	}
+	return errs
 }
 
-// startReconciler schedules the reconciler inside a long-running process;
-// the returned stop waits for a running pass. A nil schedule ("off") starts nothing.
-func startReconciler(cfg Config, dbx *sqlx.DB, adapter psp.Adapter, log *slog.Logger, obs reconcile.Observer) (stop func()) {
-	sched, err := reconcile.ParseSchedule(cfg.ReconcileSchedule)
-	if err != nil || sched == nil { // validated with the configuration
-		log.Info("reconciler disabled", "schedule", cfg.ReconcileSchedule)
-		return func() {}
-	}
-	s := reconcile.Schedule(sched, newReconciler(cfg, dbx, adapter, log, obs), log)
-	log.Info("reconciler scheduled", "schedule", cfg.ReconcileSchedule)
-	return s.Stop
-}
-
-func runReconcile(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("reconcile", "gateway reconcile [--once [--json]]", stderr)
-	once := fs.Bool("once", false, "run one pass, print what it did and exit (status 3 when payments need review)")
-	asJSON := fs.Bool("json", false, "with --once: print the summary as JSON")
-	if help, err := parseFlags(fs, args); help || err != nil {
-		return err
-	}
-	if fs.NArg() > 0 || (*asJSON && !*once) {
-		fs.Usage()
-		return usageError{"reconcile takes only --once and --json (with --once)"}
-	}
-	if err := cfg.requireDSN(); err != nil {
-		return err
-	}
-	if cfg.PSP == "fake" {
-		return errors.New("GATEWAY_PSP=fake is an in-process fake that knows only its own process's charges, so a separate reconciler would see every charge as missing; run the reconciler inside `gateway serve` (GATEWAY_RECONCILE_SCHEDULE) or use a PSP reachable from both")
-	}
-	dbx, err := openDB(ctx, cfg)
+func (c *reconcileCmd) Run(ctx context.Context, a *app) error {
+	dbx, err := openDB(ctx, c.DB, c.Pool)
 	if err != nil {
 		return err
 	}
 	defer dbx.Close()
-	log := newLogger(cfg, stderr)
-	adapter, err := newPSP(cfg)
+	log := newLogger(c.Log, a.stderr)
+	if c.Once {
+		psps, err := newPSPs(c.PSP, noInstrument)
+		if err != nil {
+			return err
+		}
+		prog := a.progress(c.JSON)
+		r := newReconciler(c.Flow, c.Reconcile, &c.Log, dbx, psps, nil, log, newPassProgress(prog))
+		return reconcileOnce(ctx, r, c.JSON, a.stdout, prog)
+	}
+	// The daemon's metrics are served on GATEWAY_ADMIN_ADDR when it is set.
+	var obs reconcile.Observer
+	instrument := noInstrument
+	if c.Admin.AdminAddr != "" {
+		reg := newRegistry()
+		m := metrics.New(reg)
+		instrument, obs = func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) }, m
+		stopAdmin, err := serveAdmin(c.Admin.AdminAddr, metrics.Handler(reg), log)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+	}
+	psps, err := newPSPs(c.PSP, instrument)
 	if err != nil {
 		return err
 	}
-	if !*once {
-		// The daemon's metrics are served on GATEWAY_ADMIN_ADDR when it is set.
-		var obs reconcile.Observer
-		if cfg.AdminAddr != "" {
-			reg := newRegistry()
-			m := metrics.New(reg)
-			adapter, obs = metrics.InstrumentPSP(adapter, m), m
-			stopAdmin, err := serveAdmin(cfg.AdminAddr, metrics.Handler(reg), log)
-			if err != nil {
-				return err
-			}
-			defer stopAdmin()
-		}
-		stop := startReconciler(cfg, dbx, adapter, log, obs)
-		<-ctx.Done()
-		stop()
-		return nil
-	}
-	return reconcileOnce(ctx, newReconciler(cfg, dbx, adapter, log, nil), *asJSON, stdout)
+	build := readBuildInfo()
+	log.Info("reconciler starting", "version", build.Version, "revision", build.Revision)
+	stop := startReconciler(c.Reconcile.Schedule, newReconciler(c.Flow, c.Reconcile, &c.Log, dbx, psps, nil, log, obs), log)
+	<-ctx.Done()
+	stop()
+	return nil
 }
 
 // reconcileOnce runs one pass and reports it for a person or, with asJSON, a program.
-func reconcileOnce(ctx context.Context, r *reconcile.Reconciler, asJSON bool, stdout io.Writer) error {
+func reconcileOnce(ctx context.Context, r *reconcile.Reconciler, asJSON bool, stdout io.Writer, prog *progress) error {
 	sum, err := r.RunOnce(ctx)
+	prog.done()
 	if asJSON {
-		if jerr := json.NewEncoder(stdout).Encode(sum); jerr != nil {
+		if jerr := writeJSON(stdout, summaryJSON(sum)); jerr != nil {
 			return jerr
 		}
 	} else {
@@ -123,168 +95,112 @@ func reconcileOnce(ctx context.Context, r *reconcile.Reconciler, asJSON bool, st
 		return fmt.Errorf("reconcile pass stopped: %w", err)
 	}
 	if sum.NeedsReview > 0 {
-		return exitError{code: exitNeedsReview, msg: fmt.Sprintf("%d payment(s) need review: gateway payments list --status requires_review", sum.NeedsReview)}
+		return exitStatus{code: exitNeedsReview, msg: fmt.Sprintf("%d payment(s) need review: gateway payments list --status requires_review", sum.NeedsReview)}
 	}
 	return nil
+}
+
+// passJSON is a pass as --json prints it: every outcome counted, zeros
+// included, durations in seconds.
+type passJSON struct {
+	Examined       int            `json:"examined"`
+	Counts         map[string]int `json:"counts"`
+	PurgedKeys     int64          `json:"purged_keys"`
+	NeedsReview    int            `json:"needs_review"`
+	ElapsedSeconds float64        `json:"elapsed_seconds"`
+	Backlog        backlogJSON    `json:"backlog"`
+	Results        []resultJSON   `json:"results"`
+}
+
+// backlogJSON is what a pass left behind.
+type backlogJSON struct {
+	OldestUnfinishedSeconds float64 `json:"oldest_unfinished_seconds"`
+	Quarantined             int     `json:"quarantined"`
+	NeedsReview             int     `json:"needs_review"`
+	OldestReviewSeconds     float64 `json:"oldest_review_seconds"`
+}
+
+type resultJSON struct {
+	PaymentID  string  `json:"payment_id"`
+	MerchantID string  `json:"merchant_id"`
+	KeyHash    string  `json:"key_hash"`
+	Outcome    string  `json:"outcome"`
+	Attempts   int     `json:"attempts"`
+	InReview   bool    `json:"in_review"`
+	AgeSeconds float64 `json:"age_seconds"`
+	Detail     string  `json:"detail"`
+}
+
+func summaryJSON(sum reconcile.Summary) passJSON {
+	out := passJSON{Examined: len(sum.Results), Counts: map[string]int{}, PurgedKeys: sum.Purged,
+		NeedsReview: sum.NeedsReview, ElapsedSeconds: sum.Elapsed.Seconds(), Results: []resultJSON{},
+		Backlog: backlogJSON{OldestUnfinishedSeconds: sum.Backlog.OldestUnfinished.Seconds(), Quarantined: sum.Backlog.Quarantined,
+			NeedsReview: sum.Backlog.NeedsReview, OldestReviewSeconds: sum.Backlog.OldestReview.Seconds()}}
+	for _, o := range reconcile.Outcomes {
+		out.Counts[string(o)] = sum.Counts[o]
+	}
+	for _, r := range sum.Results {
+		out.Results = append(out.Results, resultJSON{PaymentID: r.PaymentID, MerchantID: r.MerchantID, KeyHash: r.Key,
+			Outcome: string(r.Outcome), Attempts: r.Attempts, InReview: r.InReview, AgeSeconds: r.Age.Seconds(), Detail: r.Detail})
+	}
+	return out
 }
 
 func printSummary(w io.Writer, sum reconcile.Summary) {
 	fmt.Fprintf(w, "Reconcile pass: %d unfinished payment(s) examined in %s, %d expired key(s) purged.\n\n",
 		len(sum.Results), sum.Elapsed.Round(time.Millisecond), sum.Purged)
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "OUTCOME\tCOUNT\tMEANING")
+	tw := newTable(w, "OUTCOME", "COUNT", "MEANING")
 	for _, o := range reconcile.Outcomes {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", o, sum.Counts[o], outcomeMeaning[o])
+		row(tw, o, sum.Counts[o], reconcile.Meaning(o))
 	}
 	_ = tw.Flush()
 	if len(sum.Results) > 0 {
 		fmt.Fprintln(w)
-		tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "PAYMENT\tMERCHANT\tOUTCOME\tATTEMPTS\tAGE\tDETAIL")
+		tw = newTable(w, "PAYMENT", "MERCHANT", "OUTCOME", "ATTEMPTS", "AGE", "DETAIL")
 		for _, r := range sum.Results {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.PaymentID, r.MerchantID, r.Outcome, r.Attempts,
-				r.Age.Round(time.Second), r.Detail)
+			row(tw, r.PaymentID, r.MerchantID, r.Outcome, r.Attempts, r.Age.Round(time.Second), r.Detail)
 		}
 		_ = tw.Flush()
 	}
 	fmt.Fprintf(w, "\nPayments needing review: %d\n", sum.NeedsReview)
 }
 
-var outcomeMeaning = map[reconcile.Outcome]string{
-	reconcile.Succeeded: "the PSP had the charge; payment settled succeeded",
-	reconcile.Declined:  "the PSP declined it; payment settled declined",
-	reconcile.Failed:    "the PSP never processed it; payment failed",
-	reconcile.Deferred:  "not at the PSP yet but may still appear; looked at again later",
-	reconcile.Retrying:  "the PSP could not answer; retried with back-off",
-	reconcile.Review:    "attempts exhausted; needs a person (gateway payments resolve)",
-	reconcile.Fenced:    "another worker took the payment over meanwhile",
-	reconcile.Error:     "database error; retried on a later pass",
+// passProgress shows a pass as it goes: one status line of counts, and a
+// line per purge batch.
+type passProgress struct {
+	p      *progress
+	mu     sync.Mutex
+	n      int
+	counts map[reconcile.Outcome]int
+	purged int64
 }
 
-func runPayments(ctx context.Context, cfg Config, args []string, stdout, stderr io.Writer) error {
-	const synopsis = "gateway payments list --status STATUS [--limit N] [--json]\n       gateway payments resolve PAYMENT_ID --as succeeded|failed --reason TEXT [--psp-reference REF] [--actor NAME]"
-	if len(args) == 0 || (args[0] != "list" && args[0] != "resolve") {
-		fmt.Fprintln(stderr, "Usage: "+synopsis)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			return nil
-		}
-		return usageError{"payments needs a subcommand: list or resolve"}
-	}
-	switch args[0] {
-	case "list":
-		fs := newFlags("payments list", "gateway payments list --status STATUS [--limit N] [--json]", stderr)
-		status := fs.String("status", string(payments.RequiresReview), "processing, succeeded, declined, failed or requires_review")
-		limit := fs.Int("limit", 100, "most payments to list, oldest first")
-		asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
-		if help, err := parseFlags(fs, args[1:]); help || err != nil {
-			return err
-		}
-		switch payments.Status(*status) {
-		case payments.Processing, payments.Succeeded, payments.Declined, payments.Failed, payments.RequiresReview:
-		default:
-			return usageError{fmt.Sprintf("unknown status %q", *status)}
-		}
-		if *limit < 1 || fs.NArg() > 0 {
-			return usageError{"--limit must be positive and no arguments are taken"}
-		}
-		return withService(ctx, cfg, func(svc *payments.Service) error {
-			ps, err := svc.ListPayments(ctx, payments.Status(*status), *limit)
-			if err != nil {
-				return err
-			}
-			return printPayments(stdout, ps, *asJSON)
-		})
-	default:
-		if len(args) < 2 || args[1] == "" || args[1][0] == '-' {
-			if len(args) > 1 && (args[1] == "-h" || args[1] == "--help") {
-				fmt.Fprintln(stderr, "Usage: "+synopsis)
-				return nil
-			}
-			return usageError{"usage: " + synopsis}
-		}
-		id := args[1]
-		fs := newFlags("payments resolve", "gateway payments resolve PAYMENT_ID --as succeeded|failed --reason TEXT", stderr)
-		as := fs.String("as", "", "the outcome: succeeded or failed (required)")
-		reason := fs.String("reason", "", "why; kept in the audit table (required)")
-		ref := fs.String("psp-reference", "", "the PSP's id of the charge, when known")
-		actor := fs.String("actor", os.Getenv("USER"), "who decides; kept in the audit table")
-		if help, err := parseFlags(fs, args[2:]); help || err != nil {
-			return err
-		}
-		if fs.NArg() > 0 {
-			return usageError{"unexpected arguments after the flags"}
-		}
-		res := payments.Resolution{PaymentID: id, To: payments.Status(*as), Reason: *reason, PSPReference: *ref, Actor: *actor}
-		if err := res.Validate(); err != nil {
-			return usageError{describe(err)}
-		}
-		return withService(ctx, cfg, func(svc *payments.Service) error {
-			p, err := svc.Resolve(ctx, res)
-			if err != nil {
-				return errors.New(describe(err))
-			}
-			fmt.Fprintf(stdout, "payment %s is now %s (recorded: %s by %s)\n", p.ID, p.Status, res.Reason, res.Actor)
-			return nil
-		})
-	}
-}
-
-// withDB runs fn on a pool for the configured database, for one-shot commands.
-func withDB(ctx context.Context, cfg Config, fn func(*sqlx.DB) error) error {
-	if err := cfg.requireDSN(); err != nil {
-		return err
-	}
-	dbx, err := openDB(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer dbx.Close()
-	return fn(dbx)
-}
-
-// withService runs fn with a payment service that never calls a PSP (ops commands).
-func withService(ctx context.Context, cfg Config, fn func(*payments.Service) error) error {
-	return withDB(ctx, cfg, func(dbx *sqlx.DB) error {
-		return fn(payments.NewService(store.New(dbx), nil, payments.Config{}))
-	})
-}
-
-func printPayments(w io.Writer, ps []payments.Payment, asJSON bool) error {
-	if asJSON {
-		enc := json.NewEncoder(w)
-		for _, p := range ps {
-			v := struct {
-				payments.View
-				MerchantID string `json:"merchant_id"`
-			}{payments.ToView(p), p.MerchantID}
-			if err := enc.Encode(v); err != nil {
-				return err
-			}
-		}
+// newPassProgress is nil (observing nothing) when there is nothing to show.
+func newPassProgress(p *progress) reconcile.Observer {
+	if p == nil {
 		return nil
 	}
-	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "PAYMENT\tMERCHANT\tSTATUS\tAMOUNT\tCURRENCY\tORDER\tCREATED")
-	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.ID, p.MerchantID, p.Status,
-			strconv.FormatInt(p.Amount.Minor, 10), p.Amount.Currency, p.MerchantOrderID, p.CreatedAt.Format(time.RFC3339))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "%d payment(s)\n", len(ps))
-	return nil
+	return &passProgress{p: p, counts: map[reconcile.Outcome]int{}}
 }
 
-// describe renders a domain error with its field problems for a terminal.
-func describe(err error) string {
-	var e *payments.Error
-	if !errors.As(err, &e) {
-		return err.Error()
-	}
-	msg := e.Message
-	for _, f := range e.Fields {
-		msg += fmt.Sprintf("; %s %s", f.Field, f.Reason)
-	}
-	return msg
+func (o *passProgress) Settled(out reconcile.Outcome) {
+	o.mu.Lock()
+	o.n++
+	o.counts[out]++
+	n, settled := o.n, o.counts[reconcile.Succeeded]+o.counts[reconcile.Declined]+o.counts[reconcile.Failed]
+	review, waiting := o.counts[reconcile.Review], o.counts[reconcile.Deferred]+o.counts[reconcile.Retrying]
+	o.mu.Unlock()
+	o.p.statusf("reconciling: %d examined, %d settled, %d waiting, %d to review", n, settled, waiting, review)
 }
+
+func (o *passProgress) Purged(n int64) {
+	o.mu.Lock()
+	o.purged += n
+	total := o.purged
+	o.mu.Unlock()
+	if n > 0 {
+		o.p.statusf("purging expired keys: %d deleted", total)
+	}
+}
+
+func (o *passProgress) PassDone(payments.Backlog) {}

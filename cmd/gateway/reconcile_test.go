@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +50,7 @@ func TestReconcileOnceReport(t *testing.T) {
 	clk := &testClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	const lease, window = 30 * time.Second, 2 * time.Minute
 	m := fake.New(fake.WithCreationWindow(window))
-	svc := payments.NewService(st, m, payments.Config{Lease: lease, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
+	svc := payments.NewService(st, payments.OnePSP(m), payments.Config{Lease: lease, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
 	merchant, key, err := payments.NewMerchant("Acme", clk.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -72,44 +72,59 @@ func TestReconcileOnceReport(t *testing.T) {
 	lost("declined", fake.MethodDeclined, fake.FaultUnknownAfterCharge)
 	lost("never", fake.MethodOK, fake.FaultUnknownBeforeCharge)
 	lost("unanswerable", fake.MethodOK, fake.FaultUnknownBeforeCharge)
-	clk.Advance(window + time.Second)
+	advance := func(d time.Duration) { clk.Advance(d); dbtest.Advance(t, dbx, d) }
+	advance(window + time.Second)
 	lost("young", fake.MethodOK, fake.FaultUnknownBeforeCharge)
-	clk.Advance(lease + time.Second)
+	advance(lease + time.Second)
 
 	adapter := lookupFails{Adapter: m, orders: map[string]bool{payments.MerchantOrderID(merchant.ID, "unanswerable"): true}}
-	r := reconcile.New(st, adapter, reconcile.Config{Lease: lease, PSPTimeout: time.Second, MaxAttempts: 1, Now: clk.Now})
-	var out bytes.Buffer
-	err = reconcileOnce(context.Background(), r, false, &out)
+	var out, shown bytes.Buffer
+	// On a terminal the pass shows its progress (the reconciler is told through its observer).
+	prog := &progress{w: &shown}
+	r := reconcile.New(st, payments.OnePSP(adapter), reconcile.Config{Lease: lease, PSPTimeout: time.Second, MaxAttempts: 1, Now: clk.Now,
+		Observer: newPassProgress(prog)})
+	err = reconcileOnce(context.Background(), r, false, &out, prog)
 	if exitCode(err) != exitNeedsReview {
 		t.Fatalf("exit %d (%v), want %d", exitCode(err), err, exitNeedsReview)
 	}
 	report := out.String()
 	for _, want := range []string{
-		"5 unfinished payment(s) examined",
-		"succeeded        1", "declined         1", "failed           1",
-		"deferred         1", "requires_review  1", "retrying         0",
-		"Payments needing review: 1",
+		`5 unfinished payment\(s\) examined`,
+		`succeeded +1 `, `declined +1 `, `failed +0 `,
+		`deferred +2 `, `requires_review +1 `, `retrying +0 `,
+		`Payments needing review: 1`,
 	} {
-		if !strings.Contains(report, want) {
+		if !regexp.MustCompile(want).MatchString(report) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
 	if strings.Count(report, "pay_") != 5 {
 		t.Errorf("report does not list the 5 payments:\n%s", report)
 	}
+	if p := shown.String(); !strings.Contains(p, "reconciling: 1 examined") || !strings.HasSuffix(p, "\r\033[K") {
+		t.Errorf("progress %q: want a status line, cleared before the report", p)
+	}
 
 	// A second pass has nothing to do but still reports the payment in review, as JSON.
 	out.Reset()
-	err = reconcileOnce(context.Background(), r, true, &out)
+	err = reconcileOnce(context.Background(), r, true, &out, nil)
 	if exitCode(err) != exitNeedsReview {
 		t.Fatalf("second pass exit %d", exitCode(err))
 	}
-	var sum reconcile.Summary
-	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
-		t.Fatalf("JSON: %v\n%s", err, out.String())
+	var doc map[string]any
+	decodeOne(t, out.String(), &doc)
+	wantKeys(t, "reconcile --once --json", doc, "examined", "counts", "purged_keys", "needs_review", "elapsed_seconds", "backlog", "results")
+	wantKeys(t, "backlog", doc["backlog"], "oldest_unfinished_seconds", "quarantined", "needs_review", "oldest_review_seconds")
+	var outcomes []string
+	for _, o := range reconcile.Outcomes {
+		outcomes = append(outcomes, string(o))
 	}
-	if len(sum.Results) != 0 || sum.NeedsReview != 1 {
-		t.Fatalf("second pass: %+v", sum)
+	wantKeys(t, "counts (every outcome, zeros included)", doc["counts"], outcomes...)
+	if doc["examined"] != 0.0 || doc["needs_review"] != 1.0 || len(doc["results"].([]any)) != 0 {
+		t.Fatalf("second pass: %v", doc)
+	}
+	if _, ok := doc["elapsed_seconds"].(float64); !ok {
+		t.Fatalf("elapsed_seconds: %v", doc["elapsed_seconds"])
 	}
 
 	// Ops resolve it: the pass is clean again.
@@ -119,15 +134,19 @@ func TestReconcileOnceReport(t *testing.T) {
 		t.Fatalf("list: %v\n%s", err, listed)
 	}
 	id := strings.Fields(strings.Split(listed, "\n")[1])[0]
-	if _, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed"); exitCode(err) != 2 {
+	if _, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed", "--actor", "alice"); exitCode(err) != 2 {
 		t.Fatalf("resolve without a reason: %v", err)
 	}
-	done, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed", "--reason", "not in the PSP dashboard", "--actor", "alice")
+	// This process cannot ask the payment's PSP (an in-process fake of another process): only --force records it.
+	if _, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed", "--reason", "not in the PSP dashboard", "--actor", "alice"); err == nil || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("resolve without the PSP's word: %v", err)
+	}
+	done, _, err := runCmd(t, getenv, "payments", "resolve", id, "--as", "failed", "--reason", "not in the PSP dashboard", "--actor", "alice", "--force")
 	if err != nil || !strings.Contains(done, "is now failed") {
 		t.Fatalf("resolve: %v %s", err, done)
 	}
 	out.Reset()
-	if err := reconcileOnce(context.Background(), r, false, &out); err != nil {
+	if err := reconcileOnce(context.Background(), r, false, &out, nil); err != nil {
 		t.Fatalf("after resolution: %v\n%s", err, out.String())
 	}
 	if m.ChargeCalls() != 5 {

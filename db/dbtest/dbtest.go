@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,7 +67,9 @@ func serverDSN(tb testing.TB) string {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		srv, err := localdb.Start(ctx, localdb.Options{DataDir: dir, Log: os.Stderr})
+		// A test never installs anything as a side effect: make test (through
+		// cmd/withdb) installs the server once, with a message, when it is missing.
+		srv, err := localdb.Start(ctx, localdb.Options{DataDir: dir, Log: os.Stderr, NoInstall: true})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			tb.Fatalf("dbtest: no %s set and a private MariaDB could not start: %v", EnvDSN, err)
@@ -131,6 +134,12 @@ func MustOpen(tb testing.TB) *sqlx.DB {
 	if err != nil {
 		tb.Fatalf("dbtest: open: %v", err)
 	}
+	keep(tb, dbx, dsn)
+	return dbx
+}
+
+// keep remembers dbx's DSN for DSNOf and closes dbx when the test ends.
+func keep(tb testing.TB, dbx *sqlx.DB, dsn string) {
 	mu.Lock()
 	dsns[dbx] = dsn
 	mu.Unlock()
@@ -140,7 +149,6 @@ func MustOpen(tb testing.TB) *sqlx.DB {
 		mu.Unlock()
 		dbx.Close()
 	})
-	return dbx
 }
 
 // Count runs a COUNT(*) query and fails the test on error.
@@ -151,4 +159,40 @@ func Count(tb testing.TB, dbx *sqlx.DB, query string, args ...any) int {
 		tb.Fatalf("dbtest: %s: %v", query, err)
 	}
 	return n
+}
+
+// Advance moves the database's clock forward by d, as the gateway sees it:
+// every stored instant of the test database (each DATETIME column of each
+// table but the migrations') moves d into the past, so that NOW(6) compares
+// with them as if d had passed. The gateway judges leases, deadlines and
+// expiry on the database's clock, so this, with the same step on the
+// replicas' own injected clocks, is how a test lets time pass without
+// sleeping.
+func Advance(tb testing.TB, dbx *sqlx.DB, d time.Duration) {
+	tb.Helper()
+	ctx := context.Background()
+	var cols []struct {
+		Table  string `db:"table_name"`
+		Column string `db:"column_name"`
+	}
+	err := dbx.SelectContext(ctx, &cols, `SELECT TABLE_NAME AS table_name, COLUMN_NAME AS column_name
+FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND DATA_TYPE IN ('datetime', 'timestamp') AND TABLE_NAME <> 'schema_migrations'
+ORDER BY TABLE_NAME, ORDINAL_POSITION`)
+	if err != nil {
+		tb.Fatalf("dbtest: Advance: %v", err)
+	}
+	byTable := map[string][]string{}
+	var tables []string
+	for _, c := range cols {
+		if _, ok := byTable[c.Table]; !ok {
+			tables = append(tables, c.Table)
+		}
+		byTable[c.Table] = append(byTable[c.Table], fmt.Sprintf("`%s` = `%s` - INTERVAL %d MICROSECOND", c.Column, c.Column, d.Microseconds()))
+	}
+	for _, t := range tables {
+		if _, err := dbx.ExecContext(ctx, "UPDATE `"+t+"` SET "+strings.Join(byTable[t], ", ")); err != nil {
+			tb.Fatalf("dbtest: Advance %s: %v", t, err)
+		}
+	}
 }

@@ -11,9 +11,9 @@ import (
 	"strings"
 )
 
-// errCannotInstall reports missing binaries that we lack the rights to
-// install.
-var errCannotInstall = errors.New("localdb: MariaDB server not found and installing it needs root: install it with sudo apt-get install -y mariadb-server")
+// ErrCannotInstall marks missing binaries that we lack the rights to
+// install; the error wrapping it names the command to run. Tests skip on it.
+var ErrCannotInstall = errors.New("localdb: installing the missing packages needs root")
 
 // binaries are the programs a private server needs.
 type binaries struct {
@@ -69,11 +69,14 @@ func findBinary(names ...string) string {
 // there is no server at all. A machine that has a server but no installer is
 // left alone: installing mariadb-server next to Oracle MySQL would make apt
 // remove MySQL, and MySQL can initialise a data dir by itself.
-func ensureBinaries(ctx context.Context, logw io.Writer) (binaries, error) {
+func ensureBinaries(ctx context.Context, logw io.Writer, install bool) (binaries, error) {
 	server, installer, err := FindBinaries()
+	if server == "" && !install {
+		return binaries{}, fmt.Errorf("%w; install it with: sudo apt-get install -y mariadb-server (make test and make run do that for you)", err)
+	}
 	if server == "" {
 		fmt.Fprintf(logw, "%v\n", err)
-		if err := installMariaDB(ctx, logw); err != nil {
+		if err := aptInstall(ctx, logw, "mariadb-server"); err != nil {
 			return binaries{}, err
 		}
 		server, installer, err = FindBinaries()
@@ -88,28 +91,29 @@ func ensureBinaries(ctx context.Context, logw io.Writer) (binaries, error) {
 	return binaries{server: server, installer: installer, mariaDB: maria}, nil
 }
 
-// installMariaDB installs mariadb-server with apt-get, as root or through
-// passwordless sudo. The package's own system service may get started by
-// the install; private servers never use it.
-func installMariaDB(ctx context.Context, logw io.Writer) error {
+// aptInstall installs pkgs with apt-get, as root or through passwordless
+// sudo. A package's own system service may get started by the install;
+// private servers never use it.
+func aptInstall(ctx context.Context, logw io.Writer, pkgs ...string) error {
+	list := strings.Join(pkgs, " ")
 	var prefix []string
 	if os.Geteuid() != 0 {
 		if exec.CommandContext(ctx, "sudo", "-n", "true").Run() != nil {
-			return errCannotInstall
+			return fmt.Errorf("%w: install them with sudo apt-get install -y %s", ErrCannotInstall, list)
 		}
 		prefix = []string{"sudo", "-n"}
 	}
 	if _, err := exec.LookPath("apt-get"); err != nil {
-		return errors.New("localdb: MariaDB server not found and apt-get is not available: install MariaDB (mariadbd and mariadb-install-db) with your package manager")
+		return fmt.Errorf("localdb: apt-get is not available: install %s (or your distribution's equivalent) with your package manager", list)
 	}
-	fmt.Fprintln(logw, "installing mariadb-server with apt-get…")
+	fmt.Fprintf(logw, "installing %s with apt-get…\n", list)
 	steps := [][]string{
 		{"apt-get", "update"},
 		// env rather than cmd.Env: sudo would scrub the variable.
 		// The lock timeout lets concurrent test binaries queue up instead
 		// of failing on dpkg's lock.
-		{"env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--no-install-recommends",
-			"-o", "DPkg::Lock::Timeout=300", "mariadb-server"},
+		append([]string{"env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "install", "-y", "--no-install-recommends",
+			"-o", "DPkg::Lock::Timeout=300"}, pkgs...),
 	}
 	for _, step := range steps {
 		argv := append(append([]string(nil), prefix...), step...)

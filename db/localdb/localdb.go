@@ -2,7 +2,9 @@
 // and tests: it locates (or installs) the server binaries, initialises a data
 // directory, runs mariadbd bound to 127.0.0.1 on a port of its own and shuts
 // it down again. A private server never reads the machine's my.cnf and never
-// touches a system-wide MySQL/MariaDB that may be running next to it.
+// touches a system-wide MySQL/MariaDB that may be running next to it. It also
+// owns private Galera clusters (StartCluster) whose nodes can be killed and
+// cut off from each other, for chaos runs and tests.
 package localdb
 
 import (
@@ -31,6 +33,9 @@ type Options struct {
 	DataDir string    // required; created if missing; initialised with mariadb-install-db if it holds no `mysql` system dir
 	Port    int       // 0 = pick a free 127.0.0.1 port (3306 may be taken by another server)
 	Log     io.Writer // progress lines for humans; nil = io.Discard
+	// NoInstall refuses to install a missing server: the error says what
+	// to install instead (tests use it; make test and make run install).
+	NoInstall bool
 }
 
 // Server is a running private server. Stop it when done: it is deliberately
@@ -92,7 +97,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("localdb: data dir: %w", err)
 	}
 
-	bins, err := ensureBinaries(ctx, logw)
+	bins, err := ensureBinaries(ctx, logw, !opts.NoInstall)
 	if err != nil {
 		return nil, err
 	}
@@ -163,24 +168,7 @@ func launch(ctx context.Context, bins binaries, dataDir string, port int, logw i
 
 	fmt.Fprintf(logw, "starting %s on %s (data dir %s)\n", s.name, s.Addr(), dataDir)
 	began := time.Now()
-	started := make(chan error, 1)
-	go func() {
-		// On Linux the child gets a parent-death signal, and the kernel
-		// sends it when the forking *thread* exits, not the process. Pin
-		// this goroutine to its thread for the child's whole life so the
-		// runtime cannot retire that thread early. There is deliberately no
-		// UnlockOSThread: the thread is discarded when this goroutine
-		// returns, which is after the child has been reaped.
-		runtime.LockOSThread()
-		if err := s.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		s.waitErr = s.cmd.Wait()
-		close(s.done)
-	}()
-	if err := <-started; err != nil {
+	if err := startPinned(s.cmd, &s.waitErr, s.done); err != nil {
 		return nil, fmt.Errorf("localdb: start %s: %w", bins.server, err)
 	}
 
@@ -194,6 +182,30 @@ func launch(ctx context.Context, bins binaries, dataDir string, port int, logw i
 	}
 	fmt.Fprintf(logw, "%s ready on %s after %s\n", s.name, s.Addr(), time.Since(began).Round(time.Millisecond))
 	return s, nil
+}
+
+// startPinned starts cmd and reaps it in the background: once it has
+// exited, *waitErr holds Wait's result and done is closed.
+//
+// On Linux the child gets a parent-death signal, and the kernel sends it
+// when the forking *thread* exits, not the process. The goroutine that
+// starts the child keeps its thread for the child's whole life so the
+// runtime cannot retire that thread early. There is deliberately no
+// UnlockOSThread: the thread is discarded when the goroutine returns, which
+// is after the child has been reaped.
+func startPinned(cmd *exec.Cmd, waitErr *error, done chan<- struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		*waitErr = cmd.Wait()
+		close(done)
+	}()
+	return <-started
 }
 
 // serverArgs are the server's complete settings: --no-defaults (first, as

@@ -22,7 +22,7 @@ func TestServerLifecycle(t *testing.T) {
 
 	began := time.Now()
 	srv, err := Start(t.Context(), Options{DataDir: dir, Log: logw})
-	if errors.Is(err, errCannotInstall) {
+	if errors.Is(err, ErrCannotInstall) {
 		t.Skip(err)
 	}
 	if err != nil {
@@ -193,9 +193,12 @@ func writeStalePidFile(t *testing.T, dir string) {
 }
 
 // running reports whether any process was started with --datadir=dir.
-func running(dir string) bool {
+func running(dir string) bool { return runningWith("--datadir=" + dir) }
+
+// runningWith reports whether any process was started with the argument arg.
+func runningWith(arg string) bool {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	want := []byte("--datadir=" + dir + "\x00")
+	want := []byte(arg + "\x00")
 	for _, p := range procs {
 		if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, want) {
 			return true

@@ -1,6 +1,9 @@
-// Package store is the MySQL/MariaDB implementation of payments.Store: the
-// SQL for payments and merchants, composed with package idemkeys' statements
-// into the short transactions the payment flow needs.
+// Package store is the MySQL/MariaDB storage of the gateway: every SQL
+// statement of a payment's and an idempotency key's life (key.go), of the
+// reconciler and the review queue (reconcile.go), of merchants and their API
+// keys (this file). It implements the small interfaces its consumers declare
+// (payments.FlowStore, payments.AuthStore, payments.AdminStore,
+// reconcile.Store); MySQL error numbers never leave it.
 package store
 
 import (
@@ -12,21 +15,46 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/oklog/ulid/v2"
 
 	"gateway/db"
-	"gateway/idemkeys"
 	"gateway/payments"
 )
 
 // Store runs every method in its own short transaction on a pool.
 type Store struct {
 	db *sqlx.DB
+	// causal prefixes the reads that decide something: on a Galera node,
+	// "SET STATEMENT wsrep_sync_wait = 1 FOR " (a MariaDB form, used only there).
+	causal string
 }
 
 // New returns a Store on dbx.
 func New(dbx *sqlx.DB) *Store { return &Store{db: dbx} }
 
-var _ payments.Store = (*Store)(nil)
+// CausalReads makes the reads that decide something (a duplicate's look at a
+// key before it takes it over, the re-read after a lost acknowledgement)
+// causal when the server is a Galera node: a node answering them first
+// applies every write the cluster committed before. Elsewhere every read
+// already sees the last commit and nothing changes.
+func (s *Store) CausalReads(ctx context.Context) error {
+	st, err := db.GaleraState(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	if st.Galera {
+		s.causal = "SET STATEMENT wsrep_sync_wait = 1 FOR "
+	}
+	return nil
+}
+
+var (
+	_ payments.FlowStore   = (*Store)(nil)
+	_ payments.AuthStore   = (*Store)(nil)
+	_ payments.AdminStore  = (*Store)(nil)
+	_ payments.ListStore   = (*Store)(nil)
+	_ payments.NoticeStore = (*Store)(nil)
+)
 
 type paymentRow struct {
 	MerchantID      string         `db:"merchant_id"`
@@ -35,18 +63,33 @@ type paymentRow struct {
 	MerchantOrderID string         `db:"merchant_order_id"`
 	Status          string         `db:"status"`
 	Amount          int64          `db:"amount"`
+	AmountReserved  int64          `db:"amount_reserved"`
+	AmountRefunded  int64          `db:"amount_refunded"`
 	Currency        string         `db:"currency"`
 	PaymentMethod   string         `db:"payment_method"`
 	Description     string         `db:"description"`
 	Metadata        sql.NullString `db:"metadata"`
 	PSPReference    sql.NullString `db:"psp_reference"`
 	DeclineCode     sql.NullString `db:"decline_code"`
+	PSPCode         sql.NullString `db:"psp_code"`
+	PSP             sql.NullString `db:"psp"`
+	ReviewReason    sql.NullString `db:"review_reason"`
+	ReviewSince     sql.NullTime   `db:"review_since"`
+	ReviewAfter     sql.NullTime   `db:"review_after"`
+	ReviewAttempts  int            `db:"review_attempts"`
+	ReviewNotFound  sql.NullTime   `db:"review_not_found_at"`
+	ExpiresAt       sql.NullTime   `db:"expires_at"`
+	ConfirmKey      sql.NullString `db:"confirm_key"`
+	NextAction      sql.NullString `db:"next_action"`
+	ClientSecret    []byte         `db:"client_secret_hash"`
 	CreatedAt       time.Time      `db:"created_at"`
 	UpdatedAt       time.Time      `db:"updated_at"`
 }
 
-const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp_reference, decline_code, created_at, updated_at`
+const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
+    payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
+    review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
+    client_secret_hash, created_at, updated_at`
 
 func (r paymentRow) toDomain() (payments.Payment, error) {
 	p := payments.Payment{
@@ -56,137 +99,93 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 		MerchantOrderID: r.MerchantOrderID,
 		Status:          payments.Status(r.Status),
 		Amount:          payments.Money{Minor: r.Amount, Currency: r.Currency},
+		AmountReserved:  r.AmountReserved,
+		AmountRefunded:  r.AmountRefunded,
 		PaymentMethod:   r.PaymentMethod,
 		Description:     r.Description,
 		PSPReference:    r.PSPReference.String,
 		DeclineCode:     r.DeclineCode.String,
-		CreatedAt:       r.CreatedAt,
-		UpdatedAt:       r.UpdatedAt,
+		PSPCode:         r.PSPCode.String,
+		PSP:             r.PSP.String,
+		ReviewReason:    r.ReviewReason.String,
+		Review: payments.Review{
+			Since:      r.ReviewSince.Time,
+			After:      r.ReviewAfter.Time,
+			Attempts:   r.ReviewAttempts,
+			NotFoundAt: r.ReviewNotFound.Time,
+		},
+		ExpiresAt:  r.ExpiresAt.Time,
+		ConfirmKey: r.ConfirmKey.String,
+		CreatedAt:  r.CreatedAt,
+		UpdatedAt:  r.UpdatedAt,
 	}
+	copy(p.ClientSecretHash[:], r.ClientSecret)
 	if r.Metadata.Valid && r.Metadata.String != "" {
 		if err := json.Unmarshal([]byte(r.Metadata.String), &p.Metadata); err != nil {
 			return payments.Payment{}, fmt.Errorf("payment %s: metadata: %w", r.ID, err)
 		}
 	}
+	if r.NextAction.Valid && r.NextAction.String != "" {
+		if err := json.Unmarshal([]byte(r.NextAction.String), &p.NextAction); err != nil {
+			return payments.Payment{}, fmt.Errorf("payment %s: next_action: %w", r.ID, err)
+		}
+	}
 	return p, nil
 }
 
+// paymentsOf decodes rows, failing on the first that cannot be.
+func paymentsOf(rows []paymentRow) ([]payments.Payment, error) {
+	out := make([]payments.Payment, 0, len(rows))
+	for _, r := range rows {
+		p, err := r.toDomain()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// nextActionJSON is how next_action is stored: NULL for none.
+func nextActionJSON(na *payments.NextAction) (sql.NullString, error) {
+	if na == nil {
+		return sql.NullString{}, nil
+	}
+	b, err := json.Marshal(na)
+	if err != nil {
+		return sql.NullString{}, fmt.Errorf("next_action: %w", err)
+	}
+	return sql.NullString{String: string(b), Valid: true}, nil
+}
+
+func newULID() string { return ulid.Make().String() }
+
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
-// Claim implements payments.Store.
-func (s *Store) Claim(ctx context.Context, rec idemkeys.Record, p payments.Payment) error {
-	md, err := json.Marshal(p.Metadata)
+func metadataJSON(md map[string]string) (string, error) {
+	b, err := json.Marshal(md)
 	if err != nil {
-		return fmt.Errorf("store.Claim: metadata: %w", err)
+		return "", fmt.Errorf("metadata: %w", err)
 	}
-	const insertPayment = `
-INSERT INTO payments (` + paymentColumns + `)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	err = db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		// The key first: of two racing claims, the loser stops at this INSERT.
-		if err := idemkeys.Insert(ctx, tx, rec); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, insertPayment,
-			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status),
-			p.Amount.Minor, p.Amount.Currency, p.PaymentMethod, p.Description, string(md),
-			nullString(p.PSPReference), nullString(p.DeclineCode), p.CreatedAt, p.UpdatedAt)
-		return err
-	})
-	switch {
-	case err == nil, errors.Is(err, idemkeys.ErrExists):
-		return err
-	case errors.Is(err, db.ErrDuplicate):
-		// The key is free but a payment holds it: its record was purged after
-		// retention. Never run the payment again; name the existing one.
-		existing, gerr := s.PaymentByKey(ctx, p.MerchantID, p.IdempotencyKey)
-		if gerr != nil {
-			// Not err itself: MySQL's duplicate-key message quotes the key, which must not reach the logs.
-			return fmt.Errorf("store.Claim: payment %s refused as a duplicate (order id %s taken?) and none found for its key: %w",
-				p.ID, p.MerchantOrderID, gerr)
-		}
-		return &payments.Error{
-			Code:      payments.CodeKeyReused,
-			Message:   "this Idempotency-Key was used for payment " + existing.ID + " whose stored response has expired; look the payment up instead of retrying",
-			PaymentID: existing.ID,
-		}
-	case errors.Is(err, db.ErrConnLost):
-		return fmt.Errorf("store.Claim: %w: %v", payments.ErrWriteUnknown, err)
-	}
-	return fmt.Errorf("store.Claim: %w", err)
+	return string(b), nil
 }
 
-// LoadKey implements payments.Store.
-func (s *Store) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, payments.Payment, error) {
-	rec, err := idemkeys.Get(ctx, s.db, ref)
-	if err != nil {
-		return idemkeys.Record{}, payments.Payment{}, err
-	}
-	p, err := s.Payment(ctx, ref.MerchantID, rec.PaymentID)
-	if err != nil {
-		return idemkeys.Record{}, payments.Payment{}, fmt.Errorf("store.LoadKey: payment of key: %w", err)
-	}
-	return rec, p, nil
-}
-
-// Record implements payments.Store.
-func (s *Store) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
-	return idemkeys.Get(ctx, s.db, ref)
-}
-
-// TakeOver implements payments.Store.
-func (s *Store) TakeOver(ctx context.Context, ref idemkeys.Ref, seen int64, now, until time.Time) (int64, error) {
-	return idemkeys.TakeOver(ctx, s.db, ref, seen, now, until)
-}
-
-// ArmCharge implements payments.Store.
-func (s *Store) ArmCharge(ctx context.Context, ref idemkeys.Ref, held int64, until, now time.Time) error {
-	return idemkeys.ArmCharge(ctx, s.db, ref, held, until, now)
-}
-
-// Release implements payments.Store.
-func (s *Store) Release(ctx context.Context, ref idemkeys.Ref, held int64, now time.Time) error {
-	return idemkeys.Release(ctx, s.db, ref, held, now)
-}
-
-// Settle implements payments.Store with one autocommitted statement that
-// completes the key and settles its payment together, fenced on the lease
-// version: atomic like a transaction of two UPDATEs, at a quarter of the
-// round trips. It matches two rows (the key, the payment) or none; none means
-// the writer lost its lease, or the payment was settled by other means, and
-// either way the caller re-reads.
-func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, held int64, p payments.Payment, resp idemkeys.Response, now time.Time) error {
-	const stmt = `
-UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id
-SET k.state = 'COMPLETED', k.response_status = ?, k.response_body = ?, k.locked_until = NULL,
-    k.completed_at = ?, k.updated_at = ?,
-    p.status = ?, p.psp_reference = ?, p.decline_code = ?, p.updated_at = ?
-WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
-  AND k.state = 'IN_PROGRESS' AND k.lease_version = ? AND p.status = 'processing'`
-	n, err := db.ExecRetry(ctx, s.db, stmt, resp.Status, resp.Body, now, now,
-		string(p.Status), nullString(p.PSPReference), nullString(p.DeclineCode), now,
-		ref.MerchantID, ref.Endpoint, ref.Key, held)
-	switch {
-	case errors.Is(err, db.ErrConnLost):
-		return fmt.Errorf("store.Settle: %w: %v", payments.ErrWriteUnknown, err)
-	case err != nil:
-		return fmt.Errorf("store.Settle: %w", err)
-	case n != 2:
-		return fmt.Errorf("store.Settle(%s, v%d): %w", idemkeys.Hash(ref), held, idemkeys.ErrFenced)
-	}
-	return nil
-}
-
-// Payment implements payments.Store.
+// Payment implements payments.FlowStore.
 func (s *Store) Payment(ctx context.Context, merchantID, id string) (payments.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = ? AND id = ?`
 	return s.getPayment(ctx, q, merchantID, id)
 }
 
-// PaymentByKey implements payments.Store.
+// PaymentByKey implements payments.FlowStore.
 func (s *Store) PaymentByKey(ctx context.Context, merchantID, key string) (payments.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = ? AND idem_key = ?`
 	return s.getPayment(ctx, q, merchantID, key)
+}
+
+// PaymentByID implements payments.AdminStore: ops name payments by id alone.
+func (s *Store) PaymentByID(ctx context.Context, id string) (payments.Payment, error) {
+	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`
+	return s.getPayment(ctx, q, id)
 }
 
 func (s *Store) getPayment(ctx context.Context, q string, args ...any) (payments.Payment, error) {
@@ -201,7 +200,7 @@ func (s *Store) getPayment(ctx context.Context, q string, args ...any) (payments
 	return r.toDomain()
 }
 
-// CreateMerchant implements payments.Store.
+// CreateMerchant implements payments.AdminStore.
 func (s *Store) CreateMerchant(ctx context.Context, m payments.Merchant, key payments.APIKey) error {
 	return db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx,
@@ -216,7 +215,7 @@ func (s *Store) CreateMerchant(ctx context.Context, m payments.Merchant, key pay
 	})
 }
 
-type keyRow struct {
+type apiKeyRow struct {
 	KeyHash      []byte       `db:"key_hash"`
 	MerchantID   string       `db:"merchant_id"`
 	Prefix       string       `db:"prefix"`
@@ -226,22 +225,32 @@ type keyRow struct {
 	MerchantAt   time.Time    `db:"merchant_created_at"`
 }
 
-func (r keyRow) toDomain() payments.StoredKey {
+func (r apiKeyRow) toDomain() payments.StoredKey {
 	k := payments.StoredKey{MerchantID: r.MerchantID, Prefix: r.Prefix, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt.Time}
 	copy(k.Hash[:], r.KeyHash)
 	return k
 }
 
-const keyQuery = `
+// apiKeyColumns reads a key with its merchant; keyQuery joins them for API
+// keys (publishableKeyQuery for publishable keys, in browser.go).
+const apiKeyColumns = `
 SELECT k.key_hash, k.merchant_id, k.prefix, k.created_at, k.revoked_at,
-       m.name AS merchant_name, m.created_at AS merchant_created_at
+       m.name AS merchant_name, m.created_at AS merchant_created_at`
+
+const keyQuery = apiKeyColumns + `
 FROM api_keys k JOIN merchants m ON m.id = k.merchant_id`
 
-// ActiveKeysByPrefix implements payments.Store.
+// ActiveKeysByPrefix implements payments.AuthStore.
 func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]payments.StoredKey, []payments.Merchant, error) {
-	var rows []keyRow
-	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.prefix = ? AND k.revoked_at IS NULL`, prefix); err != nil {
-		return nil, nil, fmt.Errorf("store: keys by prefix: %w", db.Classify(err))
+	return s.activeKeys(ctx, "store.ActiveKeysByPrefix", keyQuery, prefix)
+}
+
+// activeKeys reads the active keys of query (keyQuery or
+// publishableKeyQuery) with a visible prefix, with their merchants.
+func (s *Store) activeKeys(ctx context.Context, op, query, prefix string) ([]payments.StoredKey, []payments.Merchant, error) {
+	var rows []apiKeyRow
+	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.prefix = ? AND k.revoked_at IS NULL`, prefix); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, db.Classify(err))
 	}
 	keys := make([]payments.StoredKey, len(rows))
 	merchants := make([]payments.Merchant, len(rows))
@@ -252,39 +261,64 @@ func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]paymen
 	return keys, merchants, nil
 }
 
-// AddAPIKey implements payments.Store.
+// AddAPIKey implements payments.AdminStore.
 func (s *Store) AddAPIKey(ctx context.Context, merchantID string, key payments.APIKey, now time.Time) error {
+	return s.addKey(ctx, "api_keys", merchantID, key, now)
+}
+
+// addKey stores key in table (api_keys or publishable_keys) for an
+// existing merchant, in one transaction.
+func (s *Store) addKey(ctx context.Context, table, merchantID string, key payments.APIKey, now time.Time) error {
 	return db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		var n int
-		// A locking read, so a merchant cannot vanish between the check and the insert.
-		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM merchants WHERE id = ? FOR UPDATE`, merchantID); err != nil {
+		if err := lockMerchant(ctx, tx, merchantID); err != nil {
 			return err
 		}
-		if n == 0 {
-			return payments.ErrNotFound
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO api_keys (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
 			key.Hash[:], merchantID, key.Prefix, now)
 		return err
 	})
 }
 
-// RevokeAPIKey implements payments.Store.
+// lockMerchant takes a shared look at a merchant's row in tx, so that it
+// cannot vanish before what tx adds for it; payments.ErrNotFound when there
+// is none.
+func lockMerchant(ctx context.Context, tx *sqlx.Tx, merchantID string) error {
+	var n int
+	if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM merchants WHERE id = ? FOR UPDATE`, merchantID); err != nil {
+		return err
+	}
+	if n == 0 {
+		return payments.ErrNotFound
+	}
+	return nil
+}
+
+// RevokeAPIKey implements payments.AdminStore.
 func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE api_keys SET revoked_at = ? WHERE merchant_id = ? AND prefix = ? AND revoked_at IS NULL`,
+	return s.revokeKey(ctx, "store.RevokeAPIKey", "api_keys", merchantID, prefix, now)
+}
+
+// revokeKey revokes the merchant's active keys of table with a prefix.
+func (s *Store) revokeKey(ctx context.Context, op, table, merchantID, prefix string, now time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE `+table+` SET revoked_at = ? WHERE merchant_id = ? AND prefix = ? AND revoked_at IS NULL`,
 		now, merchantID, prefix)
 	if err != nil {
-		return 0, fmt.Errorf("store.RevokeAPIKey: %w", db.Classify(err))
+		return 0, fmt.Errorf("%s: %w", op, db.Classify(err))
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
 }
 
-// APIKeys implements payments.Store.
+// APIKeys implements payments.AdminStore.
 func (s *Store) APIKeys(ctx context.Context, merchantID string) ([]payments.StoredKey, error) {
-	var rows []keyRow
-	if err := s.db.SelectContext(ctx, &rows, keyQuery+` WHERE k.merchant_id = ? ORDER BY k.created_at, k.prefix`, merchantID); err != nil {
-		return nil, fmt.Errorf("store.APIKeys: %w", db.Classify(err))
+	return s.merchantKeys(ctx, "store.APIKeys", keyQuery, merchantID)
+}
+
+// merchantKeys lists a merchant's keys of query, revoked ones included.
+func (s *Store) merchantKeys(ctx context.Context, op, query, merchantID string) ([]payments.StoredKey, error) {
+	var rows []apiKeyRow
+	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.merchant_id = ? ORDER BY k.created_at, k.prefix`, merchantID); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, db.Classify(err))
 	}
 	out := make([]payments.StoredKey, len(rows))
 	for i, r := range rows {

@@ -15,17 +15,24 @@ func TestConformance(t *testing.T) {
 	psptest.Run(t, func(t *testing.T) psptest.Harness {
 		p := fake.New()
 		return psptest.Harness{
-			Adapter: p,
-			Backend: backend{p},
-			Method: func(o psptest.Outcome, _ string) string {
-				return map[psptest.Outcome]string{
-					psptest.Success:       fake.MethodOK,
-					psptest.DeclinedCard:  fake.MethodDeclined,
-					psptest.DeclinedFunds: fake.MethodInsufficientFunds,
-				}[o]
-			},
+			Adapter:   p,
+			Backend:   backend{p},
+			Method:    method,
+			InProcess: true,
 		}
 	})
+}
+
+// method is the fake's payment method for each outcome the suite asks for.
+func method(o psptest.Outcome, _ string) string {
+	return map[psptest.Outcome]string{
+		psptest.Success:       fake.MethodOK,
+		psptest.DeclinedCard:  fake.MethodDeclined,
+		psptest.DeclinedFunds: fake.MethodInsufficientFunds,
+		psptest.DeclinedOther: fake.MethodLostCard,
+		psptest.Invalid:       fake.MethodInvalidRequest,
+		psptest.Pending:       fake.MethodThreeDS,
+	}[o]
 }
 
 // backend maps the suite's faults onto the fake's own: an in-process PSP has
@@ -35,6 +42,16 @@ type backend struct{ p *fake.PSP }
 
 func (b backend) Charges(orderID string) int  { return b.p.ChargesFor(orderID) }
 func (b backend) Refunds(refundID string) int { return b.p.RefundsFor(refundID) }
+
+func (b backend) Settle(orderID string, o psptest.Outcome) {
+	status := psp.Succeeded
+	if o != psptest.Success {
+		status = psp.Declined
+	}
+	if _, err := b.p.Settle(orderID, status, ""); err != nil {
+		panic(err)
+	}
+}
 
 func (b backend) Inject(op psptest.Op, f psptest.Fault, gate *psptest.Gate) {
 	var fault fake.Fault

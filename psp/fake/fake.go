@@ -9,7 +9,23 @@
 //	pm_card_ok                 → Succeeded
 //	pm_card_declined           → Declined, DeclineCode "card_declined"
 //	pm_card_insufficient_funds → Declined, DeclineCode "insufficient_funds"
+//	pm_card_lost               → Declined, DeclineCode "lost_card" (no shared name)
+//	pm_card_3ds                → Pending with a NextAction (a redirect to
+//	                             "/3ds/<reference>") when the request allows
+//	                             one, else Declined "authentication_required"
+//	pm_virtual_account         → Pending, no NextAction: a deposit is awaited
+//	pm_invalid_request         → Rejected, Code "invalid_request", nothing recorded
 //	anything else              → Declined, DeclineCode "invalid_payment_method"
+//
+// A decline's Code is its DeclineCode: the fake's raw codes are the shared
+// ones. A Pending charge stays so until Settle finishes it, as the customer
+// (3-D Secure passed or failed) or the bank (a deposit) would.
+//
+// The fake takes the currencies of Capabilities().Currencies (a few of each
+// ISO 4217 exponent, in ISO units; WithCurrencies replaces them). A request it
+// can never accept (an empty or too long order id, a non-positive amount, a
+// currency it does not take, an amount Capabilities().Check refuses) is
+// Rejected, wrapping ErrInvalidRequest, and nothing is recorded.
 //
 // A Charge call goes through these steps, in order:
 //
@@ -18,8 +34,9 @@
 //     or ends meanwhile, the call fails Unknown and the PSP never sees it;
 //  3. the PSP receives it: the next queued fault, if any, is consumed;
 //  4. the request is validated, deduplicated on MerchantOrderID and recorded;
-//     an invalid request or a reused order id with another amount is refused
-//     (NotProcessed) and nothing is recorded;
+//     an invalid request is refused Rejected, a reused order id with another
+//     amount or currency NotProcessed (ErrOrderIDReused), and nothing is
+//     recorded;
 //  5. if a charge was recorded or deduplicated, the after hook, if any, runs
 //     and, if ctx is done by now, the response is lost: the call fails Unknown
 //     although the charge exists. Under FaultUnknownAfterCharge every answer
@@ -37,6 +54,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +66,15 @@ const (
 	MethodOK                = "pm_card_ok"
 	MethodDeclined          = "pm_card_declined"
 	MethodInsufficientFunds = "pm_card_insufficient_funds"
+	// MethodLostCard is declined with a code that has no shared name.
+	MethodLostCard = "pm_card_lost"
+	// MethodThreeDS needs the customer: Pending with a NextAction, or a
+	// decline when the request allows none.
+	MethodThreeDS = "pm_card_3ds"
+	// MethodVirtualAccount is Pending until its deposit arrives (Settle).
+	MethodVirtualAccount = "pm_virtual_account"
+	// MethodInvalidRequest makes the PSP refuse the request as invalid.
+	MethodInvalidRequest = "pm_invalid_request"
 )
 
 // Decline codes the fake produces.
@@ -55,6 +82,10 @@ const (
 	DeclineCardDeclined         = psp.DeclineCardDeclined
 	DeclineInsufficientFunds    = psp.DeclineInsufficientFunds
 	DeclineInvalidPaymentMethod = psp.DeclineInvalidPaymentMethod
+	DeclineLostCard             = "lost_card"
+	DeclineAuthRequired         = "authentication_required"
+	// CodeInvalidRequest is the raw code of every Rejected answer.
+	CodeInvalidRequest = "invalid_request"
 )
 
 const (
@@ -67,9 +98,11 @@ const (
 )
 
 var (
-	// ErrInvalidRequest is wrapped by the NotProcessed error returned for a
-	// request the PSP rejects before acting (bad order id, amount or currency).
+	// ErrInvalidRequest is wrapped by the Rejected error returned for a
+	// request the PSP can never accept (bad order id, amount or currency).
 	ErrInvalidRequest = errors.New("fake psp: invalid request")
+	// ErrNotPending is returned by Settle for a charge that is not Pending.
+	ErrNotPending = errors.New("fake psp: no pending charge for this order id")
 	// ErrOrderIDReused is wrapped by the NotProcessed error returned when an
 	// order id already charged (or refund order id already refunded) is sent
 	// again with a different amount or currency. It wraps psp.ErrOrderConflict.
@@ -125,10 +158,38 @@ func WithCreationWindow(d time.Duration) Option {
 	}
 }
 
+// WithAccount sets the Account label the PSP advertises in its Capabilities.
+func WithAccount(label string) Option {
+	return func(p *PSP) { p.account = label }
+}
+
+// WithCurrencies replaces the currencies the PSP takes.
+func WithCurrencies(cs ...psp.Currency) Option {
+	return func(p *PSP) { p.currencies = append([]psp.Currency(nil), cs...) }
+}
+
+// Currencies returns the currencies the fake takes unless told otherwise: a
+// few of each ISO 4217 exponent, counted in ISO minor units.
+func Currencies() []psp.Currency {
+	var cs []psp.Currency
+	for exp, codes := range [...]string{
+		0: "KRW JPY VND CLP ISK UGX",
+		2: "USD EUR GBP CHF CAD AUD NZD SGD HKD CNY TWD INR IDR THB MYR PHP SEK NOK DKK PLN CZK HUF MXN BRL ZAR AED SAR MGA",
+		3: "BHD JOD KWD OMR TND",
+	} {
+		for _, c := range strings.Fields(codes) {
+			cs = append(cs, psp.Currency{Code: c, ISOExponent: exp, Exponent: exp})
+		}
+	}
+	return cs
+}
+
 // PSP is the fake provider. The zero value is not usable; call New.
 // All methods are safe for concurrent use.
 type PSP struct {
-	creationWindow time.Duration // fixed after New
+	creationWindow time.Duration  // fixed after New
+	account        string         // fixed after New
+	currencies     []psp.Currency // fixed after New
 
 	// mu guards everything below. Hooks are read under it but called outside
 	// it, so a hook that blocks holds up only its own call.
@@ -155,6 +216,7 @@ var _ psp.Adapter = (*PSP)(nil)
 func New(opts ...Option) *PSP {
 	p := &PSP{
 		creationWindow: defaultCreationWindow,
+		currencies:     Currencies(),
 		byOrder:        make(map[string]int),
 		byRefund:       make(map[string]int),
 	}
@@ -166,7 +228,8 @@ func New(opts ...Option) *PSP {
 
 // Capabilities implements psp.Adapter. The fake's lookup is authoritative
 // because charges are recorded before Charge returns: once a call has
-// returned, its charge exists or never will.
+// returned, its charge exists or never will. Currencies is shared: callers
+// must not modify it.
 func (p *PSP) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
 		Name:                "fake",
@@ -174,6 +237,10 @@ func (p *PSP) Capabilities() psp.Capabilities {
 		CreationWindow:      p.creationWindow,
 		DedupesOrderID:      true,
 		MaxOrderIDLen:       maxOrderIDLen,
+		Account:             p.account,
+		Currencies:          p.currencies,
+		// Its payment methods are fixed names: nothing to start at a front end.
+		Checkout: psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
 	}
 }
 
@@ -237,8 +304,11 @@ func (p *PSP) process(req psp.ChargeRequest) (c psp.Charge, created, lost bool, 
 	}
 	lost = fault == FaultUnknownAfterCharge
 
-	if err := validate(req); err != nil {
-		return psp.Charge{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge", Err: err}
+	if err := p.validate(req); err != nil {
+		return psp.Charge{}, false, lost, rejected("charge", err)
+	}
+	if req.PaymentMethod == MethodInvalidRequest {
+		return psp.Charge{}, false, lost, rejected("charge", fmt.Errorf("%w: the payment method cannot be charged as sent", ErrInvalidRequest))
 	}
 	if i, ok := p.byOrder[req.MerchantOrderID]; ok {
 		c := p.records[i]
@@ -257,7 +327,11 @@ func (p *PSP) process(req psp.ChargeRequest) (c psp.Charge, created, lost bool, 
 		Amount:          req.Amount,
 		Currency:        req.Currency,
 	}
-	c.Status, c.DeclineCode = outcome(req.PaymentMethod)
+	c.Status, c.DeclineCode = outcome(req.PaymentMethod, req.AllowNextAction)
+	c.Code = c.DeclineCode
+	if c.Status == psp.Pending && req.PaymentMethod == MethodThreeDS {
+		c.NextAction = &psp.NextAction{Type: psp.NextActionRedirect, URL: "/3ds/" + c.Reference}
+	}
 	p.byOrder[c.MerchantOrderID] = len(p.records)
 	p.records = append(p.records, c)
 	return c, true, lost, nil
@@ -276,6 +350,9 @@ func next(q *[]Fault) Fault {
 // Lookup implements psp.Adapter. It returns psp.ErrNotFound itself (not
 // wrapped in a *psp.Error) when the PSP has no charge for the order id.
 func (p *PSP) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, error) {
+	if merchantOrderID == "" {
+		return psp.Charge{}, rejected("lookup", fmt.Errorf("%w: empty merchant order id", ErrInvalidRequest))
+	}
 	p.mu.Lock()
 	p.lookupCalls++
 	latency := p.latency
@@ -296,6 +373,30 @@ func (p *PSP) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, e
 		return psp.Charge{}, psp.ErrNotFound
 	}
 	return p.records[i], nil
+}
+
+// Settle finishes the Pending charge for merchantOrderID as the customer or
+// the bank would: status Succeeded, or Declined with declineCode (which is
+// also its raw Code). It returns the charge as it now stands, and
+// ErrNotPending when there is no Pending charge for the order id.
+func (p *PSP) Settle(merchantOrderID string, status psp.ChargeStatus, declineCode string) (psp.Charge, error) {
+	if status != psp.Succeeded && status != psp.Declined {
+		return psp.Charge{}, fmt.Errorf("fake psp: a charge settles succeeded or declined, not %q", status)
+	}
+	if status == psp.Succeeded {
+		declineCode = ""
+	} else if declineCode == "" {
+		declineCode = DeclineCardDeclined
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i, ok := p.byOrder[merchantOrderID]
+	if !ok || p.records[i].Status != psp.Pending {
+		return psp.Charge{}, ErrNotPending
+	}
+	c := &p.records[i]
+	c.Status, c.DeclineCode, c.Code, c.NextAction = status, declineCode, declineCode, nil
+	return *c, nil
 }
 
 // Refund implements psp.Adapter; see the package documentation.
@@ -343,8 +444,8 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 	}
 	lost = fault == FaultUnknownAfterCharge
 
-	if err := validateRefund(req); err != nil {
-		return psp.Refund{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "refund", Err: err}
+	if err := p.validateRefund(req); err != nil {
+		return psp.Refund{}, false, lost, rejected("refund", err)
 	}
 	if i, ok := p.byRefund[req.RefundOrderID]; ok {
 		r := p.refunds[i]
@@ -365,16 +466,16 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 	}
 	i, ok := p.byOrder[req.MerchantOrderID]
 	if !ok || p.records[i].Reference != req.ChargeReference {
-		r.DeclineCode = psp.RefundDeclineChargeNotFound
+		r.DeclineCode, r.Code = psp.RefundDeclineChargeNotFound, psp.RefundDeclineChargeNotFound
 		return r, false, lost, nil
 	}
 	c := p.records[i]
 	if c.Currency != req.Currency {
-		return psp.Refund{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "refund",
-			Err: fmt.Errorf("%w: charge %q is in %s, refund asked in %s", ErrInvalidRequest, c.Reference, c.Currency, req.Currency)}
+		return psp.Refund{}, false, lost, rejected("refund",
+			fmt.Errorf("%w: charge %q is in %s, refund asked in %s", ErrInvalidRequest, c.Reference, c.Currency, req.Currency))
 	}
 	if c.Status != psp.Succeeded {
-		r.DeclineCode = psp.RefundDeclineNotRefundable
+		r.DeclineCode, r.Code = psp.RefundDeclineNotRefundable, psp.RefundDeclineNotRefundable
 		return r, false, lost, nil
 	}
 	left := c.Amount
@@ -384,7 +485,7 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 		}
 	}
 	if req.Amount > left {
-		r.DeclineCode = psp.RefundDeclineAmountExceeded
+		r.DeclineCode, r.Code = psp.RefundDeclineAmountExceeded, psp.RefundDeclineAmountExceeded
 		return r, false, lost, nil
 	}
 
@@ -400,6 +501,9 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 // when no refund was made for refundOrderID against chargeReference; it
 // shares Lookup's latency and fault counter.
 func (p *PSP) LookupRefund(ctx context.Context, chargeReference, refundOrderID string) (psp.Refund, error) {
+	if chargeReference == "" || refundOrderID == "" {
+		return psp.Refund{}, rejected("lookup_refund", fmt.Errorf("%w: a refund lookup needs the charge reference and the refund order id", ErrInvalidRequest))
+	}
 	p.mu.Lock()
 	p.lookupCalls++
 	latency := p.latency
@@ -608,49 +712,42 @@ func wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func validate(req psp.ChargeRequest) error {
+func (p *PSP) validate(req psp.ChargeRequest) error {
+	if err := validOrderID("merchant", req.MerchantOrderID); err != nil {
+		return err
+	}
+	return p.validAmount(req.Amount, req.Currency)
+}
+
+func (p *PSP) validateRefund(req psp.RefundRequest) error {
+	if err := validOrderID("refund", req.RefundOrderID); err != nil {
+		return err
+	}
+	return p.validAmount(req.Amount, req.Currency)
+}
+
+func validOrderID(kind, id string) error {
 	switch {
-	case req.MerchantOrderID == "":
-		return fmt.Errorf("%w: empty merchant order id", ErrInvalidRequest)
-	case len(req.MerchantOrderID) > maxOrderIDLen:
-		return fmt.Errorf("%w: merchant order id is %d bytes, longer than %d",
-			ErrInvalidRequest, len(req.MerchantOrderID), maxOrderIDLen)
-	case req.Amount <= 0:
-		return fmt.Errorf("%w: amount %d is not positive", ErrInvalidRequest, req.Amount)
-	case !isCurrency(req.Currency):
-		return fmt.Errorf("%w: currency %q is not 3 uppercase letters", ErrInvalidRequest, req.Currency)
+	case id == "":
+		return fmt.Errorf("%w: empty %s order id", ErrInvalidRequest, kind)
+	case len(id) > maxOrderIDLen:
+		return fmt.Errorf("%w: %s order id is %d bytes, longer than %d", ErrInvalidRequest, kind, len(id), maxOrderIDLen)
 	}
 	return nil
 }
 
-func validateRefund(req psp.RefundRequest) error {
-	switch {
-	case req.RefundOrderID == "":
-		return fmt.Errorf("%w: empty refund order id", ErrInvalidRequest)
-	case len(req.RefundOrderID) > maxOrderIDLen:
-		return fmt.Errorf("%w: refund order id is %d bytes, longer than %d",
-			ErrInvalidRequest, len(req.RefundOrderID), maxOrderIDLen)
-	case req.Amount <= 0:
-		return fmt.Errorf("%w: amount %d is not positive", ErrInvalidRequest, req.Amount)
-	case !isCurrency(req.Currency):
-		return fmt.Errorf("%w: currency %q is not 3 uppercase letters", ErrInvalidRequest, req.Currency)
+func (p *PSP) validAmount(amount int64, currency string) error {
+	if err := p.Capabilities().Check(amount, currency); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	return nil
 }
 
-func isCurrency(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := range len(s) {
-		if s[i] < 'A' || s[i] > 'Z' {
-			return false
-		}
-	}
-	return true
+func rejected(op string, err error) *psp.Error {
+	return &psp.Error{Class: psp.Rejected, Op: op, Code: CodeInvalidRequest, Err: err}
 }
 
-func outcome(method string) (psp.ChargeStatus, string) {
+func outcome(method string, allowAction bool) (psp.ChargeStatus, string) {
 	switch method {
 	case MethodOK:
 		return psp.Succeeded, ""
@@ -658,6 +755,15 @@ func outcome(method string) (psp.ChargeStatus, string) {
 		return psp.Declined, DeclineCardDeclined
 	case MethodInsufficientFunds:
 		return psp.Declined, DeclineInsufficientFunds
+	case MethodLostCard:
+		return psp.Declined, DeclineLostCard
+	case MethodThreeDS:
+		if allowAction {
+			return psp.Pending, ""
+		}
+		return psp.Declined, DeclineAuthRequired
+	case MethodVirtualAccount:
+		return psp.Pending, ""
 	}
 	return psp.Declined, DeclineInvalidPaymentMethod
 }

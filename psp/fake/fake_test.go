@@ -3,11 +3,13 @@ package fake
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"gateway/payments"
 	"gateway/psp"
 )
 
@@ -29,24 +31,38 @@ func wantClass(t *testing.T, err error, op string, want psp.Class) *psp.Error {
 }
 
 func TestCapabilities(t *testing.T) {
+	eur := psp.Currency{Code: "EUR", ISOExponent: 2, Exponent: 2, Min: 50}
 	tests := []struct {
-		name   string
-		opts   []Option
-		window time.Duration
+		name       string
+		opts       []Option
+		window     time.Duration
+		account    string
+		currencies []psp.Currency
 	}{
-		{"default", nil, 2 * time.Minute},
-		{"custom_window", []Option{WithCreationWindow(5 * time.Second)}, 5 * time.Second},
-		{"negative_window_ignored", []Option{WithCreationWindow(-time.Second)}, 2 * time.Minute},
+		{"default", nil, 2 * time.Minute, "", Currencies()},
+		{"custom_window", []Option{WithCreationWindow(5 * time.Second)}, 5 * time.Second, "", Currencies()},
+		{"negative_window_ignored", []Option{WithCreationWindow(-time.Second)}, 2 * time.Minute, "", Currencies()},
+		{"account", []Option{WithAccount("kr-main")}, 2 * time.Minute, "kr-main", Currencies()},
+		{"currencies", []Option{WithCurrencies(eur)}, 2 * time.Minute, "", []psp.Currency{eur}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := New(tt.opts...).Capabilities()
-			want := psp.Capabilities{Name: "fake", AuthoritativeLookup: true, CreationWindow: tt.window,
-				DedupesOrderID: true, MaxOrderIDLen: 64}
-			if got != want {
-				t.Fatalf("Capabilities() = %+v, want %+v", got, want)
+			if got.Name != "fake" || !got.AuthoritativeLookup || got.CreationWindow != tt.window || !got.DedupesOrderID ||
+				got.MaxOrderIDLen != 64 || got.DedupeWindow != 0 || got.Account != tt.account || !slices.Equal(got.Currencies, tt.currencies) {
+				t.Fatalf("Capabilities() = %+v", got)
 			}
 		})
+	}
+}
+
+// The default currencies are ISO 4217's own units, as the gateway counts them.
+func TestCurrenciesAreISO(t *testing.T) {
+	for _, c := range Currencies() {
+		exp, ok := payments.CurrencyExponent(c.Code)
+		if !ok || exp != c.ISOExponent || c.Exponent != c.ISOExponent {
+			t.Errorf("%+v: ISO 4217 says exponent %d (known: %v)", c, exp, ok)
+		}
 	}
 }
 
@@ -61,6 +77,9 @@ func TestChargeOutcomeByMethod(t *testing.T) {
 		{"pm_card_ok", "pm_card_ok", psp.Succeeded, "", 1},
 		{"pm_card_declined", "pm_card_declined", psp.Declined, "card_declined", 0},
 		{"pm_card_insufficient_funds", "pm_card_insufficient_funds", psp.Declined, "insufficient_funds", 0},
+		{"pm_card_lost", "pm_card_lost", psp.Declined, "lost_card", 0},
+		{"pm_card_3ds_one_step", "pm_card_3ds", psp.Declined, "authentication_required", 0},
+		{"pm_virtual_account", "pm_virtual_account", psp.Pending, "", 0},
 		{"pm_something_else", "pm_something_else", psp.Declined, "invalid_payment_method", 0},
 		{"empty_method", "", psp.Declined, "invalid_payment_method", 0},
 	}
@@ -72,8 +91,8 @@ func TestChargeOutcomeByMethod(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Charge: %v", err)
 			}
-			if c.Status != tt.status || c.DeclineCode != tt.declineCode {
-				t.Fatalf("got %s/%q, want %s/%q", c.Status, c.DeclineCode, tt.status, tt.declineCode)
+			if c.Status != tt.status || c.DeclineCode != tt.declineCode || c.Code != tt.declineCode || c.NextAction != nil {
+				t.Fatalf("got %+v, want %s/%q", c, tt.status, tt.declineCode)
 			}
 			if c.MerchantOrderID != r.MerchantOrderID || c.Amount != r.Amount || c.Currency != r.Currency {
 				t.Fatalf("charge %+v does not match request %+v", c, r)
@@ -140,6 +159,8 @@ func TestValidation(t *testing.T) {
 		{"long_currency", func(r *psp.ChargeRequest) { r.Currency = "EURO" }, false},
 		{"digit_in_currency", func(r *psp.ChargeRequest) { r.Currency = "E1R" }, false},
 		{"empty_currency", func(r *psp.ChargeRequest) { r.Currency = "" }, false},
+		{"currency_not_taken", func(r *psp.ChargeRequest) { r.Currency = "XTS" }, false},
+		{"refused_by_the_psp", func(r *psp.ChargeRequest) { r.PaymentMethod = MethodInvalidRequest }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,18 +174,151 @@ func TestValidation(t *testing.T) {
 				}
 				return
 			}
-			wantClass(t, err, "charge", psp.NotProcessed)
-			if !errors.Is(err, ErrInvalidRequest) {
-				t.Fatalf("err = %v, want ErrInvalidRequest", err)
+			e := wantClass(t, err, "charge", psp.Rejected)
+			if !errors.Is(err, ErrInvalidRequest) || e.Code != CodeInvalidRequest {
+				t.Fatalf("err = %v, want ErrInvalidRequest with code %s", err, CodeInvalidRequest)
+			}
+			if _, err := p.Charge(t.Context(), r); !errors.Is(err, ErrInvalidRequest) {
+				t.Fatalf("the same request again = %v, want the same refusal", err)
 			}
 			if n := p.ChargeCount(); n != 0 {
 				t.Fatalf("ChargeCount = %d, want 0", n)
 			}
-			if n := p.ChargeCalls(); n != 1 {
-				t.Fatalf("ChargeCalls = %d, want 1", n)
+			if n := p.ChargeCalls(); n != 2 {
+				t.Fatalf("ChargeCalls = %d, want 2", n)
 			}
 		})
 	}
+}
+
+// An amount the PSP's currency table refuses is Rejected, nothing recorded.
+func TestValidationByCurrencyTable(t *testing.T) {
+	p := New(WithCurrencies(psp.Currency{Code: "EUR", ISOExponent: 2, Exponent: 2, Min: 50, Max: 1000}))
+	for _, amount := range []int64{49, 1001} {
+		r := req("order-1", MethodOK)
+		r.Amount = amount
+		_, err := p.Charge(t.Context(), r)
+		var ce *psp.CheckError
+		if wantClass(t, err, "charge", psp.Rejected); !errors.As(err, &ce) || ce.Field != "amount" {
+			t.Fatalf("Charge(%d EUR) = %v, want the CheckError", amount, err)
+		}
+	}
+	r := req("order-1", MethodOK)
+	r.Amount = 1000
+	if _, err := p.Charge(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.ChargeCount(); n != 1 {
+		t.Fatalf("ChargeCount = %d, want 1", n)
+	}
+}
+
+func TestPendingAndSettle(t *testing.T) {
+	tests := []struct {
+		name    string
+		method  string
+		action  bool
+		status  psp.ChargeStatus
+		decline string
+	}{
+		{"3ds_passed", MethodThreeDS, true, psp.Succeeded, ""},
+		{"3ds_failed", MethodThreeDS, true, psp.Declined, "authentication_failed"},
+		{"deposit_arrived", MethodVirtualAccount, false, psp.Succeeded, ""},
+		{"deposit_expired", MethodVirtualAccount, false, psp.Declined, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New()
+			r := req("order-1", tt.method)
+			r.AllowNextAction = tt.action
+			c, err := p.Charge(t.Context(), r)
+			if err != nil || c.Status != psp.Pending || c.DeclineCode != "" {
+				t.Fatalf("Charge = %+v, %v; want pending", c, err)
+			}
+			if want := tt.method == MethodThreeDS; (c.NextAction != nil) != want {
+				t.Fatalf("NextAction = %+v, want one: %v", c.NextAction, want)
+			}
+			if tt.method == MethodThreeDS && (c.NextAction.Type != psp.NextActionRedirect || c.NextAction.URL != "/3ds/"+c.Reference) {
+				t.Fatalf("NextAction = %+v", c.NextAction)
+			}
+			if got, err := p.Lookup(t.Context(), r.MerchantOrderID); err != nil || !got.Equal(c) {
+				t.Fatalf("Lookup = %+v, %v; want %+v", got, err, c)
+			}
+			if again, err := p.Charge(t.Context(), r); err != nil || !again.Equal(c) {
+				t.Fatalf("second Charge = %+v, %v; want %+v", again, err, c)
+			}
+			// Nothing to refund while pending.
+			rf, err := p.Refund(t.Context(), psp.RefundRequest{RefundOrderID: "rfd-1", MerchantOrderID: r.MerchantOrderID,
+				ChargeReference: c.Reference, Amount: 1, Currency: r.Currency})
+			if err != nil || rf.Status != psp.RefundDeclined || rf.DeclineCode != psp.RefundDeclineNotRefundable {
+				t.Fatalf("Refund of a pending charge = %+v, %v", rf, err)
+			}
+
+			done, err := p.Settle(r.MerchantOrderID, tt.status, tt.decline)
+			wantCode := tt.decline
+			if tt.status == psp.Declined && wantCode == "" {
+				wantCode = DeclineCardDeclined
+			}
+			if err != nil || done.Status != tt.status || done.DeclineCode != wantCode || done.Code != wantCode ||
+				done.NextAction != nil || done.Reference != c.Reference || done.Amount != c.Amount {
+				t.Fatalf("Settle = %+v, %v", done, err)
+			}
+			if got, err := p.Lookup(t.Context(), r.MerchantOrderID); err != nil || !got.Equal(done) {
+				t.Fatalf("Lookup after Settle = %+v, %v; want %+v", got, err, done)
+			}
+			if _, err := p.Settle(r.MerchantOrderID, psp.Succeeded, ""); !errors.Is(err, ErrNotPending) {
+				t.Fatalf("second Settle = %v, want ErrNotPending", err)
+			}
+			if n := p.ChargesFor(r.MerchantOrderID); n != 1 {
+				t.Fatalf("ChargesFor = %d, want 1", n)
+			}
+		})
+	}
+	p := New()
+	if _, err := p.Settle("missing", psp.Succeeded, ""); !errors.Is(err, ErrNotPending) {
+		t.Fatalf("Settle of no charge = %v", err)
+	}
+	if _, err := p.Charge(t.Context(), req("order-1", MethodVirtualAccount)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Settle("order-1", psp.Pending, ""); err == nil {
+		t.Fatal("Settle to pending was accepted")
+	}
+}
+
+func TestRefundRefusals(t *testing.T) {
+	p := New()
+	c, err := p.Charge(t.Context(), req("order-1", MethodOK))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		mod  func(*psp.RefundRequest)
+	}{
+		{"other_currency", func(r *psp.RefundRequest) { r.Currency = "USD" }},
+		{"currency_not_taken", func(r *psp.RefundRequest) { r.Currency = "XTS" }},
+		{"zero_amount", func(r *psp.RefundRequest) { r.Amount = 0 }},
+		{"empty_refund_order_id", func(r *psp.RefundRequest) { r.RefundOrderID = "" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := psp.RefundRequest{RefundOrderID: "rfd-1", MerchantOrderID: c.MerchantOrderID, ChargeReference: c.Reference,
+				Amount: 100, Currency: c.Currency}
+			tt.mod(&r)
+			_, err := p.Refund(t.Context(), r)
+			wantClass(t, err, "refund", psp.Rejected)
+			if len(p.Refunds()) != 0 {
+				t.Fatal("a rejected refund was recorded")
+			}
+		})
+	}
+	_, err = p.LookupRefund(t.Context(), "", "rfd-1")
+	wantClass(t, err, "lookup_refund", psp.Rejected)
+	_, err = p.LookupRefund(t.Context(), c.Reference, "")
+	wantClass(t, err, "lookup_refund", psp.Rejected)
+	_, err = p.Lookup(t.Context(), "")
+	wantClass(t, err, "lookup", psp.Rejected)
 }
 
 func TestDedupe(t *testing.T) {

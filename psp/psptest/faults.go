@@ -1,6 +1,7 @@
 package psptest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -61,6 +62,10 @@ const (
 	// GarbageAfter: acts, then answers 200 with a body that cannot be parsed.
 	// Expected: Unknown.
 	GarbageAfter
+	// ForeignAfter: acts, then answers as if for other ids: in the answer,
+	// every order id the suite made ("ord_…") and refund order id ("rfd_…")
+	// is changed. Expected: Unknown wrapping psp.ErrMismatch.
+	ForeignAfter
 )
 
 func (f Fault) String() string {
@@ -81,6 +86,8 @@ func (f Fault) String() string {
 		return "reset_after"
 	case GarbageAfter:
 		return "garbage_after"
+	case ForeignAfter:
+		return "foreign_after"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
@@ -88,7 +95,7 @@ func (f Fault) String() string {
 // Acts reports whether the backend does its work under f before the answer
 // is lost.
 func (f Fault) Acts() bool {
-	return f == ErrorAfter || f == TimeoutAfter || f == ResetAfter || f == GarbageAfter
+	return f == ErrorAfter || f == TimeoutAfter || f == ResetAfter || f == GarbageAfter || f == ForeignAfter
 }
 
 // Timeout reports whether f holds the request on a Gate.
@@ -216,9 +223,23 @@ func (h *HTTPFaults) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, `{"id": "trunc`)
+	case ForeignAfter:
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.Header().Del("Content-Length")
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(Foreign(rec.Body.Bytes()))
 	default:
 		panic(fmt.Sprintf("psptest: unknown fault %v", inj.fault))
 	}
+}
+
+// Foreign rewrites an answer as if for other ids: every order id the suite
+// makes ("ord_…") and refund order id ("rfd_…") is changed, keeping its length.
+func Foreign(answer []byte) []byte {
+	b := bytes.ReplaceAll(answer, []byte(OrderPrefix), []byte("orx_"))
+	return bytes.ReplaceAll(b, []byte(RefundPrefix), []byte("rfx_"))
 }
 
 // drop closes the request's connection without an answer, with a TCP reset

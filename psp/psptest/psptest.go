@@ -1,9 +1,11 @@
 // Package psptest owns the conformance suite that every psp.Adapter passes
-// before it may be swapped in: Run checks results, deduplication, lookups,
-// refunds and, above all, that each way a call can fail is put in the right
-// outcome class. An adapter's tests call Run with a Harness: the adapter plus
-// a Backend (the PSP behind it, usually a fake served by httptest) that the
-// suite can make misbehave on the next call.
+// before it may be swapped in: Run checks results (declines with the PSP's
+// raw code, pending charges), requests the PSP can never accept (Rejected),
+// capabilities and money units, deduplication, lookups, refunds, answers that
+// do not match the request and, above all, that each way a call can fail is
+// put in the right outcome class. An adapter's tests call Run with a Harness:
+// the adapter plus a Backend (the PSP behind it, usually a fake served by
+// httptest) that the suite can make misbehave on the next call.
 package psptest
 
 import (
@@ -11,6 +13,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -22,14 +26,22 @@ type Backend interface {
 	// Inject makes the next call of kind op that reaches the backend
 	// misbehave as f. Timeout faults park the request on gate. The suite
 	// injects OpCharge with every Fault, OpRefund with Refuse, ErrorBefore,
-	// ErrorAfter, ResetAfter and GarbageAfter, and OpLookup with ErrorBefore,
-	// ResetBefore and GarbageAfter.
+	// ErrorAfter, ResetAfter, GarbageAfter and ForeignAfter, and OpLookup with
+	// ErrorBefore, ResetBefore, GarbageAfter and ForeignAfter; ForeignAfter
+	// only when the Harness is not InProcess.
 	Inject(op Op, f Fault, gate *Gate)
 	// Charges counts the charges the backend recorded for an order id, from
 	// its ledger rather than its dedupe index.
 	Charges(merchantOrderID string) int
 	// Refunds counts the refunds the backend recorded for a refund order id.
 	Refunds(refundOrderID string) int
+}
+
+// Settler is a Backend that can finish a Pending charge as the customer or
+// the PSP would (3-D Secure passed, a deposit arrived): o is Success or
+// DeclinedCard.
+type Settler interface {
+	Settle(merchantOrderID string, o Outcome)
 }
 
 // Outcome is a business result the suite asks the backend for.
@@ -39,6 +51,38 @@ const (
 	Success Outcome = iota + 1
 	DeclinedCard
 	DeclinedFunds
+	// DeclinedOther: a decline whose code has no shared name (a lost card,
+	// a code the adapter may not know).
+	DeclinedOther
+	// Invalid: the PSP refuses the request as permanently invalid.
+	Invalid
+	// Pending: the PSP accepts the charge and waits for the customer or the
+	// bank; the suite sends it with AllowNextAction.
+	Pending
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Success:
+		return "success"
+	case DeclinedCard:
+		return "declined_card"
+	case DeclinedFunds:
+		return "declined_funds"
+	case DeclinedOther:
+		return "declined_other"
+	case Invalid:
+		return "invalid"
+	case Pending:
+		return "pending"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Prefixes of the ids the suite makes (see Foreign).
+const (
+	OrderPrefix  = "ord_"
+	RefundPrefix = "rfd_"
 )
 
 // Harness is what the suite needs from an adapter's test.
@@ -47,13 +91,17 @@ type Harness struct {
 	Backend Backend
 	// Method returns the payment method that makes the backend answer o for
 	// the order id (for most PSPs a fixed test card; for a PSP whose payment
-	// method is a per-order token, a token minted for the order).
+	// method is a per-order token, a token minted for the order). Every
+	// Outcome is required.
 	Method func(o Outcome, merchantOrderID string) string
 	// Currency is charged in; "KRW" when empty.
 	Currency string
 	// Unreachable, when set, is the same adapter pointed at an address where
 	// nothing listens.
 	Unreachable psp.Adapter
+	// InProcess says the adapter is its own backend (the in-process fake):
+	// there is no answer in transit to rewrite, so ForeignAfter is not injected.
+	InProcess bool
 }
 
 const amount = 15000
@@ -65,6 +113,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	s := suite{newHarness: newHarness}
 	t.Run("capabilities", s.capabilities)
 	t.Run("charge_outcomes", s.chargeOutcomes)
+	t.Run("rejected_before_sending", s.rejectedBeforeSending)
+	t.Run("rejected_by_psp", s.rejectedByPSP)
+	t.Run("pending", s.pending)
+	t.Run("foreign_answers", s.foreignAnswers)
 	t.Run("distinct_orders", s.distinctOrders)
 	t.Run("order_id_conflict", s.orderIDConflict)
 	t.Run("concurrent_same_order", s.concurrentSameOrder)
@@ -98,13 +150,14 @@ func (h Harness) charge(orderID string, o Outcome) psp.ChargeRequest {
 		Currency:        h.Currency,
 		PaymentMethod:   h.Method(o, orderID),
 		Description:     "conformance " + orderID,
+		AllowNextAction: o == Pending,
 	}
 }
 
 // mustCharge charges a fresh order successfully.
 func (h Harness) mustCharge(t *testing.T, o Outcome) psp.Charge {
 	t.Helper()
-	req := h.charge(NewOrderID("ord_"), o)
+	req := h.charge(NewOrderID(OrderPrefix), o)
 	c, err := h.Adapter.Charge(t.Context(), req)
 	if err != nil {
 		t.Fatalf("Charge(%s): %v", req.MerchantOrderID, err)
@@ -114,16 +167,41 @@ func (h Harness) mustCharge(t *testing.T, o Outcome) psp.Charge {
 
 func (s suite) capabilities(t *testing.T) {
 	t.Parallel()
-	c := s.harness(t).Adapter.Capabilities()
+	h := s.harness(t)
+	c := h.Adapter.Capabilities()
 	switch {
 	case c.Name == "":
 		t.Error("Capabilities().Name is empty")
-	case c.MaxOrderIDLen < len(NewOrderID("ord_")):
-		t.Errorf("MaxOrderIDLen %d is shorter than the gateway's order ids (%d)", c.MaxOrderIDLen, len(NewOrderID("ord_")))
+	case c.MaxOrderIDLen < len(NewOrderID(OrderPrefix)):
+		t.Errorf("MaxOrderIDLen %d is shorter than the gateway's order ids (%d)", c.MaxOrderIDLen, len(NewOrderID(OrderPrefix)))
 	case c.CreationWindow <= 0:
 		t.Errorf("CreationWindow %v must be positive", c.CreationWindow)
 	case c.DedupeWindow < 0:
 		t.Errorf("DedupeWindow %v must not be negative", c.DedupeWindow)
+	case len(c.Currencies) == 0:
+		t.Error("Capabilities().Currencies is empty: the adapter takes no currency")
+	}
+	if err := c.Check(amount, h.Currency); err != nil {
+		t.Errorf("Check(%d %s), the suite's charge: %v", amount, h.Currency, err)
+	}
+	seen := map[string]bool{}
+	for _, cur := range c.Currencies {
+		if len(cur.Code) != 3 || strings.ToUpper(cur.Code) != cur.Code || seen[cur.Code] {
+			t.Errorf("currency %+v: the code must be a distinct upper-case ISO 4217 code", cur)
+		}
+		seen[cur.Code] = true
+		step := cur.Step()
+		if step < 1 || cur.Min < 0 || cur.Max < 0 || (cur.Max > 0 && cur.Max < cur.Min) {
+			t.Errorf("currency %+v: step %d, limits must be 0 ≤ Min ≤ Max", cur, step)
+			continue
+		}
+		// The smallest amount it takes converts exactly, both ways.
+		least := leastAmount(cur)
+		if v, err := cur.ToPSP(least); err != nil {
+			t.Errorf("currency %s: ToPSP(%d): %v", cur.Code, least, err)
+		} else if back, err := cur.FromPSP(v); err != nil || back != least {
+			t.Errorf("currency %s: FromPSP(ToPSP(%d)) = %d, %v", cur.Code, least, back, err)
+		}
 	}
 }
 
@@ -138,18 +216,29 @@ func (s suite) chargeOutcomes(t *testing.T) {
 		{"success", Success, psp.Succeeded, ""},
 		{"declined_card", DeclinedCard, psp.Declined, psp.DeclineCardDeclined},
 		{"declined_funds", DeclinedFunds, psp.Declined, psp.DeclineInsufficientFunds},
+		{"declined_other", DeclinedOther, psp.Declined, ""}, // any code but the shared ones
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			h := s.harness(t)
-			req := h.charge(NewOrderID("ord_"), tt.outcome)
+			req := h.charge(NewOrderID(OrderPrefix), tt.outcome)
 			c, err := h.Adapter.Charge(t.Context(), req)
 			if err != nil {
 				t.Fatalf("Charge: %v", err)
 			}
+			if tt.outcome == DeclinedOther {
+				switch c.DeclineCode {
+				case "", psp.DeclineCardDeclined, psp.DeclineInsufficientFunds, psp.DeclineInvalidPaymentMethod:
+					t.Fatalf("Charge = %+v, want a decline with a code of its own", c)
+				}
+				tt.code = c.DeclineCode
+			}
 			if c.Status != tt.status || c.DeclineCode != tt.code {
 				t.Fatalf("Charge = %s/%q, want %s/%q", c.Status, c.DeclineCode, tt.status, tt.code)
+			}
+			if (c.Status == psp.Declined) != (c.Code != "") {
+				t.Fatalf("Charge = %+v: a decline keeps the PSP's raw code, a success has none", c)
 			}
 			if c.MerchantOrderID != req.MerchantOrderID || c.Amount != req.Amount || c.Currency != req.Currency {
 				t.Fatalf("Charge = %+v does not match the request %+v", c, req)
@@ -160,17 +249,197 @@ func (s suite) chargeOutcomes(t *testing.T) {
 			wantCharges(t, h, req.MerchantOrderID, 1)
 
 			got, err := h.Adapter.Lookup(t.Context(), req.MerchantOrderID)
-			if err != nil || got != c {
+			if err != nil || !got.Equal(c) {
 				t.Fatalf("Lookup = %+v, %v; want %+v", got, err, c)
 			}
 			// The PSP deduplicates: the same order id returns the same charge,
 			// declined or not, and moves no more money.
 			second, err := h.Adapter.Charge(t.Context(), req)
-			if err != nil || second != c {
+			if err != nil || !second.Equal(c) {
 				t.Fatalf("second Charge = %+v, %v; want the first %+v", second, err, c)
 			}
 			wantCharges(t, h, req.MerchantOrderID, 1)
 		})
+	}
+}
+
+// leastAmount is the smallest amount the PSP takes in cur.
+func leastAmount(cur psp.Currency) int64 {
+	step := cur.Step()
+	least := max(cur.Min, step)
+	return least + (step-least%step)%step
+}
+
+// notTaken is a currency no PSP takes: ISO 4217's code for testing.
+const notTaken = "XTS"
+
+// A request the PSP can never accept is refused Rejected by the adapter,
+// before anything is sent, with the reason Check gives.
+func (s suite) rejectedBeforeSending(t *testing.T) {
+	t.Parallel()
+	h := s.harness(t)
+	tests := []struct {
+		name string
+		mod  func(*psp.ChargeRequest)
+	}{
+		{"zero_amount", func(r *psp.ChargeRequest) { r.Amount = 0 }},
+		{"negative_amount", func(r *psp.ChargeRequest) { r.Amount = -amount }},
+		{"currency_not_taken", func(r *psp.ChargeRequest) { r.Currency = notTaken }},
+	}
+	// An amount the PSP's units cannot hold exactly, where a currency has one.
+	for _, cur := range h.Adapter.Capabilities().Currencies {
+		if step := cur.Step(); step > 1 {
+			tests = append(tests, struct {
+				name string
+				mod  func(*psp.ChargeRequest)
+			}{"inexact_" + cur.Code, func(r *psp.ChargeRequest) { r.Currency, r.Amount = cur.Code, leastAmount(cur)+1 }})
+			break
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := h.charge(NewOrderID(OrderPrefix), Success)
+			tt.mod(&req)
+			if h.Adapter.Capabilities().Check(req.Amount, req.Currency) == nil {
+				t.Fatalf("Check accepts %d %s", req.Amount, req.Currency)
+			}
+			_, err := h.Adapter.Charge(t.Context(), req)
+			wantClass(t, err, "charge", psp.Rejected)
+			var ce *psp.CheckError
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want the *psp.CheckError that says why", err)
+			}
+			wantCharges(t, h, req.MerchantOrderID, 0)
+		})
+	}
+	c := h.mustCharge(t, Success)
+	req := refundOf(c, NewOrderID(RefundPrefix), 1)
+	req.Currency = notTaken
+	_, err := h.Adapter.Refund(t.Context(), req)
+	wantClass(t, err, "refund", psp.Rejected)
+	if got := h.Backend.Refunds(req.RefundOrderID); got != 0 {
+		t.Fatalf("a rejected refund left %d records", got)
+	}
+}
+
+// A request the PSP itself refuses as invalid is Rejected with its raw code,
+// for ever: nothing is recorded and a repeat is refused again.
+func (s suite) rejectedByPSP(t *testing.T) {
+	t.Parallel()
+	h := s.harness(t)
+	req := h.charge(NewOrderID(OrderPrefix), Invalid)
+	for i := range 2 {
+		_, err := h.Adapter.Charge(t.Context(), req)
+		e := wantClass(t, err, "charge", psp.Rejected)
+		if e.Code == "" {
+			t.Fatalf("call %d: %v, want the PSP's raw code kept", i, err)
+		}
+		wantCharges(t, h, req.MerchantOrderID, 0)
+	}
+	if _, err := h.Adapter.Lookup(t.Context(), req.MerchantOrderID); !errors.Is(err, psp.ErrNotFound) {
+		t.Fatalf("Lookup after a rejection = %v, want psp.ErrNotFound", err)
+	}
+}
+
+// A charge that waits for the customer or the bank is Pending: a result the
+// lookup repeats until the PSP settles it, never a decline or an error.
+func (s suite) pending(t *testing.T) {
+	t.Parallel()
+	h := s.harness(t)
+	req := h.charge(NewOrderID(OrderPrefix), Pending)
+	c, err := h.Adapter.Charge(t.Context(), req)
+	if err != nil || c.Status != psp.Pending || c.DeclineCode != "" {
+		t.Fatalf("Charge = %+v, %v; want pending", c, err)
+	}
+	if c.MerchantOrderID != req.MerchantOrderID || c.Amount != req.Amount || c.Currency != req.Currency || c.Reference == "" {
+		t.Fatalf("Charge = %+v does not match the request %+v", c, req)
+	}
+	wantCharges(t, h, req.MerchantOrderID, 1)
+	got, err := h.Adapter.Lookup(t.Context(), req.MerchantOrderID)
+	if err != nil || !got.Equal(c) {
+		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, c)
+	}
+	if again, err := h.Adapter.Charge(t.Context(), req); err != nil || again.Status != psp.Pending || again.Reference != c.Reference {
+		t.Fatalf("second Charge = %+v, %v; want the pending %+v", again, err, c)
+	}
+	wantCharges(t, h, req.MerchantOrderID, 1)
+
+	settler, ok := h.Backend.(Settler)
+	if !ok {
+		t.Skip("the backend cannot settle a pending charge")
+	}
+	settler.Settle(req.MerchantOrderID, Success)
+	done, err := h.Adapter.Lookup(t.Context(), req.MerchantOrderID)
+	if err != nil || done.Status != psp.Succeeded || done.Reference != c.Reference || done.Amount != c.Amount || done.NextAction != nil {
+		t.Fatalf("Lookup after the customer finished = %+v, %v; want it succeeded", done, err)
+	}
+	wantCharges(t, h, req.MerchantOrderID, 1)
+}
+
+// An answer for another order, refund or amount is Unknown wrapping
+// psp.ErrMismatch: whatever the PSP did, it was not what was asked.
+func (s suite) foreignAnswers(t *testing.T) {
+	t.Parallel()
+	if s.harness(t).InProcess {
+		t.Skip("an in-process adapter has no answer in transit")
+	}
+	t.Run("charge", func(t *testing.T) {
+		t.Parallel()
+		h := s.harness(t)
+		req := h.charge(NewOrderID(OrderPrefix), Success)
+		h.Backend.Inject(OpCharge, ForeignAfter, NewGate())
+		_, err := h.Adapter.Charge(t.Context(), req)
+		wantMismatch(t, err, "charge")
+		wantCharges(t, h, req.MerchantOrderID, 1)
+		if c, err := h.Adapter.Charge(t.Context(), req); err != nil || c.Status != psp.Succeeded {
+			t.Fatalf("Charge after the fault = %+v, %v", c, err)
+		}
+		wantCharges(t, h, req.MerchantOrderID, 1)
+	})
+	t.Run("lookup", func(t *testing.T) {
+		t.Parallel()
+		h := s.harness(t)
+		c := h.mustCharge(t, Success)
+		h.Backend.Inject(OpLookup, ForeignAfter, NewGate())
+		_, err := h.Adapter.Lookup(t.Context(), c.MerchantOrderID)
+		wantMismatch(t, err, "lookup")
+	})
+	t.Run("refund", func(t *testing.T) {
+		t.Parallel()
+		h := s.harness(t)
+		c := h.mustCharge(t, Success)
+		req := refundOf(c, NewOrderID(RefundPrefix), amount/2)
+		h.Backend.Inject(OpRefund, ForeignAfter, NewGate())
+		_, err := h.Adapter.Refund(t.Context(), req)
+		wantMismatch(t, err, "refund")
+		if got := h.Backend.Refunds(req.RefundOrderID); got != 1 {
+			t.Fatalf("backend has %d refunds, want the one made under the fault", got)
+		}
+	})
+}
+
+// wantConflict: an order id reused with another amount is refused
+// NotProcessed, or answered with the earlier charge or refund, which the
+// adapter reports Unknown wrapping psp.ErrMismatch; both wrap
+// psp.ErrOrderConflict.
+func wantConflict(t *testing.T, err error, op string) {
+	t.Helper()
+	class, _ := psp.ClassOf(err)
+	switch {
+	case !errors.Is(err, psp.ErrOrderConflict):
+		t.Fatalf("err = %v, want psp.ErrOrderConflict", err)
+	case class == psp.NotProcessed:
+		wantClass(t, err, op, psp.NotProcessed)
+	default:
+		wantMismatch(t, err, op)
+	}
+}
+
+func wantMismatch(t *testing.T, err error, op string) {
+	t.Helper()
+	wantClass(t, err, op, psp.Unknown)
+	if !errors.Is(err, psp.ErrMismatch) {
+		t.Fatalf("err = %v, want psp.ErrMismatch", err)
 	}
 }
 
@@ -190,12 +459,9 @@ func (s suite) orderIDConflict(t *testing.T) {
 	req := h.charge(first.MerchantOrderID, Success)
 	req.Amount++
 	_, err := h.Adapter.Charge(t.Context(), req)
-	wantClass(t, err, "charge", psp.NotProcessed)
-	if !errors.Is(err, psp.ErrOrderConflict) {
-		t.Fatalf("err = %v, want psp.ErrOrderConflict", err)
-	}
+	wantConflict(t, err, "charge")
 	wantCharges(t, h, first.MerchantOrderID, 1)
-	if got, err := h.Adapter.Lookup(t.Context(), first.MerchantOrderID); err != nil || got != first {
+	if got, err := h.Adapter.Lookup(t.Context(), first.MerchantOrderID); err != nil || !got.Equal(first) {
 		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, first)
 	}
 }
@@ -203,7 +469,7 @@ func (s suite) orderIDConflict(t *testing.T) {
 func (s suite) concurrentSameOrder(t *testing.T) {
 	t.Parallel()
 	h := s.harness(t)
-	req := h.charge(NewOrderID("ord_"), Success)
+	req := h.charge(NewOrderID(OrderPrefix), Success)
 	const n = 8
 	var (
 		wg      sync.WaitGroup
@@ -231,7 +497,7 @@ func (s suite) concurrentSameOrder(t *testing.T) {
 		}
 		if first == nil {
 			first = &charges[i]
-		} else if charges[i] != *first {
+		} else if !charges[i].Equal(*first) {
 			t.Fatalf("concurrent calls got different charges: %+v and %+v", *first, charges[i])
 		}
 	}
@@ -245,7 +511,7 @@ func (s suite) longestOrderID(t *testing.T) {
 	t.Parallel()
 	h := s.harness(t)
 	n := h.Adapter.Capabilities().MaxOrderIDLen
-	id := NewOrderID("ord_")
+	id := NewOrderID(OrderPrefix)
 	for len(id) < n {
 		id += NewOrderID("_")
 	}
@@ -254,7 +520,7 @@ func (s suite) longestOrderID(t *testing.T) {
 	if err != nil || c.Status != psp.Succeeded {
 		t.Fatalf("Charge with a %d-character order id = %+v, %v", n, c, err)
 	}
-	if got, err := h.Adapter.Lookup(t.Context(), req.MerchantOrderID); err != nil || got != c {
+	if got, err := h.Adapter.Lookup(t.Context(), req.MerchantOrderID); err != nil || !got.Equal(c) {
 		t.Fatalf("Lookup = %+v, %v; want %+v", got, err, c)
 	}
 }
@@ -263,7 +529,7 @@ func (s suite) lookupUnknown(t *testing.T) {
 	t.Parallel()
 	h := s.harness(t)
 	h.mustCharge(t, Success) // the backend is not empty
-	_, err := h.Adapter.Lookup(t.Context(), NewOrderID("ord_"))
+	_, err := h.Adapter.Lookup(t.Context(), NewOrderID(OrderPrefix))
 	if !errors.Is(err, psp.ErrNotFound) {
 		t.Fatalf("Lookup of an unknown order = %v, want psp.ErrNotFound", err)
 	}
@@ -271,10 +537,15 @@ func (s suite) lookupUnknown(t *testing.T) {
 		t.Fatalf("not found must be psp.ErrNotFound itself, not a failed call: %v", err)
 	}
 	c := h.mustCharge(t, Success)
-	_, err = h.Adapter.LookupRefund(t.Context(), c.Reference, NewOrderID("rfd_"))
+	_, err = h.Adapter.LookupRefund(t.Context(), c.Reference, NewOrderID(RefundPrefix))
 	if !errors.Is(err, psp.ErrNotFound) {
 		t.Fatalf("LookupRefund of an unknown refund = %v, want psp.ErrNotFound", err)
 	}
+	// A lookup without what it needs proves nothing: refused, never "not found".
+	_, err = h.Adapter.LookupRefund(t.Context(), "", NewOrderID(RefundPrefix))
+	wantClass(t, err, "lookup_refund", psp.Rejected)
+	_, err = h.Adapter.Lookup(t.Context(), "")
+	wantClass(t, err, "lookup", psp.Rejected)
 }
 
 func refundOf(c psp.Charge, refundOrderID string, amount int64) psp.RefundRequest {
@@ -303,7 +574,7 @@ func (s suite) refunds(t *testing.T) {
 			h := s.harness(t)
 			c := h.mustCharge(t, Success)
 			for _, part := range tt.parts {
-				req := refundOf(c, NewOrderID("rfd_"), part)
+				req := refundOf(c, NewOrderID(RefundPrefix), part)
 				r, err := h.Adapter.Refund(t.Context(), req)
 				if err != nil {
 					t.Fatalf("Refund(%d): %v", part, err)
@@ -326,13 +597,10 @@ func (s suite) refunds(t *testing.T) {
 				other := req
 				other.Amount--
 				_, err = h.Adapter.Refund(t.Context(), other)
-				wantClass(t, err, "refund", psp.NotProcessed)
-				if !errors.Is(err, psp.ErrOrderConflict) {
-					t.Fatalf("refund order id reused with another amount: %v, want psp.ErrOrderConflict", err)
-				}
+				wantConflict(t, err, "refund")
 			}
 			// Nothing is left to refund.
-			req := refundOf(c, NewOrderID("rfd_"), 1)
+			req := refundOf(c, NewOrderID(RefundPrefix), 1)
 			r, err := h.Adapter.Refund(t.Context(), req)
 			if err != nil || r.Status != psp.RefundDeclined || r.DeclineCode != psp.RefundDeclineAmountExceeded {
 				t.Fatalf("Refund past the charge = %+v, %v; want declined %s", r, err, psp.RefundDeclineAmountExceeded)
@@ -357,7 +625,7 @@ func (s suite) refundDeclines(t *testing.T) {
 			t.Parallel()
 			h := s.harness(t)
 			c := h.mustCharge(t, tt.charge)
-			req := refundOf(c, NewOrderID("rfd_"), tt.amount)
+			req := refundOf(c, NewOrderID(RefundPrefix), tt.amount)
 			r, err := h.Adapter.Refund(t.Context(), req)
 			if err != nil {
 				t.Fatalf("Refund: %v", err)
@@ -416,7 +684,7 @@ func (s suite) chargeFaults(t *testing.T) {
 		t.Run(tt.fault.String(), func(t *testing.T) {
 			t.Parallel()
 			h := s.harness(t)
-			req := h.charge(NewOrderID("ord_"), Success)
+			req := h.charge(NewOrderID(OrderPrefix), Success)
 			gate := NewGate()
 			t.Cleanup(gate.Release)
 			h.Backend.Inject(OpCharge, tt.fault, gate)
@@ -447,7 +715,7 @@ func (s suite) chargeFaults(t *testing.T) {
 			if err != nil || c.Status != psp.Succeeded {
 				t.Fatalf("Charge after the fault = %+v, %v", c, err)
 			}
-			if haveFound && c != found {
+			if haveFound && !c.Equal(found) {
 				t.Fatalf("Charge after the fault = %+v, want the charge made under it %+v", c, found)
 			}
 			wantCharges(t, h, req.MerchantOrderID, 1)
@@ -467,7 +735,7 @@ func (s suite) refundFaults(t *testing.T) {
 			t.Parallel()
 			h := s.harness(t)
 			c := h.mustCharge(t, Success)
-			req := refundOf(c, NewOrderID("rfd_"), amount/2)
+			req := refundOf(c, NewOrderID(RefundPrefix), amount/2)
 			h.Backend.Inject(OpRefund, tt.fault, NewGate())
 
 			_, err := h.Adapter.Refund(t.Context(), req)
@@ -514,7 +782,7 @@ func (s suite) lookupFaults(t *testing.T) {
 			// A lookup that cannot answer must never look like "not found":
 			// the gateway would charge again on it.
 			wantClass(t, err, "lookup", psp.Unknown)
-			if got, err := h.Adapter.Lookup(t.Context(), c.MerchantOrderID); err != nil || got != c {
+			if got, err := h.Adapter.Lookup(t.Context(), c.MerchantOrderID); err != nil || !got.Equal(c) {
 				t.Fatalf("Lookup after the fault = %+v, %v; want %+v", got, err, c)
 			}
 		})
@@ -529,15 +797,15 @@ func (s suite) unreachable(t *testing.T) {
 	}
 	a := h.Unreachable
 	ctx := t.Context()
-	req := h.charge(NewOrderID("ord_"), Success)
+	req := h.charge(NewOrderID(OrderPrefix), Success)
 	_, err := a.Charge(ctx, req)
 	wantClass(t, err, "charge", psp.NotProcessed)
 	_, err = a.Lookup(ctx, req.MerchantOrderID)
 	wantClass(t, err, "lookup", psp.NotProcessed)
-	_, err = a.Refund(ctx, psp.RefundRequest{RefundOrderID: NewOrderID("rfd_"), MerchantOrderID: req.MerchantOrderID,
+	_, err = a.Refund(ctx, psp.RefundRequest{RefundOrderID: NewOrderID(RefundPrefix), MerchantOrderID: req.MerchantOrderID,
 		ChargeReference: "ref", Amount: 1, Currency: req.Currency})
 	wantClass(t, err, "refund", psp.NotProcessed)
-	_, err = a.LookupRefund(ctx, "ref", NewOrderID("rfd_"))
+	_, err = a.LookupRefund(ctx, "ref", NewOrderID(RefundPrefix))
 	wantClass(t, err, "lookup_refund", psp.NotProcessed)
 }
 
@@ -549,7 +817,7 @@ func NewOrderID(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-func wantClass(t *testing.T, err error, op string, want psp.Class) {
+func wantClass(t *testing.T, err error, op string, want psp.Class) *psp.Error {
 	t.Helper()
 	var e *psp.Error
 	if !errors.As(err, &e) {
@@ -558,6 +826,7 @@ func wantClass(t *testing.T, err error, op string, want psp.Class) {
 	if e.Class != want || e.Op != op {
 		t.Fatalf("err = %v, want class %s for op %q", err, want, op)
 	}
+	return e
 }
 
 func wantCharges(t *testing.T, h Harness, orderID string, want int) {

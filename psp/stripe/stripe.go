@@ -4,32 +4,45 @@
 //
 // How the gateway's request maps onto Stripe:
 //   - Charge creates and confirms a PaymentIntent in one call: POST
-//     /v1/payment_intents with amount, currency (lower case), payment_method
-//     (the gateway's payment_method: a PaymentMethod id such as pm_…),
-//     confirm=true, error_on_requires_action=true (the gateway has no flow for
-//     3-D Secure redirects), automatic_payment_methods without redirects,
+//     /v1/payment_intents with amount (in Stripe's units for the currency:
+//     see currencies.go), currency (lower case), payment_method (the
+//     gateway's payment_method: a PaymentMethod id such as pm_…),
+//     confirm=true, automatic_payment_methods without redirects,
 //     metadata[merchant_order_id], and Idempotency-Key
 //     "gw-charge-<merchant order id>". Stripe replays the first answer to a
 //     repeat of that key for 24 hours (DedupeWindow): that is what
-//     deduplicates the order id.
+//     deduplicates the order id. One-step checkout also sends
+//     error_on_requires_action=true: a card that needs 3-D Secure is then a
+//     decline (authentication_required). A request with AllowNextAction
+//     (two-step checkout, a customer at a browser) leaves it out, and such a
+//     card answers Pending with the NextAction Stripe.js needs
+//     ("use_stripe_sdk" and the client secret, or a redirect).
 //   - Lookup searches PaymentIntents by metadata['merchant_order_id']. Search
 //     is eventually consistent (a new PaymentIntent can take about a minute
 //     to show), so not found is not authoritative: the gateway relies on the
-//     idempotency key to charge again safely.
-//   - Refund creates a Refund of the PaymentIntent (Charge.Reference) with
-//     metadata[refund_order_id] and Idempotency-Key
-//     "gw-refund-<refund order id>"; LookupRefund lists the PaymentIntent's
-//     refunds (a list, not a search: consistent) and matches the metadata.
+//     idempotency key to charge again safely. A search result for another
+//     order id is Unknown (psp.ErrMismatch), never skipped.
+//   - Refund first lists the PaymentIntent's refunds for one whose
+//     metadata[refund_order_id] is the refund order id, and returns it if
+//     found: a refund retried after Stripe forgot its idempotency key (24
+//     hours) must not refund twice. Otherwise it creates a Refund of the
+//     PaymentIntent (Charge.Reference) with metadata[refund_order_id] and
+//     Idempotency-Key "gw-refund-<refund order id>". LookupRefund lists the
+//     PaymentIntent's refunds (a list, not a search: consistent).
 //
-// Outcomes: a PaymentIntent that succeeded → Succeeded; 402 card_error, or a
-// PaymentIntent back in requires_payment_method with a last_payment_error →
-// Declined, with the decline_code when Stripe gives a specific one
-// (insufficient_funds, …) and the error code otherwise (card_declined,
-// expired_card, authentication_required, …); 400 idempotency_error →
-// NotProcessed wrapping psp.ErrOrderConflict; other 400, 401, 403, 404 and
-// 429 (Stripe does not execute rate-limited requests) → NotProcessed; 409,
-// 5xx, a PaymentIntent still processing, unreadable answers, timeouts and
-// resets → Unknown; connections that could not be opened → NotProcessed.
+// Outcomes (https://docs.stripe.com/error-codes, /error-handling,
+// /declines/codes): a PaymentIntent that succeeded → Succeeded; processing
+// or requires_action → Pending; 402 card_error, or a PaymentIntent back in
+// requires_payment_method with a last_payment_error → Declined, Code the
+// decline_code (or the error code when there is none) and DeclineCode the
+// same, or card_declined for generic_decline; canceled → Declined; 400
+// idempotency_error → NotProcessed wrapping psp.ErrOrderConflict; other
+// invalid_request_error answers (amount_too_small, a currency Stripe does
+// not take, invalid parameters) → Rejected with Stripe's code; 401 and 403
+// (keys, permissions), 429 and the codes in errorCodes that Stripe documents
+// as transient → NotProcessed; 409, 5xx, unreadable answers, answers that do
+// not match the request, timeouts and resets → Unknown; connections that
+// could not be opened → NotProcessed.
 package stripe
 
 import (
@@ -65,6 +78,16 @@ type Config struct {
 	// CreationWindow is how long after a charge was sent it may still show up
 	// in search; 2 minutes when zero.
 	CreationWindow time.Duration
+	// Account is the label the adapter advertises in its Capabilities (the
+	// Stripe account id, say); empty by default.
+	Account string
+	// PublishableKey (pk_test_…, pk_live_…) is what front ends start
+	// Stripe.js with: public, handed out in two-step checkouts. Empty when
+	// front ends have it already.
+	PublishableKey string
+	// WebhookSecret (whsec_…) verifies the Stripe-Signature of webhook
+	// requests. Secret. Empty: the adapter reads no webhooks.
+	WebhookSecret string
 }
 
 // LogValue masks the secret key, keeping its sk_test_/sk_live_ prefix.
@@ -73,6 +96,9 @@ func (c Config) LogValue() slog.Value {
 		slog.String("base_url", c.baseURL()),
 		slog.String("secret_key", mask(c.SecretKey)),
 		slog.Duration("creation_window", c.CreationWindow),
+		slog.String("account", c.Account),
+		slog.String("publishable_key", c.PublishableKey),
+		slog.String("webhook_secret", maskWebhookSecret(c.WebhookSecret)),
 	)
 }
 
@@ -97,8 +123,12 @@ func mask(secret string) string {
 
 // Adapter is a psp.Adapter for Stripe.
 type Adapter struct {
-	sc     *sdk.Client
-	window time.Duration
+	sc         *sdk.Client
+	window     time.Duration
+	account    string
+	currencies []psp.Currency
+	publicKey  string
+	whSecret   string
 }
 
 var _ psp.Adapter = (*Adapter)(nil)
@@ -138,8 +168,12 @@ func New(cfg Config) (*Adapter, error) {
 		LeveledLogger:     &sdk.LeveledLogger{Level: sdk.LevelNull},
 	})
 	a := &Adapter{
-		sc:     sdk.NewClient(cfg.SecretKey, sdk.WithBackends(&sdk.Backends{API: backend, Connect: backend, Uploads: backend})),
-		window: cfg.CreationWindow,
+		sc:         sdk.NewClient(cfg.SecretKey, sdk.WithBackends(&sdk.Backends{API: backend, Connect: backend, Uploads: backend})),
+		window:     cfg.CreationWindow,
+		account:    cfg.Account,
+		currencies: currencies(),
+		publicKey:  cfg.PublishableKey,
+		whSecret:   cfg.WebhookSecret,
 	}
 	if a.window <= 0 {
 		a.window = 2 * time.Minute
@@ -147,7 +181,8 @@ func New(cfg Config) (*Adapter, error) {
 	return a, nil
 }
 
-// Capabilities implements psp.Adapter.
+// Capabilities implements psp.Adapter. Currencies is shared: callers must
+// not modify it.
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
 		Name:                "stripe",
@@ -156,26 +191,63 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		DedupesOrderID:      true,
 		DedupeWindow:        dedupeWindow,
 		MaxOrderIDLen:       maxOrderIDLen,
+		Account:             a.account,
+		Currencies:          a.currencies,
+		Checkout:            psp.Checkout{Client: psp.ClientStripeJS, PublishableKey: a.publicKey, ResultField: psp.ResultPaymentMethod},
 	}
+}
+
+// toStripe converts an ISO amount to Stripe's units; Check has vouched for it.
+func (a *Adapter) toStripe(amount int64, currency string) (int64, error) {
+	cur, ok := a.Capabilities().Currency(currency)
+	if !ok {
+		return 0, fmt.Errorf("stripe does not take %s", currency)
+	}
+	return cur.ToPSP(amount)
+}
+
+// fromStripe converts an amount Stripe wrote (currency in lower case) to ISO
+// minor units; an answer the gateway cannot record exactly is Unknown.
+func (a *Adapter) fromStripe(op string, amount int64, currency sdk.Currency) (int64, string, error) {
+	code := strings.ToUpper(string(currency))
+	cur, ok := a.Capabilities().Currency(code)
+	if !ok {
+		return 0, "", &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("%w: stripe answered in %q", psp.ErrMismatch, currency)}
+	}
+	v, err := cur.FromPSP(amount)
+	if err != nil {
+		return 0, "", &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("%w: %w", psp.ErrMismatch, err)}
+	}
+	return v, code, nil
 }
 
 // Charge implements psp.Adapter.
 func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
 	const op = "charge"
 	if !orderIDPattern.MatchString(req.MerchantOrderID) {
-		return psp.Charge{}, &psp.Error{Class: psp.NotProcessed, Op: op,
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op,
 			Err: fmt.Errorf("order id %q is not 1–%d characters of [A-Za-z0-9_-]", req.MerchantOrderID, maxOrderIDLen)}
 	}
+	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	amount, err := a.toStripe(req.Amount, req.Currency)
+	if err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
 	params := &sdk.PaymentIntentCreateParams{
-		Amount:                sdk.Int64(req.Amount),
-		Currency:              sdk.String(strings.ToLower(req.Currency)),
-		PaymentMethod:         sdk.String(req.PaymentMethod),
-		Confirm:               sdk.Bool(true),
-		ErrorOnRequiresAction: sdk.Bool(true),
+		Amount:        sdk.Int64(amount),
+		Currency:      sdk.String(strings.ToLower(req.Currency)),
+		PaymentMethod: sdk.String(req.PaymentMethod),
+		Confirm:       sdk.Bool(true),
 		AutomaticPaymentMethods: &sdk.PaymentIntentCreateAutomaticPaymentMethodsParams{
 			Enabled: sdk.Bool(true), AllowRedirects: sdk.String("never"),
 		},
 		Metadata: map[string]string{metaOrderID: req.MerchantOrderID},
+	}
+	if !req.AllowNextAction {
+		// Nobody can complete a next action: Stripe refuses the card instead.
+		params.ErrorOnRequiresAction = sdk.Bool(true)
 	}
 	if req.Description != "" {
 		params.Description = sdk.String(truncate(req.Description, 1000))
@@ -183,22 +255,21 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 	params.SetIdempotencyKey("gw-charge-" + req.MerchantOrderID)
 	pi, err := a.sc.V1PaymentIntents.Create(ctx, params)
 	if err != nil {
-		return chargeFailure(req, err)
+		return a.chargeFailure(req, err)
 	}
-	c, err := toCharge(op, pi)
+	c, err := a.toCharge(op, pi)
 	if err != nil {
 		return psp.Charge{}, err
 	}
-	if c.MerchantOrderID != req.MerchantOrderID || c.Amount != req.Amount || c.Currency != req.Currency {
-		return psp.Charge{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: Stripe answered %s for %s %d %s",
-			psp.ErrOrderConflict, c.Reference, c.MerchantOrderID, c.Amount, c.Currency)}
+	if err := psp.MatchCharge(op, req, c); err != nil {
+		return psp.Charge{}, err
 	}
 	return c, nil
 }
 
 // chargeFailure classifies a failed create-and-confirm; a card decline is a
 // result.
-func chargeFailure(req psp.ChargeRequest, err error) (psp.Charge, error) {
+func (a *Adapter) chargeFailure(req psp.ChargeRequest, err error) (psp.Charge, error) {
 	const op = "charge"
 	var se *sdk.Error
 	if !errors.As(err, &se) {
@@ -208,33 +279,72 @@ func chargeFailure(req psp.ChargeRequest, err error) (psp.Charge, error) {
 	switch {
 	case se.HTTPStatusCode == http.StatusPaymentRequired && se.Type == sdk.ErrorTypeCard:
 		declined.DeclineCode = declineCode(string(se.DeclineCode), string(se.Code))
+		declined.Code = rawCode(string(se.DeclineCode), string(se.Code))
 		if se.PaymentIntent != nil {
 			declined.Reference = se.PaymentIntent.ID
 		}
 		return declined, nil
 	case se.HTTPStatusCode == http.StatusBadRequest && se.Type == sdk.ErrorTypeInvalidRequest &&
 		se.Code == sdk.ErrorCodeResourceMissing && se.Param == "payment_method":
-		// No such PaymentMethod: nothing was created, but no retry will help.
-		declined.DeclineCode = psp.DeclineInvalidPaymentMethod
+		// No such PaymentMethod: nothing was created, and no retry will help.
+		declined.DeclineCode, declined.Code = psp.DeclineInvalidPaymentMethod, string(se.Code)
 		return declined, nil
 	}
 	return psp.Charge{}, classify(op, se)
 }
 
+// errorCodes are the error codes whose class does not follow from their
+// type and status, from https://docs.stripe.com/error-codes.
+var errorCodes = map[sdk.ErrorCode]psp.Class{
+	// "Too many requests hit the API too quickly" and "another request is
+	// accessing this object": Stripe did nothing; try again later.
+	sdk.ErrorCodeRateLimit:   psp.NotProcessed,
+	sdk.ErrorCodeLockTimeout: psp.NotProcessed,
+	// Keys and account configuration: nothing happens until they are fixed.
+	sdk.ErrorCodeAPIKeyExpired:         psp.NotProcessed,
+	sdk.ErrorCodeSecretKeyRequired:     psp.NotProcessed,
+	sdk.ErrorCodePlatformAPIKeyExpired: psp.NotProcessed,
+	sdk.ErrorCodeTestmodeChargesOnly:   psp.NotProcessed,
+	// The same idempotency key is in flight.
+	sdk.ErrorCodeIdempotencyKeyInUse: psp.Unknown,
+	// Amounts and currencies Stripe can never take; invalid_request_error
+	// makes them Rejected anyway, named here for the record.
+	sdk.ErrorCodeAmountTooSmall:                                  psp.Rejected,
+	sdk.ErrorCodeAmountTooLarge:                                  psp.Rejected,
+	sdk.ErrorCodeInvalidChargeAmount:                             psp.Rejected,
+	sdk.ErrorCode("invalid_charge_amount_no_decimal_compatible"): psp.Rejected,
+}
+
 // classify places a Stripe error that is not a result.
 func classify(op string, se *sdk.Error) error {
 	err := fmt.Errorf("stripe answered %d %s %s: %s", se.HTTPStatusCode, se.Type, se.Code, se.Msg)
-	switch s := se.HTTPStatusCode; {
+	e := &psp.Error{Op: op, Code: string(se.Code), Err: err}
+	if e.Code == "" {
+		e.Code = string(se.Type)
+	}
+	s := se.HTTPStatusCode
+	class, known := errorCodes[se.Code]
+	switch {
 	case se.Type == sdk.ErrorTypeIdempotency && s == http.StatusBadRequest:
 		// The key was used with other parameters: this order id is taken.
-		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: %w", psp.ErrOrderConflict, err)}
-	case s == http.StatusConflict || s == http.StatusRequestTimeout:
-		// 409: another request with this idempotency key is in flight.
-		return &psp.Error{Class: psp.Unknown, Op: op, Err: err}
-	case s >= 400 && s < 500:
-		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
+		e.Class, e.Err = psp.NotProcessed, fmt.Errorf("%w: %w", psp.ErrOrderConflict, err)
+	case known:
+		e.Class = class
+	case s == http.StatusTooManyRequests:
+		// Stripe does not execute a rate-limited request.
+		e.Class = psp.NotProcessed
+	case s == http.StatusConflict || s == http.StatusRequestTimeout || s >= 500:
+		e.Class = psp.Unknown
+	case s == http.StatusUnauthorized || s == http.StatusForbidden:
+		e.Class = psp.NotProcessed
+	case se.Type == sdk.ErrorTypeInvalidRequest && s >= 400 && s < 500:
+		// "Invalid request errors arise when your request has invalid
+		// parameters": the same request can never succeed.
+		e.Class = psp.Rejected
+	default:
+		e.Class = psp.Unknown
 	}
-	return &psp.Error{Class: psp.Unknown, Op: op, Err: err}
+	return e
 }
 
 // declineCode prefers Stripe's specific decline_code over its generic code.
@@ -248,10 +358,25 @@ func declineCode(decline, code string) string {
 	return psp.DeclineCardDeclined
 }
 
+// rawCode is Stripe's own code for a decline: its decline_code when it gave
+// one, else its error code.
+func rawCode(decline, code string) string {
+	if decline != "" {
+		return decline
+	}
+	if code != "" {
+		return code
+	}
+	return "card_declined"
+}
+
 // toCharge reads a PaymentIntent as a charge.
-func toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error) {
-	c := psp.Charge{MerchantOrderID: pi.Metadata[metaOrderID], Reference: pi.ID, Amount: pi.Amount,
-		Currency: strings.ToUpper(string(pi.Currency))}
+func (a *Adapter) toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error) {
+	amount, currency, err := a.fromStripe(op, pi.Amount, pi.Currency)
+	if err != nil {
+		return psp.Charge{}, err
+	}
+	c := psp.Charge{MerchantOrderID: pi.Metadata[metaOrderID], Reference: pi.ID, Amount: amount, Currency: currency}
 	switch pi.Status {
 	case sdk.PaymentIntentStatusSucceeded:
 		c.Status = psp.Succeeded
@@ -259,14 +384,39 @@ func toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error) {
 		if pi.LastPaymentError == nil {
 			return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("payment intent %s was never confirmed", pi.ID)}
 		}
+		e := pi.LastPaymentError
 		c.Status = psp.Declined
-		c.DeclineCode = declineCode(string(pi.LastPaymentError.DeclineCode), string(pi.LastPaymentError.Code))
+		c.DeclineCode = declineCode(string(e.DeclineCode), string(e.Code))
+		c.Code = rawCode(string(e.DeclineCode), string(e.Code))
 	case sdk.PaymentIntentStatusCanceled:
-		c.Status, c.DeclineCode = psp.Declined, "canceled"
-	default: // processing, requires_action, requires_capture, requires_confirmation
+		c.Status, c.DeclineCode, c.Code = psp.Declined, "canceled", "canceled"
+		if pi.CancellationReason != "" {
+			c.Code = string(pi.CancellationReason)
+		}
+	case sdk.PaymentIntentStatusRequiresAction:
+		c.Status, c.NextAction = psp.Pending, nextAction(pi)
+	case sdk.PaymentIntentStatusProcessing:
+		c.Status = psp.Pending
+	default: // requires_capture, requires_confirmation
 		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("payment intent %s is %s", pi.ID, pi.Status)}
 	}
 	return c, nil
+}
+
+// nextAction is what Stripe.js needs to continue pi: the client secret, and
+// the URL of a redirect.
+func nextAction(pi *sdk.PaymentIntent) *psp.NextAction {
+	na := &psp.NextAction{Type: "use_stripe_sdk", ClientSecret: pi.ClientSecret}
+	if pi.NextAction == nil {
+		return na
+	}
+	if t := string(pi.NextAction.Type); t != "" {
+		na.Type = t
+	}
+	if r := pi.NextAction.RedirectToURL; pi.NextAction.Type == sdk.PaymentIntentNextActionTypeRedirectToURL && r != nil {
+		na.Type, na.URL = psp.NextActionRedirect, r.URL
+	}
+	return na
 }
 
 // Lookup implements psp.Adapter by searching PaymentIntents. Not found is not
@@ -274,7 +424,7 @@ func toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error) {
 func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, error) {
 	const op = "lookup"
 	if !orderIDPattern.MatchString(merchantOrderID) {
-		return psp.Charge{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("order id %q cannot be searched", merchantOrderID)}
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: fmt.Errorf("order id %q cannot be searched", merchantOrderID)}
 	}
 	params := &sdk.PaymentIntentSearchParams{SearchParams: sdk.SearchParams{
 		Query: fmt.Sprintf("metadata['%s']:'%s'", metaOrderID, merchantOrderID),
@@ -284,9 +434,13 @@ func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charg
 		if err != nil {
 			return psp.Charge{}, lookupFailure(op, err)
 		}
-		if pi.Metadata[metaOrderID] == merchantOrderID {
-			found = append(found, pi)
+		if got := pi.Metadata[metaOrderID]; got != merchantOrderID {
+			// Search answered with another order's PaymentIntent: it cannot
+			// be trusted to have shown all of this order's either.
+			return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+				Err: fmt.Errorf("%w: searching for order %q found payment intent %s of order %q", psp.ErrMismatch, merchantOrderID, pi.ID, got)}
 		}
+		found = append(found, pi)
 	}
 	if len(found) == 0 {
 		return psp.Charge{}, psp.ErrNotFound
@@ -301,7 +455,7 @@ func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charg
 		}
 		return found[i].Created > found[j].Created
 	})
-	return toCharge(op, found[0])
+	return a.toCharge(op, found[0])
 }
 
 func lookupFailure(op string, err error) error {
@@ -309,19 +463,44 @@ func lookupFailure(op string, err error) error {
 	if !errors.As(err, &se) {
 		return psp.TransportError(op, err)
 	}
-	return classify(op, se)
+	e := classify(op, se).(*psp.Error)
+	if e.Class == psp.Rejected {
+		// A lookup that cannot be made proves nothing either way.
+		e.Class = psp.Unknown
+	}
+	return e
 }
 
 // Refund implements psp.Adapter.
 func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
 	const op = "refund"
-	if !orderIDPattern.MatchString(req.RefundOrderID) {
-		return psp.Refund{}, &psp.Error{Class: psp.NotProcessed, Op: op,
-			Err: fmt.Errorf("refund order id %q is not 1–%d characters of [A-Za-z0-9_-]", req.RefundOrderID, maxOrderIDLen)}
+	if !orderIDPattern.MatchString(req.RefundOrderID) || req.ChargeReference == "" {
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op,
+			Err: fmt.Errorf("refund order id %q is not 1–%d characters of [A-Za-z0-9_-], or no charge reference", req.RefundOrderID, maxOrderIDLen)}
+	}
+	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	amount, err := a.toStripe(req.Amount, req.Currency)
+	if err != nil {
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	// Stripe forgets an idempotency key after 24 hours: a refund retried
+	// later would refund again. Look first; the refund list is consistent.
+	switch r, err := a.LookupRefund(ctx, req.ChargeReference, req.RefundOrderID); {
+	case err == nil:
+		if r.Amount != req.Amount || r.Currency != req.Currency || r.MerchantOrderID != req.MerchantOrderID {
+			return psp.Refund{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: refund %s was %d %s of %q, now asked for %d %s of %q",
+				psp.ErrOrderConflict, req.RefundOrderID, r.Amount, r.Currency, r.MerchantOrderID, req.Amount, req.Currency, req.MerchantOrderID)}
+		}
+		return r, nil
+	case !errors.Is(err, psp.ErrNotFound):
+		// Nothing was sent to create the refund.
+		return psp.Refund{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("looking for an earlier refund: %w", err)}
 	}
 	params := &sdk.RefundCreateParams{
 		PaymentIntent: sdk.String(req.ChargeReference),
-		Amount:        sdk.Int64(req.Amount),
+		Amount:        sdk.Int64(amount),
 		Metadata: map[string]string{
 			metaRefundID: req.RefundOrderID,
 			metaOrderID:  req.MerchantOrderID,
@@ -338,19 +517,21 @@ func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund
 		if !errors.As(err, &se) {
 			return psp.Refund{}, psp.TransportError(op, err)
 		}
-		if se.HTTPStatusCode == http.StatusBadRequest && se.Type == sdk.ErrorTypeInvalidRequest {
-			return psp.Refund{RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID, Status: psp.RefundDeclined,
-				DeclineCode: refundDeclineCode(se), Amount: req.Amount, Currency: req.Currency}, nil
+		e := classify(op, se).(*psp.Error)
+		if e.Class != psp.Rejected || se.HTTPStatusCode != http.StatusBadRequest {
+			return psp.Refund{}, e
 		}
-		return psp.Refund{}, classify(op, se)
+		// The request was fine (Check vouched for it); the refund is not
+		// possible: nothing left, a declined charge, no such charge.
+		return psp.Refund{RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID, Status: psp.RefundDeclined,
+			DeclineCode: refundDeclineCode(se), Code: e.Code, Amount: req.Amount, Currency: req.Currency}, nil
 	}
-	r, err := toRefund(op, rf)
+	r, err := a.toRefund(op, rf)
 	if err != nil {
 		return psp.Refund{}, err
 	}
-	if r.RefundOrderID != req.RefundOrderID || r.Amount != req.Amount {
-		return psp.Refund{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: Stripe answered refund %s of %d for %s",
-			psp.ErrOrderConflict, r.Reference, r.Amount, r.RefundOrderID)}
+	if err := psp.MatchRefund(op, req, r); err != nil {
+		return psp.Refund{}, err
 	}
 	return r, nil
 }
@@ -370,19 +551,24 @@ func refundDeclineCode(se *sdk.Error) string {
 }
 
 // toRefund reads a Stripe Refund.
-func toRefund(op string, rf *sdk.Refund) (psp.Refund, error) {
+func (a *Adapter) toRefund(op string, rf *sdk.Refund) (psp.Refund, error) {
+	amount, currency, err := a.fromStripe(op, rf.Amount, rf.Currency)
+	if err != nil {
+		return psp.Refund{}, err
+	}
 	r := psp.Refund{RefundOrderID: rf.Metadata[metaRefundID], MerchantOrderID: rf.Metadata[metaOrderID], Reference: rf.ID,
-		Amount: rf.Amount, Currency: strings.ToUpper(string(rf.Currency))}
+		Amount: amount, Currency: currency}
 	switch rf.Status {
 	case sdk.RefundStatusSucceeded:
 		r.Status = psp.RefundSucceeded
 	case sdk.RefundStatusPending, sdk.RefundStatusRequiresAction:
 		r.Status = psp.RefundPending
 	case sdk.RefundStatusFailed, sdk.RefundStatusCanceled:
-		r.Status, r.DeclineCode = psp.RefundDeclined, string(rf.FailureReason)
-		if r.DeclineCode == "" {
-			r.DeclineCode = string(rf.Status)
+		r.Status, r.Code = psp.RefundDeclined, string(rf.FailureReason)
+		if r.Code == "" {
+			r.Code = string(rf.Status)
 		}
+		r.DeclineCode = r.Code
 	default:
 		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("refund %s is %q", rf.ID, rf.Status)}
 	}
@@ -392,21 +578,58 @@ func toRefund(op string, rf *sdk.Refund) (psp.Refund, error) {
 // LookupRefund implements psp.Adapter by listing the PaymentIntent's refunds.
 func (a *Adapter) LookupRefund(ctx context.Context, chargeReference, refundOrderID string) (psp.Refund, error) {
 	const op = "lookup_refund"
-	params := &sdk.RefundListParams{PaymentIntent: sdk.String(chargeReference)}
+	if chargeReference == "" || refundOrderID == "" {
+		// Without a PaymentIntent the list would be every refund of the account.
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("a refund lookup needs the payment intent and the refund order id")}
+	}
+	var (
+		found  psp.Refund
+		ok     bool
+		rerr   error
+		listed = func(rf *sdk.Refund) bool {
+			if rf.Metadata[metaRefundID] != refundOrderID {
+				return true
+			}
+			found, rerr = a.toRefund(op, rf)
+			ok = true
+			return false
+		}
+	)
+	if err := a.listRefunds(ctx, op, chargeReference, listed); err != nil {
+		return psp.Refund{}, err
+	}
+	switch {
+	case rerr != nil:
+		return psp.Refund{}, rerr
+	case !ok:
+		return psp.Refund{}, psp.ErrNotFound
+	}
+	return found, nil
+}
+
+// listRefunds passes each refund of the PaymentIntent pi to visit until it
+// returns false. No such PaymentIntent is psp.ErrNotFound; a refund of
+// another PaymentIntent in the list is Unknown (psp.ErrMismatch).
+func (a *Adapter) listRefunds(ctx context.Context, op, pi string, visit func(*sdk.Refund) bool) error {
+	params := &sdk.RefundListParams{PaymentIntent: sdk.String(pi)}
 	params.Limit = sdk.Int64(100)
 	for rf, err := range a.sc.V1Refunds.List(ctx, params) {
 		if err != nil {
 			var se *sdk.Error
 			if errors.As(err, &se) && se.Code == sdk.ErrorCodeResourceMissing {
-				return psp.Refund{}, psp.ErrNotFound // no such PaymentIntent
+				return psp.ErrNotFound // no such PaymentIntent
 			}
-			return psp.Refund{}, lookupFailure(op, err)
+			return lookupFailure(op, err)
 		}
-		if rf.Metadata[metaRefundID] == refundOrderID {
-			return toRefund(op, rf)
+		if rf.PaymentIntent != nil && rf.PaymentIntent.ID != "" && rf.PaymentIntent.ID != pi {
+			return &psp.Error{Class: psp.Unknown, Op: op,
+				Err: fmt.Errorf("%w: listing the refunds of %s found refund %s of %s", psp.ErrMismatch, pi, rf.ID, rf.PaymentIntent.ID)}
+		}
+		if !visit(rf) {
+			return nil
 		}
 	}
-	return psp.Refund{}, psp.ErrNotFound
+	return nil
 }
 
 func truncate(s string, n int) string {

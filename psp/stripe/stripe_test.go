@@ -2,6 +2,7 @@ package stripe_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/psptest"
 	"gateway/psp/stripe"
+	"gateway/psp/stripe/stripetest"
 )
 
 const key = "sk_test_51FakeKeyForTheGatewayTests"
@@ -28,17 +30,17 @@ func mustNew(t *testing.T, url string) *stripe.Adapter {
 
 func TestConformance(t *testing.T) {
 	psptest.Run(t, func(t *testing.T) psptest.Harness {
-		fake := newFakeStripe(key)
+		fake := stripetest.New(key)
 		faults := &psptest.HTTPFaults{
 			Handler: fake,
 			OpOf:    opOf,
 			Refuse: func(w http.ResponseWriter, r *http.Request) {
-				stripeError(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "", "Too many requests hit the API too quickly.")
+				stripetest.Error(w, http.StatusTooManyRequests, "invalid_request_error", "rate_limit", "", "Too many requests hit the API too quickly.")
 			},
 			// A 5xx from Stripe's edge: the API's own 5xx would be kept for
 			// the idempotency key (see TestCachedServerError).
 			ServerError: func(w http.ResponseWriter, r *http.Request) {
-				stripeError(w, http.StatusServiceUnavailable, "api_error", "", "", "The service is temporarily unavailable.")
+				stripetest.Error(w, http.StatusServiceUnavailable, "api_error", "", "", "The service is temporarily unavailable.")
 			},
 		}
 		ts := httptest.NewServer(faults)
@@ -58,6 +60,12 @@ func method(o psptest.Outcome, _ string) string {
 		return "pm_card_chargeDeclined"
 	case psptest.DeclinedFunds:
 		return "pm_card_chargeDeclinedInsufficientFunds"
+	case psptest.DeclinedOther:
+		return "pm_card_chargeDeclinedLostCard"
+	case psptest.Invalid:
+		return "pm_fake_amountTooSmall"
+	case psptest.Pending:
+		return "pm_card_authenticationRequired"
 	}
 	return "pm_card_visa"
 }
@@ -78,30 +86,42 @@ func opOf(r *http.Request) psptest.Op {
 
 type backend struct {
 	*psptest.HTTPFaults
-	fake *fakeStripe
+	fake *stripetest.Server
 }
 
-func (b backend) Charges(orderID string) int  { return b.fake.charges(orderID) }
-func (b backend) Refunds(refundID string) int { return b.fake.refundCount(refundID) }
+func (b backend) Charges(orderID string) int  { return b.fake.Charges(orderID) }
+func (b backend) Refunds(refundID string) int { return b.fake.RefundCount(refundID) }
+func (b backend) Settle(orderID string, o psptest.Outcome) {
+	b.fake.Authenticate(orderID, o == psptest.Success)
+}
 
 // The SDK sends the documented request: form fields, Bearer key, a
 // deterministic Idempotency-Key, and no retries of its own.
 func TestChargeRequestShape(t *testing.T) {
-	fake := newFakeStripe(key)
+	fake := stripetest.New(key)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	order := payments.MerchantOrderID("mer_1", "key-1")
-	_, err := mustNew(t, ts.URL).Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW",
+	a := mustNew(t, ts.URL)
+	_, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW",
 		PaymentMethod: "pm_card_visa", Description: "Order A-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake.mu.Lock()
-	defer fake.mu.Unlock()
-	if len(fake.requests) != 1 {
-		t.Fatalf("%d requests, want 1", len(fake.requests))
+	// Two-step checkout: the customer is at a browser that can act.
+	_, err = a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order + "_2", Amount: 15000, Currency: "KRW",
+		PaymentMethod: "pm_card_visa", AllowNextAction: true})
+	if err != nil {
+		t.Fatal(err)
 	}
-	r := fake.requests[0]
+	requests := fake.Requests()
+	if len(requests) != 2 {
+		t.Fatalf("%d requests, want 2", len(requests))
+	}
+	if _, ok := requests[1].PostForm["error_on_requires_action"]; ok {
+		t.Errorf("a two-step charge sent error_on_requires_action: %v", requests[1].PostForm)
+	}
+	r := requests[0]
 	want := map[string]string{
 		"amount": "15000", "currency": "krw", "payment_method": "pm_card_visa", "confirm": "true",
 		"error_on_requires_action": "true", "automatic_payment_methods[enabled]": "true",
@@ -142,17 +162,24 @@ func TestCreateAnswers(t *testing.T) {
 		{"3-D Secure required", 402, card("authentication_required", "authentication_required"), "authentication_required", 0, nil},
 		{"no such payment method", 400, `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"payment_method","message":"No such PaymentMethod"}}`, psp.DeclineInvalidPaymentMethod, 0, nil},
 		{"key reused with other parameters", 400, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters"}}`, "", psp.NotProcessed, psp.ErrOrderConflict},
-		{"invalid request", 400, `{"error":{"type":"invalid_request_error","code":"amount_too_small","param":"amount","message":"too small"}}`, "", psp.NotProcessed, nil},
+		{"amount too small", 400, `{"error":{"type":"invalid_request_error","code":"amount_too_small","param":"amount","message":"too small"}}`, "", psp.Rejected, nil},
+		{"currency not taken", 400, `{"error":{"type":"invalid_request_error","code":"parameter_invalid_string","param":"currency","message":"Invalid currency"}}`, "", psp.Rejected, nil},
+		{"code never seen", 400, `{"error":{"type":"invalid_request_error","code":"something_new","message":"?"}}`, "", psp.Rejected, nil},
 		{"bad key", 401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided"}}`, "", psp.NotProcessed, nil},
+		{"restricted key lacks permission", 403, `{"error":{"type":"invalid_request_error","message":"The provided key does not have access"}}`, "", psp.NotProcessed, nil},
+		{"expired key", 401, `{"error":{"type":"invalid_request_error","code":"api_key_expired","message":"Expired API Key provided"}}`, "", psp.NotProcessed, nil},
+		{"object locked", 429, `{"error":{"type":"invalid_request_error","code":"lock_timeout","message":"This object cannot be accessed right now"}}`, "", psp.NotProcessed, nil},
 		{"rate limited", 429, `{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`, "", psp.NotProcessed, nil},
 		{"same key in flight", 409, `{"error":{"type":"idempotency_error","code":"idempotency_key_in_use","message":"another request is in progress"}}`, "", psp.Unknown, nil},
 		{"api error", 500, `{"error":{"type":"api_error","message":"An unknown error occurred"}}`, "", psp.Unknown, nil},
 		{"edge html", 502, `<html>Bad Gateway</html>`, "", psp.Unknown, nil},
 		{"4xx unreadable", 400, `<html>Bad Request</html>`, "", psp.Unknown, nil},
 		{"200 unreadable", 200, `{"id":`, "", psp.Unknown, nil},
-		{"processing", 200, strings.Replace(pi, `"succeeded"`, `"processing"`, 1), "", psp.Unknown, nil},
-		{"requires action", 200, strings.Replace(pi, `"succeeded"`, `"requires_action"`, 1), "", psp.Unknown, nil},
-		{"another order", 200, strings.Replace(pi, order, "ord_000000000000000000000002", 1), "", psp.NotProcessed, psp.ErrOrderConflict},
+		{"requires capture", 200, strings.Replace(pi, `"succeeded"`, `"requires_capture"`, 1), "", psp.Unknown, nil},
+		{"another order", 200, strings.Replace(pi, order, "ord_000000000000000000000002", 1), "", psp.Unknown, psp.ErrMismatch},
+		{"another amount", 200, strings.Replace(pi, "15000", "15001", 1), "", psp.Unknown, psp.ErrMismatch},
+		{"another currency", 200, strings.Replace(pi, "krw", "jpy", 1), "", psp.Unknown, psp.ErrMismatch},
+		{"a currency it does not know", 200, strings.Replace(pi, "krw", "xts", 1), "", psp.Unknown, psp.ErrMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,6 +206,9 @@ func TestCreateAnswers(t *testing.T) {
 			if err != nil || c.Status != want || c.DeclineCode != tt.decline {
 				t.Fatalf("Charge = %+v, %v; want %s %q", c, err, want, tt.decline)
 			}
+			if want == psp.Declined && (c.Code == "" || !strings.Contains(tt.body, `"`+c.Code+`"`)) {
+				t.Fatalf("Charge = %+v: the raw code is not Stripe's", c)
+			}
 		})
 	}
 }
@@ -187,8 +217,8 @@ func TestCreateAnswers(t *testing.T) {
 // The adapter says so in its capabilities, and a repeated Charge is safe
 // because the idempotency key replays the first answer.
 func TestSearchLagIsNotAuthoritative(t *testing.T) {
-	fake := newFakeStripe(key)
-	fake.set(func(f *fakeStripe) { f.searchLag = true })
+	fake := stripetest.New(key)
+	fake.SetSearchLag(true)
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -204,10 +234,10 @@ func TestSearchLagIsNotAuthoritative(t *testing.T) {
 		t.Fatalf("Lookup before indexing = %v, want ErrNotFound", err)
 	}
 	again, err := a.Charge(t.Context(), req)
-	if err != nil || again != first || fake.charges(req.MerchantOrderID) != 1 {
+	if err != nil || again != first || fake.Charges(req.MerchantOrderID) != 1 {
 		t.Fatalf("repeat = %+v, %v; want %+v and one PaymentIntent", again, err, first)
 	}
-	fake.index()
+	fake.Index()
 	if got, err := a.Lookup(t.Context(), req.MerchantOrderID); err != nil || got != first {
 		t.Fatalf("Lookup after indexing = %+v, %v; want %+v", got, err, first)
 	}
@@ -216,8 +246,8 @@ func TestSearchLagIsNotAuthoritative(t *testing.T) {
 // Stripe keeps a 5xx its API produced for the idempotency key: repeats get
 // the same Unknown, and only the lookup can tell that the charge exists.
 func TestCachedServerError(t *testing.T) {
-	fake := newFakeStripe(key)
-	fake.set(func(f *fakeStripe) { f.failNextCreate = true })
+	fake := stripetest.New(key)
+	fake.FailNextCreate()
 	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -232,7 +262,7 @@ func TestCachedServerError(t *testing.T) {
 	if err != nil || c.Status != psp.Succeeded || c.Reference == "" {
 		t.Fatalf("Lookup = %+v, %v; want the charge made under the 500", c, err)
 	}
-	if n := fake.charges(req.MerchantOrderID); n != 1 {
+	if n := fake.Charges(req.MerchantOrderID); n != 1 {
 		t.Fatalf("%d PaymentIntents, want 1", n)
 	}
 }
@@ -244,8 +274,7 @@ func TestLookupPrefersTheSucceededIntent(t *testing.T) {
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"object":"search_result","has_more":false,"data":[
 			{"id":"pi_new","amount":15000,"currency":"krw","status":"requires_payment_method","created":300,"metadata":{"merchant_order_id":"`+order+`"},"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline"}},
-			{"id":"pi_old","amount":15000,"currency":"krw","status":"succeeded","created":100,"metadata":{"merchant_order_id":"`+order+`"}},
-			{"id":"pi_other","amount":15000,"currency":"krw","status":"succeeded","created":200,"metadata":{"merchant_order_id":"ord_else"}}]}`)
+			{"id":"pi_old","amount":15000,"currency":"krw","status":"succeeded","created":100,"metadata":{"merchant_order_id":"`+order+`"}}]}`)
 	}))
 	defer ts.Close()
 	c, err := mustNew(t, ts.URL).Lookup(t.Context(), order)
@@ -267,13 +296,17 @@ func TestRefundDeclineCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet { // the look for an earlier refund: none
+					_, _ = io.WriteString(w, `{"object":"list","data":[],"has_more":false,"url":"/v1/refunds"}`)
+					return
+				}
 				w.WriteHeader(http.StatusBadRequest)
 				_, _ = io.WriteString(w, tt.body)
 			}))
 			defer ts.Close()
 			r, err := mustNew(t, ts.URL).Refund(t.Context(), psp.RefundRequest{RefundOrderID: "rfd_1", MerchantOrderID: "ord_1",
 				ChargeReference: "pi_1", Amount: 100, Currency: "KRW"})
-			if err != nil || r.Status != psp.RefundDeclined || r.DeclineCode != tt.code {
+			if err != nil || r.Status != psp.RefundDeclined || r.DeclineCode != tt.code || r.Code == "" {
 				t.Fatalf("Refund = %+v, %v; want declined %s", r, err, tt.code)
 			}
 		})
@@ -293,11 +326,215 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("log line leaks the key or hides its kind: %s", b.String())
 	}
 	caps := mustNew(t, "http://127.0.0.1:1").Capabilities()
-	if caps.Name != "stripe" || caps.AuthoritativeLookup || !caps.DedupesOrderID || caps.DedupeWindow == 0 {
+	if caps.Name != "stripe" || caps.AuthoritativeLookup || !caps.DedupesOrderID || caps.DedupeWindow == 0 || caps.Account != "" {
 		t.Fatalf("Capabilities = %+v", caps)
+	}
+	labelled, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: "http://127.0.0.1:1", Account: "acct_1Fake"})
+	if err != nil || labelled.Capabilities().Account != "acct_1Fake" {
+		t.Fatalf("the configured account label is not advertised: %v", err)
 	}
 	// The gateway's order ids fit in the idempotency key and the search query.
 	if id := payments.MerchantOrderID("mer_1", "k"); len(id) > caps.MaxOrderIDLen {
 		t.Fatalf("order id %q longer than %d", id, caps.MaxOrderIDLen)
+	}
+}
+
+// The table follows Stripe's documented lists (docs.stripe.com/currencies)
+// and ISO 4217 as the gateway counts it.
+func TestCurrencyTable(t *testing.T) {
+	caps := mustNew(t, "http://127.0.0.1:1").Capabilities()
+	byCode := map[string]psp.Currency{}
+	for _, c := range caps.Currencies {
+		byCode[c.Code] = c
+		iso, ok := payments.CurrencyExponent(c.Code)
+		if !ok || iso != c.ISOExponent {
+			t.Errorf("%s: ISO exponent %d, the gateway's table says %d (%v)", c.Code, c.ISOExponent, iso, ok)
+		}
+	}
+	// "Zero-decimal currencies", as listed.
+	for _, code := range strings.Fields("BIF CLP DJF GNF JPY KMF KRW MGA PYG RWF VND VUV XAF XOF XPF") {
+		if c, ok := byCode[code]; !ok || c.Exponent != 0 {
+			t.Errorf("%s: %+v, want zero-decimal", code, c)
+		}
+	}
+	// "Three-decimal currencies": the last digit must be 0.
+	for _, code := range strings.Fields("BHD JOD KWD OMR TND") {
+		if c, ok := byCode[code]; !ok || c.Exponent != 3 || c.Multiple != 10 {
+			t.Errorf("%s: %+v, want three decimals ending in 0", code, c)
+		}
+	}
+	// "Special cases": two decimals that must be 00, and two decimals for
+	// charges although zero-decimal for payouts.
+	for _, code := range []string{"ISK", "UGX"} {
+		if c := byCode[code]; c.Exponent != 2 || c.Multiple != 100 || c.ISOExponent != 0 {
+			t.Errorf("%s: %+v, want two decimals, always 00", code, c)
+		}
+	}
+	for _, code := range []string{"HUF", "TWD"} {
+		if c := byCode[code]; c.Exponent != 2 || c.Multiple > 1 {
+			t.Errorf("%s: %+v, want two decimals for charges", code, c)
+		}
+	}
+	conversions := []struct {
+		code        string
+		iso, stripe int64
+	}{
+		{"USD", 1999, 1999}, {"JPY", 500, 500}, {"KRW", 15000, 15000}, {"HUF", 50050, 50050},
+		{"ISK", 1000, 100000}, {"UGX", 5, 500}, {"MGA", 1500, 15}, {"KWD", 5120, 5120},
+	}
+	for _, tt := range conversions {
+		if got, err := byCode[tt.code].ToPSP(tt.iso); err != nil || got != tt.stripe {
+			t.Errorf("%d %s in ISO units = %d, %v at Stripe; want %d", tt.iso, tt.code, got, err, tt.stripe)
+		}
+	}
+	limits := []struct {
+		code string
+		max  int64
+	}{{"USD", 99_999_999}, {"JPY", 99_999_999}, {"IDR", 999_999_999_999}, {"ISK", 999_999}, {"MGA", 9_999_999_900}}
+	for _, tt := range limits {
+		if c := byCode[tt.code]; c.Max != tt.max {
+			t.Errorf("%s Max = %d, want %d", tt.code, c.Max, tt.max)
+		}
+	}
+	refused := []struct {
+		amount   int64
+		currency string
+	}{{1550, "MGA"}, {5124, "KWD"}, {100_000_000, "USD"}, {1, "XTS"}}
+	for _, tt := range refused {
+		if err := caps.Check(tt.amount, tt.currency); err == nil {
+			t.Errorf("Check(%d %s) accepted an amount Stripe cannot take", tt.amount, tt.currency)
+		}
+	}
+}
+
+// Amounts cross the wire in Stripe's units and come back in ISO units; what
+// Stripe cannot represent is never sent.
+func TestUnitsOnTheWire(t *testing.T) {
+	fake := stripetest.New(key)
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	a := mustNew(t, ts.URL)
+	tests := []struct {
+		currency     string
+		amount, sent int64
+	}{{"ISK", 1000, 100000}, {"MGA", 1500, 15}, {"KWD", 5120, 5120}, {"JPY", 500, 500}, {"USD", 1999, 1999}}
+	for i, tt := range tests {
+		order := fmt.Sprintf("ord_%024d", i)
+		c, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: tt.amount, Currency: tt.currency, PaymentMethod: "pm_card_visa"})
+		if err != nil || c.Amount != tt.amount || c.Currency != tt.currency {
+			t.Fatalf("Charge %d %s = %+v, %v", tt.amount, tt.currency, c, err)
+		}
+		requests := fake.Requests()
+		sent := requests[len(requests)-1].PostForm.Get("amount")
+		if sent != fmt.Sprint(tt.sent) {
+			t.Fatalf("%d %s went to Stripe as %s, want %d", tt.amount, tt.currency, sent, tt.sent)
+		}
+		r, err := a.Refund(t.Context(), psp.RefundRequest{RefundOrderID: "rfd_" + order[4:], MerchantOrderID: order, ChargeReference: c.Reference,
+			Amount: tt.amount, Currency: tt.currency})
+		if err != nil || r.Amount != tt.amount || r.Status != psp.RefundSucceeded {
+			t.Fatalf("Refund %d %s = %+v, %v", tt.amount, tt.currency, r, err)
+		}
+	}
+	before := len(fake.Requests())
+	for _, r := range []psp.ChargeRequest{
+		{MerchantOrderID: "ord_mga", Amount: 1550, Currency: "MGA", PaymentMethod: "pm_card_visa"},
+		{MerchantOrderID: "ord_kwd", Amount: 5124, Currency: "KWD", PaymentMethod: "pm_card_visa"},
+	} {
+		_, err := a.Charge(t.Context(), r)
+		var ce *psp.CheckError
+		if class, _ := psp.ClassOf(err); class != psp.Rejected || !errors.As(err, &ce) {
+			t.Fatalf("Charge(%d %s) = %v, want Rejected with the reason", r.Amount, r.Currency, err)
+		}
+	}
+	if len(fake.Requests()) != before {
+		t.Fatal("an amount Stripe cannot represent was sent")
+	}
+}
+
+// A PaymentIntent waiting for the customer or the bank is Pending, with what
+// Stripe.js needs.
+func TestPendingAnswers(t *testing.T) {
+	const order = "ord_000000000000000000000001"
+	pi := `{"id":"pi_1","object":"payment_intent","amount":15000,"currency":"krw","status":"%s","client_secret":"pi_1_secret_x","next_action":%s,"metadata":{"merchant_order_id":"` + order + `"}}`
+	tests := []struct {
+		name, status, next string
+		want               *psp.NextAction
+	}{
+		{"3-D Secure", "requires_action", `{"type":"use_stripe_sdk","use_stripe_sdk":{}}`, &psp.NextAction{Type: "use_stripe_sdk", ClientSecret: "pi_1_secret_x"}},
+		{"redirect", "requires_action", `{"type":"redirect_to_url","redirect_to_url":{"url":"https://hooks.stripe.com/3d_secure/x","return_url":"https://shop/back"}}`,
+			&psp.NextAction{Type: psp.NextActionRedirect, URL: "https://hooks.stripe.com/3d_secure/x", ClientSecret: "pi_1_secret_x"}},
+		{"processing", "processing", `null`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = fmt.Fprintf(w, pi, tt.status, tt.next)
+			}))
+			defer ts.Close()
+			c, err := mustNew(t, ts.URL).Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW",
+				PaymentMethod: "pm_x", AllowNextAction: true})
+			want := psp.Charge{MerchantOrderID: order, Reference: "pi_1", Status: psp.Pending, Amount: 15000, Currency: "KRW", NextAction: tt.want}
+			if err != nil || !c.Equal(want) {
+				t.Fatalf("Charge = %+v (%+v), %v; want %+v", c, c.NextAction, err, want)
+			}
+		})
+	}
+}
+
+// One-step checkout cannot show 3-D Secure: such a card is a decline.
+func TestOneStepThreeDSIsADecline(t *testing.T) {
+	fake := stripetest.New(key)
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	c, err := mustNew(t, ts.URL).Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000001", Amount: 15000,
+		Currency: "KRW", PaymentMethod: "pm_card_authenticationRequired"})
+	if err != nil || c.Status != psp.Declined || c.DeclineCode != "authentication_required" || c.Code != "authentication_required" {
+		t.Fatalf("Charge = %+v, %v; want declined authentication_required", c, err)
+	}
+}
+
+// Search that answers with another order's PaymentIntent is not trusted.
+func TestLookupRefusesAForeignIntent(t *testing.T) {
+	const order = "ord_000000000000000000000001"
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"object":"search_result","has_more":false,"data":[
+			{"id":"pi_other","amount":15000,"currency":"krw","status":"succeeded","created":200,"metadata":{"merchant_order_id":"ord_else"}}]}`)
+	}))
+	defer ts.Close()
+	c, err := mustNew(t, ts.URL).Lookup(t.Context(), order)
+	if class, _ := psp.ClassOf(err); class != psp.Unknown || !errors.Is(err, psp.ErrMismatch) {
+		t.Fatalf("Lookup = %+v, %v; want Unknown wrapping ErrMismatch", c, err)
+	}
+}
+
+// A refund retried after Stripe forgot its idempotency key finds the refund
+// it made instead of refunding again.
+func TestRefundAfterKeyExpired(t *testing.T) {
+	fake := stripetest.New(key)
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	a := mustNew(t, ts.URL)
+	c, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000001", Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_visa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := psp.RefundRequest{RefundOrderID: "rfd_000000000000000000000001", MerchantOrderID: c.MerchantOrderID, ChargeReference: c.Reference,
+		Amount: 5000, Currency: "KRW"}
+	first, err := a.Refund(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.ForgetIdempotencyKeys()
+	again, err := a.Refund(t.Context(), req)
+	if err != nil || again != first || fake.RefundCount(req.RefundOrderID) != 1 {
+		t.Fatalf("refund after the key expired = %+v, %v (%d refunds); want %+v once", again, err, fake.RefundCount(req.RefundOrderID), first)
+	}
+	req.Amount++
+	_, err = a.Refund(t.Context(), req)
+	if class, _ := psp.ClassOf(err); class != psp.NotProcessed || !errors.Is(err, psp.ErrOrderConflict) {
+		t.Fatalf("refund order id reused with another amount = %v, want NotProcessed ErrOrderConflict", err)
+	}
+	if n := fake.RefundCount(req.RefundOrderID); n != 1 {
+		t.Fatalf("%d refunds, want 1", n)
 	}
 }

@@ -1,49 +1,59 @@
-// Package toss owns the Toss Payments adapter: card payments confirmed
-// through Toss's core API (https://api.tosspayments.com), written against its
-// documented HTTP API.
+// Package toss owns the Toss Payments adapter: payments confirmed through
+// Toss's core API (https://api.tosspayments.com), written against its
+// documented HTTP API at version APIVersion, which every request pins.
 //
 // How the gateway's request maps onto Toss:
 //   - Toss payments start in the customer's browser: the payment widget
-//     authenticates the card for an orderId and amount and hands the merchant's
-//     front end a paymentKey. The gateway's payment_method field carries that
-//     paymentKey, and the widget must have been opened with orderId = the
-//     gateway's merchant order id for the Idempotency-Key the front end will
-//     send (payments.MerchantOrderID; "ord_" + 24 hex digits, which fits
-//     Toss's 6–64 characters of [A-Za-z0-9_-]).
+//     authenticates the payment for an orderId and amount and hands the
+//     merchant's front end a paymentKey. The gateway's payment_method field
+//     carries that paymentKey, and the widget must have been opened with
+//     orderId = the gateway's merchant order id (payments.MerchantOrderID;
+//     "ord_" + 24 hex digits, which fits Toss's 6–64 characters of
+//     [A-Za-z0-9_-]).
 //   - Charge confirms: POST /v1/payments/confirm {paymentKey, orderId, amount}
 //     with Idempotency-Key "gw-confirm-<orderId>". Toss confirms a payment
 //     once: a repeat after the idempotency key expired is answered
 //     ALREADY_PROCESSED_PAYMENT or DUPLICATED_ORDER_ID, and the adapter then
 //     returns the payment it finds for the order.
-//   - Lookup: GET /v1/payments/orders/{orderId}. DONE, CANCELED and
-//     PARTIAL_CANCELED are a succeeded charge (refunds are separate); ABORTED
-//     and EXPIRED are declined; READY and IN_PROGRESS (authenticated, never
-//     confirmed) are psp.ErrNotFound, as is 404 NOT_FOUND_PAYMENT.
+//   - Lookup: GET /v1/payments/orders/{orderId}. DONE is a succeeded charge,
+//     and so are CANCELED and PARTIAL_CANCELED once approved (refunds are
+//     separate); WAITING_FOR_DEPOSIT (a virtual account) is Pending;
+//     ABORTED, EXPIRED, an expired virtual account and a payment cancelled
+//     before it was ever approved are declined; READY and IN_PROGRESS
+//     (authenticated, never confirmed) are psp.ErrNotFound, as is 404
+//     NOT_FOUND_PAYMENT.
 //   - Refund cancels: POST /v1/payments/{paymentKey}/cancel {cancelReason,
 //     cancelAmount} with Idempotency-Key "gw-cancel-<refundOrderId>". Toss has
 //     no merchant id for a cancel, so the refund order id is written at the end
 //     of cancelReason as "[ref:<refundOrderId>]"; LookupRefund finds the cancel
-//     by it in GET /v1/payments/{paymentKey}.
-//   - Only KRW is charged; Toss amounts are whole won, the gateway's minor units.
+//     by it in GET /v1/payments/{paymentKey}. A cancel without cancelStatus
+//     (answers older than 2022-06-08) is a done one: those answers list
+//     finished cancels only.
+//   - Only KRW is taken, from 100 won (Toss's smallest card payment); Toss
+//     amounts are whole won, the gateway's minor units. Toss writes amounts as
+//     JSON numbers that may carry a fraction part ("15000.0"); the adapter
+//     reads them exactly and refuses any amount that is not whole.
 //
-// Outcomes: 2xx → a result; card refusals (REJECT_CARD_PAYMENT,
-// REJECT_CARD_COMPANY, INVALID_CARD_*, EXCEED_* …) → Declined, with
-// REJECT_CARD_PAYMENT mapped to insufficient_funds and REJECT_CARD_COMPANY to
-// card_declined; PROVIDER_ERROR, CARD_PROCESSING_ERROR, 409 (a request with
-// the same Idempotency-Key in flight), 5xx, unreadable answers, timeouts and
-// resets → Unknown; other 4xx (bad key, invalid request, rate limits) and
-// connections that could not be opened → NotProcessed.
+// Outcomes follow Toss's documented error codes (confirmCodes, cancelCodes):
+// card and account refusals are declines, the raw code kept and mapped onto
+// the shared decline codes where one fits; requests Toss can never accept
+// (BELOW_MINIMUM_AMOUNT, INVALID_REQUEST, …) are Rejected; PROVIDER_ERROR,
+// CARD_PROCESSING_ERROR, 409, 5xx, unreadable answers, answers for another
+// order, timeouts and resets are Unknown; 429, authentication failures, the
+// documented out-of-hours codes and connections that could not be opened are
+// NotProcessed. A 4xx with a code the adapter does not know is a refusal, but
+// it is believed only after a lookup shows that the order holds no approved
+// payment.
 package toss
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -52,10 +62,16 @@ import (
 	"unicode/utf8"
 
 	"gateway/psp"
+	"gateway/psp/roundtrip"
 )
 
 // DefaultBaseURL is Toss Payments' API.
 const DefaultBaseURL = "https://api.tosspayments.com"
+
+// APIVersion is the Toss API version the adapter is written against, sent
+// with every request (TossPayments-API-Version) so that a change of the
+// account's default version in Toss's developer centre changes nothing here.
+const APIVersion = "2022-11-16"
 
 // Config configures the adapter.
 type Config struct {
@@ -69,6 +85,13 @@ type Config struct {
 	// CreationWindow is how long after a confirm was sent it may still take
 	// effect; 2 minutes when zero.
 	CreationWindow time.Duration
+	// Account is the label the adapter advertises in its Capabilities (a
+	// merchant id, say); empty by default.
+	Account string
+	// ClientKey is the client key (test_ck_…, live_ck_…, or a widget's
+	// test_gck_…) that front ends open Toss's payment widget with: public,
+	// handed out in two-step checkouts. Empty when front ends have it already.
+	ClientKey string
 }
 
 // LogValue masks the secret key, keeping its test_/live_ prefix.
@@ -77,6 +100,8 @@ func (c Config) LogValue() slog.Value {
 		slog.String("base_url", c.baseURL()),
 		slog.String("secret_key", mask(c.SecretKey)),
 		slog.Duration("creation_window", c.CreationWindow),
+		slog.String("account", c.Account),
+		slog.String("client_key", c.ClientKey),
 	)
 }
 
@@ -99,10 +124,10 @@ func mask(secret string) string {
 
 // Adapter is a psp.Adapter for Toss Payments.
 type Adapter struct {
-	base   string
-	auth   string
-	client *http.Client
-	window time.Duration
+	rt        *roundtrip.Client
+	window    time.Duration
+	account   string
+	clientKey string
 }
 
 var _ psp.Adapter = (*Adapter)(nil)
@@ -116,15 +141,11 @@ func New(cfg Config) (*Adapter, error) {
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("toss: base URL %q must be http(s)://host", cfg.BaseURL)
 	}
-	a := &Adapter{
-		base:   cfg.baseURL(),
-		auth:   "Basic " + base64.StdEncoding.EncodeToString([]byte(cfg.SecretKey+":")),
-		client: cfg.HTTPClient,
-		window: cfg.CreationWindow,
-	}
-	if a.client == nil {
-		a.client = &http.Client{Timeout: 60 * time.Second}
-	}
+	header := http.Header{}
+	header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(cfg.SecretKey+":")))
+	header.Set("TossPayments-API-Version", APIVersion)
+	a := &Adapter{rt: roundtrip.New(cfg.baseURL(), cfg.HTTPClient, header), window: cfg.CreationWindow, account: cfg.Account,
+		clientKey: cfg.ClientKey}
 	if a.window <= 0 {
 		a.window = 2 * time.Minute
 	}
@@ -137,6 +158,9 @@ const (
 	maxPaymentKeyLen = 200
 	maxCancelReason  = 200
 	currency         = "KRW"
+	// minAmount is Toss's smallest payment: 100 won by card, 200 by account
+	// transfer (BELOW_MINIMUM_AMOUNT, docs.tosspayments.com/reference/error-codes).
+	minAmount = 100
 )
 
 // orderIDPattern is Toss's rule for orderId; refund order ids follow it too,
@@ -154,91 +178,215 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		CreationWindow:      a.window,
 		DedupesOrderID:      true,
 		MaxOrderIDLen:       maxOrderIDLen,
+		Account:             a.account,
+		Currencies:          []psp.Currency{{Code: currency, ISOExponent: 0, Exponent: 0, Min: minAmount}},
+		Checkout:            psp.Checkout{Client: psp.ClientTossWidget, PublishableKey: a.clientKey, ResultField: psp.ResultPaymentKey},
 	}
 }
 
-// payment is the part of Toss's Payment object the adapter reads.
+// payment is the part of Toss's Payment object the adapter reads. Amounts
+// are json.Number: Toss writes them as numbers that may have a fraction part.
 type payment struct {
-	PaymentKey    string   `json:"paymentKey"`
-	OrderID       string   `json:"orderId"`
-	Status        string   `json:"status"`
-	TotalAmount   int64    `json:"totalAmount"`
-	BalanceAmount int64    `json:"balanceAmount"`
-	Currency      string   `json:"currency"`
-	Cancels       []cancel `json:"cancels"`
-	Failure       *struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"failure"`
+	PaymentKey     string      `json:"paymentKey"`
+	OrderID        string      `json:"orderId"`
+	Status         string      `json:"status"`
+	ApprovedAt     string      `json:"approvedAt"`
+	TotalAmount    json.Number `json:"totalAmount"`
+	BalanceAmount  json.Number `json:"balanceAmount"`
+	Currency       string      `json:"currency"`
+	Cancels        []cancel    `json:"cancels"`
+	VirtualAccount *struct {
+		Expired bool `json:"expired"`
+	} `json:"virtualAccount"`
+	Failure *apiError `json:"failure"`
 }
 
 type cancel struct {
-	TransactionKey string `json:"transactionKey"`
-	CancelReason   string `json:"cancelReason"`
-	CancelAmount   int64  `json:"cancelAmount"`
-	CancelStatus   string `json:"cancelStatus"`
-	CanceledAt     string `json:"canceledAt"`
+	TransactionKey string      `json:"transactionKey"`
+	CancelReason   string      `json:"cancelReason"`
+	CancelAmount   json.Number `json:"cancelAmount"`
+	CancelStatus   string      `json:"cancelStatus"`
+	CanceledAt     string      `json:"canceledAt"`
 }
 
-// apiError is Toss's error body.
+// apiError is Toss's error body, and a payment's failure.
 type apiError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+// verdict is what a Toss error code means for the money.
+type verdict int
+
+const (
+	// decline: a definitive refusal of the customer's means of payment.
+	decline verdict = iota + 1
+	// reject: Toss can never accept the request as sent.
+	reject
+	// notProcessed: Toss did nothing; the same request may succeed later.
+	notProcessed
+	// unknown: Toss (or the card company behind it) may have approved.
+	unknown
+	// alreadyDone: an earlier request did the work; read what it did.
+	alreadyDone
+)
+
+type rule struct {
+	verdict verdict
+	// shared is the shared decline code a decline maps onto ("" for the raw
+	// code in lower case).
+	shared string
+}
+
+// confirmCodes places every error code Toss documents for the confirm API,
+// from https://docs.tosspayments.com/reference/error-codes (결제 승인). A code
+// missing here is handled as documented in the package comment.
+var confirmCodes = map[string]rule{
+	// An earlier confirm of the order went through.
+	"ALREADY_PROCESSED_PAYMENT": {alreadyDone, ""},
+	"DUPLICATED_ORDER_ID":       {alreadyDone, ""},
+	// "A temporary error occurred; retry": the card company failed mid-way.
+	"PROVIDER_ERROR":        {unknown, ""},
+	"CARD_PROCESSING_ERROR": {unknown, ""},
+	// Toss's own failures, reported with 500.
+	"FAILED_PAYMENT_INTERNAL_SYSTEM_PROCESSING": {unknown, ""},
+	"FAILED_INTERNAL_SYSTEM_PROCESSING":         {unknown, ""},
+	"UNKNOWN_PAYMENT_ERROR":                     {unknown, ""},
+	// The request as sent can never succeed.
+	"INVALID_REQUEST":              {reject, ""},
+	"BELOW_MINIMUM_AMOUNT":         {reject, ""},
+	"INVALID_UNREGISTERED_SUBMALL": {reject, ""},
+	"NOT_REGISTERED_BUSINESS":      {reject, ""},
+	"NOT_SUPPORTED_METHOD":         {reject, ""},
+	"FORBIDDEN_REQUEST":            {reject, ""},
+	// Our credentials: Toss did nothing, and will once the key is fixed.
+	"UNAUTHORIZED_KEY":            {notProcessed, ""},
+	"INVALID_API_KEY":             {notProcessed, ""},
+	"INCORRECT_BASIC_AUTH_FORMAT": {notProcessed, ""},
+	// Documented as out of service hours: try again later.
+	"NOT_AVAILABLE_PAYMENT": {notProcessed, ""},
+	"NOT_AVAILABLE_BANK":    {notProcessed, ""},
+	"TOO_MANY_REQUESTS":     {notProcessed, ""},
+	// The same Idempotency-Key is being processed.
+	"IDEMPOTENT_REQUEST_PROCESSING": {unknown, ""},
+	// Refusals of the customer's card or account.
+	"REJECT_CARD_PAYMENT":    {decline, psp.DeclineInsufficientFunds},
+	"REJECT_ACCOUNT_PAYMENT": {decline, psp.DeclineInsufficientFunds},
+	"REJECT_CARD_COMPANY":    {decline, psp.DeclineCardDeclined},
+	"INVALID_REJECT_CARD":    {decline, psp.DeclineCardDeclined},
+	// The paymentKey is not one Toss knows: not a payment method.
+	"NOT_FOUND_PAYMENT":         {decline, psp.DeclineInvalidPaymentMethod},
+	"NOT_FOUND_PAYMENT_SESSION": {decline, "payment_session_expired"},
+	"NOT_ALLOWED_POINT_USE":     {decline, ""},
+	"INVALID_CARD_EXPIRATION":   {decline, ""}, "INVALID_STOPPED_CARD": {decline, ""},
+	"INVALID_CARD_LOST_OR_STOLEN": {decline, ""}, "INVALID_CARD_NUMBER": {decline, ""},
+	"INVALID_CARD_INSTALLMENT_PLAN": {decline, ""}, "INVALID_PASSWORD": {decline, ""},
+	"EXCEED_MAX_CARD_INSTALLMENT_PLAN": {decline, ""}, "EXCEED_MAX_DAILY_PAYMENT_COUNT": {decline, ""},
+	"EXCEED_MAX_PAYMENT_AMOUNT": {decline, ""}, "EXCEED_MAX_AMOUNT": {decline, ""},
+	"EXCEED_MAX_AUTH_COUNT": {decline, ""}, "EXCEED_MAX_ONE_DAY_AMOUNT": {decline, ""},
+	"EXCEED_MAX_ONE_DAY_WITHDRAW_AMOUNT": {decline, ""}, "EXCEED_MAX_ONE_TIME_WITHDRAW_AMOUNT": {decline, ""},
+	"NOT_SUPPORTED_INSTALLMENT_PLAN_CARD_OR_MERCHANT": {decline, ""}, "NOT_SUPPORTED_MONTHLY_INSTALLMENT_PLAN": {decline, ""},
+	"RESTRICTED_TRANSFER_ACCOUNT": {decline, ""}, "REJECT_TOSSPAY_INVALID_ACCOUNT": {decline, ""},
+	"INVALID_ACCOUNT_INFO_RE_REGISTER": {decline, ""}, "FDS_ERROR": {decline, ""},
+}
+
+// cancelCodes places the error codes Toss documents for the cancel API
+// (결제 취소) that are not handled by name in Refund.
+var cancelCodes = map[string]rule{
+	"FORBIDDEN_CONSECUTIVE_REQUEST":     {notProcessed, ""},
+	"FAILED_REFUND_PROCESS":             {unknown, ""},
+	"FAILED_METHOD_HANDLING_CANCEL":     {unknown, ""},
+	"FAILED_INTERNAL_SYSTEM_PROCESSING": {unknown, ""},
+	"INVALID_REQUEST":                   {reject, ""},
+	"FORBIDDEN_REQUEST":                 {reject, ""},
+	"UNAUTHORIZED_KEY":                  {notProcessed, ""},
+	"INVALID_API_KEY":                   {notProcessed, ""},
+	"TOO_MANY_REQUESTS":                 {notProcessed, ""},
 }
 
 // Charge implements psp.Adapter: it confirms the payment req.PaymentMethod
 // (the widget's paymentKey) for req.MerchantOrderID.
 func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
 	const op = "charge"
-	if err := validateCharge(req); err != nil {
-		return psp.Charge{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
+	if err := a.validateCharge(req); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
 	}
-	body := map[string]any{"paymentKey": req.PaymentMethod, "orderId": req.MerchantOrderID, "amount": req.Amount}
-	status, raw, err := a.do(ctx, op, http.MethodPost, "/v1/payments/confirm", "gw-confirm-"+req.MerchantOrderID, body)
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodPost, Path: "/v1/payments/confirm",
+		IdempotencyKey: "gw-confirm-" + req.MerchantOrderID,
+		Body:           map[string]any{"paymentKey": req.PaymentMethod, "orderId": req.MerchantOrderID, "amount": req.Amount}})
 	if err != nil {
 		return psp.Charge{}, err
 	}
-	if status == http.StatusOK {
-		p, err := parsePayment(op, raw)
+	if ans.Status == http.StatusOK {
+		p, err := parsePayment(op, ans)
 		if err != nil {
 			return psp.Charge{}, err
 		}
-		return a.charged(op, req, p)
+		c, err := toCharge(op, p, req.MerchantOrderID)
+		if errors.Is(err, psp.ErrNotFound) {
+			return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("toss answered the confirm with a payment still %s", p.Status)}
+		}
+		if err != nil {
+			return psp.Charge{}, err
+		}
+		// The answer to this very confirm: any difference is a mismatch.
+		if err := psp.MatchCharge(op, req, c); err != nil {
+			return psp.Charge{}, err
+		}
+		return c, nil
 	}
-	e, ok := parseError(raw)
+	e, ok := parseError(ans)
+	if !ok {
+		return psp.Charge{}, roundtrip.Unreadable(op, ans)
+	}
+	r, known := confirmCodes[e.Code]
 	switch {
-	case !ok:
-		return psp.Charge{}, unknown(op, status, raw)
-	case e.Code == "ALREADY_PROCESSED_PAYMENT" || e.Code == "DUPLICATED_ORDER_ID":
+	case known && r.verdict == alreadyDone:
 		// An earlier confirm of this order went through (its idempotency key
 		// has expired, or another request raced it): that is the charge.
-		p, err := a.payment(ctx, op, "/v1/payments/orders/"+url.PathEscape(req.MerchantOrderID))
-		if err != nil {
-			return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
-				Err: fmt.Errorf("toss answered %s and the order could not be read: %w", e.Code, err)}
+		return a.earlier(ctx, op, req, e)
+	case known && r.verdict == decline:
+		return a.declined(req, e, r.shared), nil
+	case known:
+		return psp.Charge{}, classify(op, ans.Status, e, r.verdict)
+	}
+	if class, ok := roundtrip.StatusClass(ans.Status); ok {
+		return psp.Charge{}, classify(op, ans.Status, e, verdictOf(class))
+	}
+	if ans.Status == http.StatusUnauthorized {
+		return psp.Charge{}, classify(op, ans.Status, e, notProcessed)
+	}
+	// A refusal Toss added after this table was written. Believe it once the
+	// order is seen to hold no approved payment.
+	c, err := a.Lookup(ctx, req.MerchantOrderID)
+	switch {
+	case errors.Is(err, psp.ErrNotFound), err == nil && c.Status == psp.Declined:
+		return a.declined(req, e, ""), nil
+	case err == nil:
+		if err := psp.MatchCharge(op, req, c); err != nil {
+			return psp.Charge{}, err
 		}
-		return a.charged(op, req, p)
+		return c, nil
 	}
-	if code, declined := declineCode(e.Code); declined {
-		return psp.Charge{MerchantOrderID: req.MerchantOrderID, Reference: req.PaymentMethod, Status: psp.Declined,
-			DeclineCode: code, Amount: req.Amount, Currency: currency}, nil
-	}
-	return psp.Charge{}, classify(op, status, e)
+	return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Code: e.Code,
+		Err: fmt.Errorf("toss answered %d %s and the order could not be read: %w", ans.Status, e.Code, err)}
 }
 
-// charged turns the payment Toss returned for req into the answer, refusing
-// one that is not req's.
-func (a *Adapter) charged(op string, req psp.ChargeRequest, p payment) (psp.Charge, error) {
-	if p.OrderID != req.MerchantOrderID {
-		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
-			Err: fmt.Errorf("toss answered for order %q, asked for %q", p.OrderID, req.MerchantOrderID)}
-	}
-	c, err := toCharge(op, p)
+func (a *Adapter) declined(req psp.ChargeRequest, e apiError, shared string) psp.Charge {
+	return psp.Charge{MerchantOrderID: req.MerchantOrderID, Reference: req.PaymentMethod, Status: psp.Declined,
+		DeclineCode: declineCode(e.Code, shared), Code: e.Code, Amount: req.Amount, Currency: req.Currency}
+}
+
+// earlier returns the payment an earlier confirm of req's order made.
+func (a *Adapter) earlier(ctx context.Context, op string, req psp.ChargeRequest, e apiError) (psp.Charge, error) {
+	c, err := a.Lookup(ctx, req.MerchantOrderID)
 	if err != nil {
-		return psp.Charge{}, err
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Code: e.Code,
+			Err: fmt.Errorf("toss answered %s and the order could not be read: %w", e.Code, err)}
 	}
 	if c.Amount != req.Amount || c.Currency != req.Currency {
-		return psp.Charge{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: order %s was confirmed for %d %s, now asked for %d %s",
+		// The order was confirmed for another amount: this request did nothing.
+		return psp.Charge{}, &psp.Error{Class: psp.NotProcessed, Op: op, Code: e.Code, Err: fmt.Errorf("%w: order %s was confirmed for %d %s, now asked for %d %s",
 			psp.ErrOrderConflict, req.MerchantOrderID, c.Amount, c.Currency, req.Amount, req.Currency)}
 	}
 	return c, nil
@@ -247,38 +395,64 @@ func (a *Adapter) charged(op string, req psp.ChargeRequest, p payment) (psp.Char
 // Lookup implements psp.Adapter.
 func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, error) {
 	const op = "lookup"
+	if merchantOrderID == "" {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("empty order id")}
+	}
 	p, err := a.payment(ctx, op, "/v1/payments/orders/"+url.PathEscape(merchantOrderID))
 	if err != nil {
 		return psp.Charge{}, err
 	}
-	if p.OrderID != merchantOrderID {
-		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
-			Err: fmt.Errorf("toss answered for order %q, asked for %q", p.OrderID, merchantOrderID)}
-	}
-	return toCharge(op, p)
+	return toCharge(op, p, merchantOrderID)
 }
 
-// toCharge reads a payment's status as a charge: ErrNotFound for one never
-// confirmed, Unknown for one whose outcome is still open.
-func toCharge(op string, p payment) (psp.Charge, error) {
-	c := psp.Charge{MerchantOrderID: p.OrderID, Reference: p.PaymentKey, Amount: p.TotalAmount, Currency: p.Currency}
-	switch p.Status {
-	case "DONE", "CANCELED", "PARTIAL_CANCELED":
-		c.Status = psp.Succeeded
-	case "ABORTED":
-		c.Status, c.DeclineCode = psp.Declined, psp.DeclineCardDeclined
-		if p.Failure != nil {
-			if code, ok := declineCode(p.Failure.Code); ok {
-				c.DeclineCode = code
-			} else if p.Failure.Code != "" {
-				c.DeclineCode = strings.ToLower(p.Failure.Code)
-			}
+// toCharge reads a payment's status as a charge for merchantOrderID:
+// ErrNotFound for one never confirmed, Unknown for one that is another
+// order's or whose state the adapter does not know.
+func toCharge(op string, p payment, merchantOrderID string) (psp.Charge, error) {
+	if p.OrderID != merchantOrderID {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: toss answered for order %q, asked for %q", psp.ErrMismatch, p.OrderID, merchantOrderID)}
+	}
+	total, err := whole(p.TotalAmount)
+	if err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("payment %s totalAmount: %w", p.PaymentKey, err)}
+	}
+	c := psp.Charge{MerchantOrderID: p.OrderID, Reference: p.PaymentKey, Amount: total, Currency: p.Currency}
+	declined := func(code string) (psp.Charge, error) {
+		c.Status, c.Code, c.DeclineCode = psp.Declined, code, declineCode(code, "")
+		if r, ok := confirmCodes[code]; ok && r.verdict == decline {
+			c.DeclineCode = declineCode(code, r.shared)
 		}
-	case "EXPIRED":
-		c.Status, c.DeclineCode = psp.Declined, "expired"
+		return c, nil
+	}
+	switch p.Status {
+	case "DONE":
+		c.Status = psp.Succeeded
+	case "CANCELED", "PARTIAL_CANCELED":
+		if p.ApprovedAt == "" {
+			// Cancelled before it was ever approved (a virtual account
+			// cancelled before its deposit): no money was taken.
+			return declined(p.Status)
+		}
+		c.Status = psp.Succeeded
+	case "WAITING_FOR_DEPOSIT":
+		if p.VirtualAccount != nil && p.VirtualAccount.Expired {
+			// The deposit deadline passed: no money can arrive any more.
+			return declined("VIRTUAL_ACCOUNT_EXPIRED")
+		}
+		c.Status = psp.Pending
+	case "ABORTED", "EXPIRED":
+		if p.Failure != nil && p.Failure.Code != "" {
+			return declined(p.Failure.Code)
+		}
+		if p.Status == "ABORTED" {
+			c.Status, c.Code, c.DeclineCode = psp.Declined, p.Status, psp.DeclineCardDeclined
+			return c, nil
+		}
+		return declined(p.Status)
 	case "READY", "IN_PROGRESS":
 		return psp.Charge{}, psp.ErrNotFound
-	default: // WAITING_FOR_DEPOSIT (virtual accounts) and anything new
+	default:
 		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("toss payment status %q", p.Status)}
 	}
 	return c, nil
@@ -286,55 +460,66 @@ func toCharge(op string, p payment) (psp.Charge, error) {
 
 // payment GETs one payment; 404 NOT_FOUND_PAYMENT is psp.ErrNotFound.
 func (a *Adapter) payment(ctx context.Context, op, path string) (payment, error) {
-	status, raw, err := a.do(ctx, op, http.MethodGet, path, "", nil)
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodGet, Path: path})
 	if err != nil {
 		return payment{}, err
 	}
-	if status == http.StatusOK {
-		return parsePayment(op, raw)
+	if ans.Status == http.StatusOK {
+		return parsePayment(op, ans)
 	}
-	e, ok := parseError(raw)
+	e, ok := parseError(ans)
 	switch {
 	case !ok:
-		return payment{}, unknown(op, status, raw)
-	case status == http.StatusNotFound && e.Code == "NOT_FOUND_PAYMENT":
+		return payment{}, roundtrip.Unreadable(op, ans)
+	case ans.Status == http.StatusNotFound && e.Code == "NOT_FOUND_PAYMENT":
 		return payment{}, psp.ErrNotFound
 	}
-	return payment{}, classify(op, status, e)
+	// A lookup that cannot answer is never "not found": the caller would
+	// charge again on it.
+	v := unknown
+	if class, ok := roundtrip.StatusClass(ans.Status); ok && class == psp.NotProcessed || ans.Status == http.StatusUnauthorized {
+		v = notProcessed
+	}
+	return payment{}, classify(op, ans.Status, e, v)
 }
 
 // Refund implements psp.Adapter by cancelling (part of) the payment.
 func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
 	const op = "refund"
-	if err := validateRefund(req); err != nil {
-		return psp.Refund{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
+	if err := a.validateRefund(req); err != nil {
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
 	}
-	body := map[string]any{"cancelReason": cancelReason(req.Reason, req.RefundOrderID), "cancelAmount": req.Amount}
-	path := "/v1/payments/" + url.PathEscape(req.ChargeReference) + "/cancel"
-	status, raw, err := a.do(ctx, op, http.MethodPost, path, "gw-cancel-"+req.RefundOrderID, body)
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodPost,
+		Path:           "/v1/payments/" + url.PathEscape(req.ChargeReference) + "/cancel",
+		IdempotencyKey: "gw-cancel-" + req.RefundOrderID,
+		Body:           map[string]any{"cancelReason": cancelReason(req.Reason, req.RefundOrderID), "cancelAmount": req.Amount}})
 	if err != nil {
 		return psp.Refund{}, err
 	}
-	if status == http.StatusOK {
-		p, err := parsePayment(op, raw)
+	if ans.Status == http.StatusOK {
+		p, err := parsePayment(op, ans)
 		if err != nil {
 			return psp.Refund{}, err
 		}
 		r, err := toRefund(op, p, req.RefundOrderID)
 		if errors.Is(err, psp.ErrNotFound) {
-			return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Err: errors.New("toss answered without the cancel it made")}
+			return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op,
+				Err: fmt.Errorf("%w: toss answered without a cancel for refund %s", psp.ErrMismatch, req.RefundOrderID)}
 		}
 		if err != nil {
 			return psp.Refund{}, err
 		}
-		return refunded(op, req, r)
+		if err := psp.MatchRefund(op, req, r); err != nil {
+			return psp.Refund{}, err
+		}
+		return r, nil
 	}
-	e, ok := parseError(raw)
+	e, ok := parseError(ans)
 	if !ok {
-		return psp.Refund{}, unknown(op, status, raw)
+		return psp.Refund{}, roundtrip.Unreadable(op, ans)
 	}
 	declined := psp.Refund{RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID,
-		Status: psp.RefundDeclined, Amount: req.Amount, Currency: req.Currency}
+		Status: psp.RefundDeclined, Code: e.Code, Amount: req.Amount, Currency: req.Currency}
 	switch e.Code {
 	case "ALREADY_CANCELED_PAYMENT", "NOT_CANCELABLE_AMOUNT", "EXCEED_CANCEL_AMOUNT_DISCOUNT_AMOUNT":
 		// Nothing (or too little) is left: perhaps because this very refund
@@ -347,23 +532,48 @@ func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund
 			declined.DeclineCode = psp.RefundDeclineAmountExceeded
 			return declined, nil
 		}
-		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op,
+		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Code: e.Code,
 			Err: fmt.Errorf("toss answered %s and the payment could not be read: %w", e.Code, err)}
-	case "NOT_CANCELABLE_PAYMENT":
+	case "NOT_CANCELABLE_PAYMENT", "NOT_ALLOWED_PARTIAL_REFUND", "NOT_ALLOWED_PARTIAL_REFUND_WAITING_DEPOSIT",
+		"EXCEED_MAX_REFUND_DUE", "NOT_CANCELABLE_PAYMENT_FOR_DORMANT_USER":
 		declined.DeclineCode = psp.RefundDeclineNotRefundable
 		return declined, nil
 	case "NOT_FOUND_PAYMENT":
 		declined.DeclineCode = psp.RefundDeclineChargeNotFound
 		return declined, nil
 	}
-	return psp.Refund{}, classify(op, status, e)
+	if r, ok := cancelCodes[e.Code]; ok {
+		return psp.Refund{}, classify(op, ans.Status, e, r.verdict)
+	}
+	if class, ok := roundtrip.StatusClass(ans.Status); ok {
+		return psp.Refund{}, classify(op, ans.Status, e, verdictOf(class))
+	}
+	if ans.Status == http.StatusUnauthorized {
+		return psp.Refund{}, classify(op, ans.Status, e, notProcessed)
+	}
+	// A refusal the table does not know: believed once the cancel is seen
+	// not to exist.
+	r, err := a.LookupRefund(ctx, req.ChargeReference, req.RefundOrderID)
+	switch {
+	case errors.Is(err, psp.ErrNotFound):
+		declined.DeclineCode = strings.ToLower(e.Code)
+		return declined, nil
+	case err == nil:
+		return refunded(op, req, r)
+	}
+	return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Code: e.Code,
+		Err: fmt.Errorf("toss answered %d %s and the payment could not be read: %w", ans.Status, e.Code, err)}
 }
 
-// refunded checks that the cancel found for req is req's.
+// refunded checks that the cancel found for req, an earlier request with the
+// same refund order id, is req's.
 func refunded(op string, req psp.RefundRequest, r psp.Refund) (psp.Refund, error) {
 	if r.Amount != req.Amount || r.Currency != req.Currency {
 		return psp.Refund{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: refund %s was %d %s, now asked for %d %s",
 			psp.ErrOrderConflict, req.RefundOrderID, r.Amount, r.Currency, req.Amount, req.Currency)}
+	}
+	if err := psp.MatchRefund(op, req, r); err != nil {
+		return psp.Refund{}, err
 	}
 	return r, nil
 }
@@ -371,9 +581,18 @@ func refunded(op string, req psp.RefundRequest, r psp.Refund) (psp.Refund, error
 // LookupRefund implements psp.Adapter.
 func (a *Adapter) LookupRefund(ctx context.Context, chargeReference, refundOrderID string) (psp.Refund, error) {
 	const op = "lookup_refund"
+	if chargeReference == "" || refundOrderID == "" {
+		// GET /v1/payments/ would be another resource; an empty tag would
+		// match any cancel.
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("a refund lookup needs the paymentKey and the refund order id")}
+	}
 	p, err := a.payment(ctx, op, "/v1/payments/"+url.PathEscape(chargeReference))
 	if err != nil {
 		return psp.Refund{}, err
+	}
+	if p.PaymentKey != chargeReference {
+		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: toss answered for payment %q, asked for %q", psp.ErrMismatch, p.PaymentKey, chargeReference)}
 	}
 	return toRefund(op, p, refundOrderID)
 }
@@ -385,13 +604,24 @@ func toRefund(op string, p payment, refundOrderID string) (psp.Refund, error) {
 		if !strings.HasSuffix(c.CancelReason, tag) {
 			continue
 		}
+		amount, err := whole(c.CancelAmount)
+		if err != nil {
+			return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("cancel of %s cancelAmount: %w", p.PaymentKey, err)}
+		}
 		r := psp.Refund{RefundOrderID: refundOrderID, MerchantOrderID: p.OrderID, Reference: c.TransactionKey,
-			Amount: c.CancelAmount, Currency: p.Currency}
+			Amount: amount, Currency: p.Currency}
+		if r.Reference == "" {
+			// Answers older than 2022-06-08 carry no key per cancel.
+			r.Reference = p.PaymentKey + "@" + c.CanceledAt
+		}
 		switch c.CancelStatus {
-		case "DONE":
+		case "DONE", "":
+			// No cancelStatus: an older answer, which lists finished cancels only.
 			r.Status = psp.RefundSucceeded
-		case "IN_PROGRESS", "":
+		case "IN_PROGRESS":
 			r.Status = psp.RefundPending
+		case "ABORTED":
+			r.Status, r.DeclineCode, r.Code = psp.RefundDeclined, "cancel_aborted", c.CancelStatus
 		default:
 			return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("toss cancel status %q", c.CancelStatus)}
 		}
@@ -415,127 +645,89 @@ func cancelReason(reason, refundOrderID string) string {
 	return reason + " " + tag
 }
 
-// declineCode maps Toss's card refusals onto the gateway's decline codes.
-func declineCode(code string) (string, bool) {
-	switch code {
-	case "REJECT_CARD_PAYMENT", "REJECT_ACCOUNT_PAYMENT":
-		return psp.DeclineInsufficientFunds, true
-	case "REJECT_CARD_COMPANY":
-		return psp.DeclineCardDeclined, true
-	case "NOT_FOUND_PAYMENT":
-		// The paymentKey does not exist: not a payment method Toss knows.
-		return psp.DeclineInvalidPaymentMethod, true
-	case "NOT_FOUND_PAYMENT_SESSION":
-		return "payment_session_expired", true
-	case "INVALID_CARD_EXPIRATION", "INVALID_STOPPED_CARD", "INVALID_CARD_LOST_OR_STOLEN", "INVALID_CARD_NUMBER",
-		"INVALID_CARD_INSTALLMENT_PLAN", "INVALID_PASSWORD", "INVALID_UNREGISTERED_SUBMALL",
-		"EXCEED_MAX_DAILY_PAYMENT_COUNT", "EXCEED_MAX_PAYMENT_AMOUNT", "EXCEED_MAX_AMOUNT", "EXCEED_MAX_AUTH_COUNT",
-		"EXCEED_MAX_ONE_DAY_WITHDRAW_AMOUNT", "EXCEED_MAX_ONE_TIME_WITHDRAW_AMOUNT",
-		"NOT_SUPPORTED_INSTALLMENT_PLAN_CARD_OR_MERCHANT", "NOT_SUPPORTED_MONTHLY_INSTALLMENT_PLAN",
-		"NOT_AVAILABLE_PAYMENT", "RESTRICTED_TRANSFER_ACCOUNT", "REJECT_TOSSPAY_INVALID_ACCOUNT":
-		return strings.ToLower(code), true
+// declineCode is shared when the table gives one, else Toss's code in lower case.
+func declineCode(code, shared string) string {
+	if shared != "" {
+		return shared
 	}
-	return "", false
+	return strings.ToLower(code)
 }
 
-// classify places an error answer that is neither a result nor handled by
-// its caller.
-func classify(op string, status int, e apiError) error {
+// verdictOf is the verdict of a class from roundtrip.StatusClass.
+func verdictOf(c psp.Class) verdict {
+	if c == psp.NotProcessed {
+		return notProcessed
+	}
+	return unknown
+}
+
+// classify is the error of an answer with a non-result verdict.
+func classify(op string, status int, e apiError, v verdict) error {
 	err := fmt.Errorf("toss answered %d %s: %s", status, e.Code, e.Message)
-	switch {
-	case e.Code == "PROVIDER_ERROR" || e.Code == "CARD_PROCESSING_ERROR":
-		// The card company failed mid-approval: Toss may hold an approval.
-		return &psp.Error{Class: psp.Unknown, Op: op, Err: err}
-	case status == http.StatusConflict || status == http.StatusRequestTimeout || status == http.StatusNotFound:
-		return &psp.Error{Class: psp.Unknown, Op: op, Err: err}
-	case status >= 400 && status < 500:
-		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
+	class := psp.Unknown
+	switch v {
+	case reject:
+		class = psp.Rejected
+	case notProcessed:
+		class = psp.NotProcessed
 	}
-	return &psp.Error{Class: psp.Unknown, Op: op, Err: err}
+	return &psp.Error{Class: class, Op: op, Code: e.Code, Err: err}
 }
 
-func unknown(op string, status int, raw []byte) error {
-	return &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("toss answered %d with an unreadable body %.100q", status, raw)}
-}
-
-func parseError(raw []byte) (apiError, bool) {
+func parseError(ans roundtrip.Answer) (apiError, bool) {
 	var e apiError
-	if err := json.Unmarshal(raw, &e); err != nil || e.Code == "" {
+	if err := json.Unmarshal(ans.Body, &e); err != nil || e.Code == "" {
 		return apiError{}, false
 	}
 	return e, true
 }
 
-func parsePayment(op string, raw []byte) (payment, error) {
+func parsePayment(op string, ans roundtrip.Answer) (payment, error) {
 	var p payment
-	if err := json.Unmarshal(raw, &p); err != nil || p.PaymentKey == "" || p.Status == "" {
-		return payment{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("unreadable payment %.100q: %v", raw, err)}
+	if err := json.Unmarshal(ans.Body, &p); err != nil || p.PaymentKey == "" || p.Status == "" {
+		return payment{}, roundtrip.Unreadable(op, ans)
 	}
 	return p, nil
 }
 
-func validateCharge(req psp.ChargeRequest) error {
+// whole reads an amount Toss wrote as a JSON number ("15000", "15000.0",
+// "1.5e4") without a float: exactly, and only if it is a whole number.
+func whole(n json.Number) (int64, error) {
+	r, ok := new(big.Rat).SetString(string(n))
+	if !ok {
+		return 0, fmt.Errorf("amount %q is not a number", n)
+	}
+	if !r.IsInt() || !r.Num().IsInt64() {
+		return 0, fmt.Errorf("amount %q is not a whole number of won", n)
+	}
+	return r.Num().Int64(), nil
+}
+
+func (a *Adapter) validateCharge(req psp.ChargeRequest) error {
+	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
+		return err
+	}
 	switch {
 	case !orderIDPattern.MatchString(req.MerchantOrderID):
 		return fmt.Errorf("order id %q is not 6–64 characters of [A-Za-z0-9_-]", req.MerchantOrderID)
-	case req.Currency != currency:
-		return fmt.Errorf("toss charges KRW only, not %q", req.Currency)
-	case req.Amount <= 0:
-		return fmt.Errorf("amount %d is not positive", req.Amount)
 	case req.PaymentMethod == "" || len(req.PaymentMethod) > maxPaymentKeyLen:
 		return fmt.Errorf("payment method must be a Toss paymentKey of 1–%d characters", maxPaymentKeyLen)
 	}
 	return nil
 }
 
-func validateRefund(req psp.RefundRequest) error {
+func (a *Adapter) validateRefund(req psp.RefundRequest) error {
+	// A refund may be smaller than the minimum payment.
+	if req.Currency != currency {
+		return &psp.CheckError{Field: "currency", Reason: "toss refunds KRW only, not " + req.Currency}
+	}
 	switch {
 	case !orderIDPattern.MatchString(req.RefundOrderID):
 		return fmt.Errorf("refund order id %q is not 6–64 characters of [A-Za-z0-9_-]", req.RefundOrderID)
-	case req.Currency != currency:
-		return fmt.Errorf("toss refunds KRW only, not %q", req.Currency)
 	case req.Amount <= 0:
 		return fmt.Errorf("amount %d is not positive", req.Amount)
 	case req.ChargeReference == "":
 		return errors.New("the charge reference (paymentKey) is required")
 	}
 	return nil
-}
-
-// maxAnswer bounds how much of an answer is read.
-const maxAnswer = 1 << 20
-
-// do sends one request and reads the whole answer; only a failed round trip
-// is an error, classified.
-func (a *Adapter) do(ctx context.Context, op, method, path, idemKey string, in any) (int, []byte, error) {
-	var rd io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, nil, &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
-	if err != nil {
-		return 0, nil, &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
-	}
-	req.Header.Set("Authorization", a.auth)
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if idemKey != "" {
-		req.Header.Set("Idempotency-Key", idemKey)
-	}
-	res, err := a.client.Do(req)
-	if err != nil {
-		return 0, nil, psp.TransportError(op, err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
-	if err != nil {
-		return 0, nil, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("reading the %d answer: %w", res.StatusCode, err)}
-	}
-	return res.StatusCode, raw, nil
 }

@@ -17,25 +17,27 @@ import (
 	"gateway/psp"
 )
 
-// Charger is the part of a PSP adapter the seeding needs.
-type Charger interface {
-	Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error)
-}
-
 // seedChunk is the number of rows per multi-row INSERT: large enough to make
 // seeding 10,000 rows take well under a second, small enough for any
 // max_allowed_packet.
 const seedChunk = 500
 
 // SeedStale creates a merchant and writes n unfinished keys for it, each with
-// its processing payment, whose leases (and last chargeable lease) ended at
-// `at`. Every other key (the even ones) is charged at charger first, so a
-// reconciler settles half of them succeeded and, once the PSP's creation
-// window after `at` is over, the other half failed. Rows are written with
-// multi-row INSERTs straight into the tables, mirroring what the payment flow
-// stores at claim time. It returns the merchant that owns the rows.
-func SeedStale(ctx context.Context, dbx *sqlx.DB, charger Charger, n int, at time.Time) (payments.Merchant, error) {
-	at = at.UTC().Truncate(time.Microsecond)
+// its processing payment sent to adapter, whose leases (and last chargeable
+// lease) ended `ago` before the database's clock. Every other key (the even
+// ones) is charged at the adapter first, so a reconciler settles half of
+// them succeeded; the other half carry a first authoritative "not found" of
+// `ago` too, so that once the PSP's creation window is over one pass fails
+// them. Rows are written with multi-row INSERTs straight into the tables,
+// mirroring what the payment flow stores at claim time. It returns the
+// merchant that owns the rows.
+func SeedStale(ctx context.Context, dbx *sqlx.DB, adapter psp.Adapter, n int, ago time.Duration) (payments.Merchant, error) {
+	var now time.Time
+	if err := dbx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
+		return payments.Merchant{}, fmt.Errorf("reconciletest: %w", err)
+	}
+	at := now.Add(-ago)
+	name := payments.PSPName(adapter.Capabilities())
 	merchant, key, err := payments.NewMerchant("Reconcile seed", at)
 	if err != nil {
 		return payments.Merchant{}, err
@@ -51,23 +53,23 @@ func SeedStale(ctx context.Context, dbx *sqlx.DB, charger Charger, n int, at tim
 			k := fmt.Sprintf("stale-%06d", i)
 			id := fmt.Sprintf("pay_stale%06d", i)
 			order := payments.MerchantOrderID(merchant.ID, k)
-			pv = append(pv, "(?, ?, ?, ?, 'processing', 1000, 'USD', 'pm_card_ok', '', '{}', ?, ?)")
-			pargs = append(pargs, merchant.ID, id, k, order, at, at)
+			pv = append(pv, "(?, ?, ?, ?, 'processing', 1000, 'USD', 'pm_card_ok', '', '{}', ?, ?, ?)")
+			pargs = append(pargs, merchant.ID, id, k, order, name, at, at)
 			fp := idemkeys.Fingerprint(k)
-			kv = append(kv, "(?, ?, ?, ?, 'IN_PROGRESS', ?, 1, ?, ?, ?, ?, ?)")
-			kargs = append(kargs, merchant.ID, payments.EndpointCreatePayment, k, fp[:], id, at, at, at, at, at)
+			kv = append(kv, "(?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, ?, ?, ?)")
+			kargs = append(kargs, merchant.ID, payments.EndpointCreatePayment, k, fp[:], id, int64(idemkeys.FirstToken()), at, at, at, at, at, at)
 			if i%2 == 0 {
-				if _, err := charger.Charge(ctx, psp.ChargeRequest{MerchantOrderID: order, Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_ok"}); err != nil {
+				if _, err := adapter.Charge(ctx, psp.ChargeRequest{MerchantOrderID: order, Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_ok"}); err != nil {
 					return payments.Merchant{}, fmt.Errorf("reconciletest: charge %s: %w", order, err)
 				}
 			}
 		}
 		if _, err := dbx.ExecContext(ctx, `INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-			payment_method, description, metadata, created_at, updated_at) VALUES `+strings.Join(pv, ","), pargs...); err != nil {
+			payment_method, description, metadata, psp, created_at, updated_at) VALUES `+strings.Join(pv, ","), pargs...); err != nil {
 			return payments.Merchant{}, fmt.Errorf("reconciletest: insert payments: %w", err)
 		}
 		if _, err := dbx.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state, payment_id,
-			lease_version, locked_until, may_charge_until, reconcile_after, created_at, updated_at) VALUES `+strings.Join(kv, ","), kargs...); err != nil {
+			lease_version, locked_until, may_charge_until, reconcile_after, not_found_at, created_at, updated_at) VALUES `+strings.Join(kv, ","), kargs...); err != nil {
 			return payments.Merchant{}, fmt.Errorf("reconciletest: insert keys: %w", err)
 		}
 	}

@@ -5,29 +5,37 @@
 // would.
 //
 // Outcomes:
-//   - 201 or 200 with a charge → a result (succeeded or declined);
-//   - 409 → NotProcessed wrapping psp.ErrOrderConflict; other 4xx and a 503
-//     whose code is "not_processed" → NotProcessed;
-//   - any other 5xx, an answer that cannot be read, a timeout or a reset →
-//     Unknown; a connection that could not be opened → NotProcessed;
+//   - 201 or 200 with a charge → a result (succeeded, declined with the
+//     server's code kept, or pending with its next action);
+//   - 400 (or 422) with the server's code → Rejected, code kept: the server
+//     can never accept the request;
+//   - 409 → NotProcessed wrapping psp.ErrOrderConflict; 429, 503 whose code
+//     is "not_processed", and other 4xx (authentication, say) → NotProcessed;
+//   - any other 5xx, 408, an answer that cannot be read or that is for
+//     another order (psp.ErrMismatch), a timeout or a reset → Unknown; a
+//     connection that could not be opened → NotProcessed;
 //   - on lookups, 404 with code "not_found" → psp.ErrNotFound (a 404 from
 //     anything else, a proxy say, is Unknown: "not found" makes the gateway
 //     charge again, so only the PSP itself may say it).
+//
+// The server takes package fake's default currencies in ISO units; a request
+// that their Check refuses is Rejected before it is sent.
 package fakeclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
 	"gateway/psp"
+	"gateway/psp/fake"
 	"gateway/psp/fake/fakeserver"
+	"gateway/psp/roundtrip"
 )
 
 // Config configures the adapter.
@@ -41,13 +49,16 @@ type Config struct {
 	// server applies a charge after its latency (≤ 60s) even when the client
 	// has gone.
 	CreationWindow time.Duration
+	// Account is the label the adapter advertises in its Capabilities.
+	Account string
 }
 
 // Adapter is a psp.Adapter for the standalone fake PSP.
 type Adapter struct {
-	base   *url.URL
-	client *http.Client
-	window time.Duration
+	rt         *roundtrip.Client
+	window     time.Duration
+	account    string
+	currencies []psp.Currency
 }
 
 var _ psp.Adapter = (*Adapter)(nil)
@@ -55,19 +66,14 @@ var _ psp.Adapter = (*Adapter)(nil)
 // maxOrderIDLen is the server's limit (that of package fake).
 const maxOrderIDLen = 64
 
-// maxAnswer bounds how much of an answer is read.
-const maxAnswer = 1 << 20
-
 // New returns an adapter for the server at cfg.BaseURL.
 func New(cfg Config) (*Adapter, error) {
 	u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("fakeclient: base URL %q must be http(s)://host[:port]", cfg.BaseURL)
 	}
-	a := &Adapter{base: u, client: cfg.HTTPClient, window: cfg.CreationWindow}
-	if a.client == nil {
-		a.client = &http.Client{Timeout: 60 * time.Second}
-	}
+	a := &Adapter{rt: roundtrip.New(u.String(), cfg.HTTPClient, nil), window: cfg.CreationWindow,
+		account: cfg.Account, currencies: fake.Currencies()}
 	if a.window <= 0 {
 		a.window = time.Minute
 	}
@@ -76,7 +82,8 @@ func New(cfg Config) (*Adapter, error) {
 
 // Capabilities implements psp.Adapter. The server records a charge before it
 // answers and its lookups read the same ledger, so not found is authoritative
-// once the creation window has passed.
+// once the creation window has passed. Currencies is shared: callers must
+// not modify it.
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
 		Name:                "fakehttp",
@@ -84,30 +91,36 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		CreationWindow:      a.window,
 		DedupesOrderID:      true,
 		MaxOrderIDLen:       maxOrderIDLen,
+		Account:             a.account,
+		Currencies:          a.currencies,
+		Checkout:            psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
 	}
 }
 
 // Charge implements psp.Adapter.
 func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
 	const op = "charge"
-	status, body, err := a.do(ctx, op, http.MethodPost, "/v1/charges", fakeserver.ChargeRequest{
-		MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
-		PaymentMethod: req.PaymentMethod, Description: req.Description,
-	})
+	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodPost, Path: "/v1/charges",
+		Body: fakeserver.ChargeRequest{
+			MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
+			PaymentMethod: req.PaymentMethod, Description: req.Description, AllowNextAction: req.AllowNextAction,
+		}})
 	if err != nil {
 		return psp.Charge{}, err
 	}
-	if status != http.StatusOK && status != http.StatusCreated {
-		return psp.Charge{}, failure(op, status, body)
+	if ans.Status != http.StatusOK && ans.Status != http.StatusCreated {
+		return psp.Charge{}, failure(op, ans)
 	}
-	c, err := parseCharge(op, body)
+	c, err := parseCharge(op, ans)
 	if err != nil {
 		return psp.Charge{}, err
 	}
-	if c.MerchantOrderID != req.MerchantOrderID || c.Amount != req.Amount || c.Currency != req.Currency {
-		// The server answered for another order: whatever it did, it was not this.
-		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
-			Err: fmt.Errorf("answer %+v does not match the request for %s", c, req.MerchantOrderID)}
+	// An answer for another order: whatever the server did, it was not this.
+	if err := psp.MatchCharge(op, req, c); err != nil {
+		return psp.Charge{}, err
 	}
 	return c, nil
 }
@@ -115,121 +128,128 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 // Lookup implements psp.Adapter.
 func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, error) {
 	const op = "lookup"
-	status, body, err := a.do(ctx, op, http.MethodGet, "/v1/charges/"+url.PathEscape(merchantOrderID), nil)
+	if merchantOrderID == "" {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("empty merchant order id")}
+	}
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodGet, Path: "/v1/charges/" + url.PathEscape(merchantOrderID)})
 	if err != nil {
 		return psp.Charge{}, err
 	}
-	if status != http.StatusOK {
-		return psp.Charge{}, failure(op, status, body)
+	if ans.Status != http.StatusOK {
+		return psp.Charge{}, failure(op, ans)
 	}
-	c, err := parseCharge(op, body)
-	if err == nil && c.MerchantOrderID != merchantOrderID {
-		err = &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("asked for %s, got %s", merchantOrderID, c.MerchantOrderID)}
+	c, err := parseCharge(op, ans)
+	if err != nil {
+		return psp.Charge{}, err
 	}
-	return c, err
+	if c.MerchantOrderID != merchantOrderID {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: asked for order %q, the server answered for %q", psp.ErrMismatch, merchantOrderID, c.MerchantOrderID)}
+	}
+	return c, nil
 }
 
 // Refund implements psp.Adapter.
 func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
 	const op = "refund"
-	status, body, err := a.do(ctx, op, http.MethodPost, "/v1/refunds", fakeserver.RefundRequest{
-		RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID, ChargeReference: req.ChargeReference,
-		Amount: req.Amount, Currency: req.Currency, Reason: req.Reason,
-	})
+	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodPost, Path: "/v1/refunds",
+		Body: fakeserver.RefundRequest{
+			RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID, ChargeReference: req.ChargeReference,
+			Amount: req.Amount, Currency: req.Currency, Reason: req.Reason,
+		}})
 	if err != nil {
 		return psp.Refund{}, err
 	}
-	if status != http.StatusOK && status != http.StatusCreated {
-		return psp.Refund{}, failure(op, status, body)
+	if ans.Status != http.StatusOK && ans.Status != http.StatusCreated {
+		return psp.Refund{}, failure(op, ans)
 	}
-	r, err := parseRefund(op, body)
-	if err == nil && (r.RefundOrderID != req.RefundOrderID || r.Amount != req.Amount) {
-		err = &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("answer %+v does not match the request for %s", r, req.RefundOrderID)}
+	r, err := parseRefund(op, ans)
+	if err != nil {
+		return psp.Refund{}, err
 	}
-	return r, err
+	if err := psp.MatchRefund(op, req, r); err != nil {
+		return psp.Refund{}, err
+	}
+	return r, nil
 }
 
 // LookupRefund implements psp.Adapter.
 func (a *Adapter) LookupRefund(ctx context.Context, chargeReference, refundOrderID string) (psp.Refund, error) {
 	const op = "lookup_refund"
+	if chargeReference == "" || refundOrderID == "" {
+		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("a refund lookup needs the charge reference and the refund order id")}
+	}
 	path := "/v1/refunds/" + url.PathEscape(refundOrderID) + "?charge_reference=" + url.QueryEscape(chargeReference)
-	status, body, err := a.do(ctx, op, http.MethodGet, path, nil)
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodGet, Path: path})
 	if err != nil {
 		return psp.Refund{}, err
 	}
-	if status != http.StatusOK {
-		return psp.Refund{}, failure(op, status, body)
+	if ans.Status != http.StatusOK {
+		return psp.Refund{}, failure(op, ans)
 	}
-	return parseRefund(op, body)
-}
-
-// do sends one request and reads the whole answer. A transport failure comes
-// back classified; an HTTP answer of any status comes back as such.
-func (a *Adapter) do(ctx context.Context, op, method, path string, in any) (int, []byte, error) {
-	var rd io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, nil, &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
-		}
-		rd = bytes.NewReader(b)
+	r, err := parseRefund(op, ans)
+	if err == nil && r.RefundOrderID != refundOrderID {
+		err = &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: asked for refund %q, the server answered for %q", psp.ErrMismatch, refundOrderID, r.RefundOrderID)}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base.String()+path, rd)
-	if err != nil {
-		return 0, nil, &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
-	}
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	res, err := a.client.Do(req)
-	if err != nil {
-		return 0, nil, psp.TransportError(op, err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
-	if err != nil {
-		// The status line arrived, the body did not: the PSP acted or not.
-		return 0, nil, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("reading the %d answer: %w", res.StatusCode, err)}
-	}
-	return res.StatusCode, body, nil
+	return r, err
 }
 
 // failure classifies an answer that is not a result.
-func failure(op string, status int, body []byte) error {
+func failure(op string, ans roundtrip.Answer) error {
 	var e fakeserver.ErrorBody
-	_ = json.Unmarshal(body, &e) // an unreadable body leaves the code empty
-	err := fmt.Errorf("fake psp answered %d %s: %s", status, e.Error.Code, e.Error.Message)
-	switch {
-	case status == http.StatusNotFound && e.Error.Code == fakeserver.CodeNotFound && (op == "lookup" || op == "lookup_refund"):
-		return psp.ErrNotFound
-	case status == http.StatusConflict:
-		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("%w: %w", psp.ErrOrderConflict, err)}
-	case status == http.StatusServiceUnavailable && e.Error.Code == fakeserver.CodeNotProcessed:
-		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
-	case status >= 400 && status < 500 && status != http.StatusNotFound && status != http.StatusRequestTimeout:
-		return &psp.Error{Class: psp.NotProcessed, Op: op, Err: err}
+	if json.Unmarshal(ans.Body, &e) != nil || e.Error.Code == "" {
+		return roundtrip.Unreadable(op, ans)
 	}
-	return &psp.Error{Class: psp.Unknown, Op: op, Err: err}
+	code := e.Error.Code
+	err := fmt.Errorf("fake psp answered %d %s: %s", ans.Status, code, e.Error.Message)
+	switch {
+	case ans.Status == http.StatusNotFound && code == fakeserver.CodeNotFound && (op == "lookup" || op == "lookup_refund"):
+		return psp.ErrNotFound
+	case ans.Status == http.StatusConflict && code == fakeserver.CodeOrderIDReused:
+		return &psp.Error{Class: psp.NotProcessed, Op: op, Code: code, Err: fmt.Errorf("%w: %w", psp.ErrOrderConflict, err)}
+	case ans.Status == http.StatusServiceUnavailable && code == fakeserver.CodeNotProcessed:
+		return &psp.Error{Class: psp.NotProcessed, Op: op, Code: code, Err: err}
+	}
+	if class, ok := roundtrip.StatusClass(ans.Status); ok {
+		return &psp.Error{Class: class, Op: op, Code: code, Err: err}
+	}
+	switch ans.Status {
+	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+		return &psp.Error{Class: psp.Rejected, Op: op, Code: code, Err: err}
+	case http.StatusNotFound:
+		// Not the server's "no such order": a wrong route, a proxy.
+		return &psp.Error{Class: psp.Unknown, Op: op, Code: code, Err: err}
+	}
+	return &psp.Error{Class: psp.NotProcessed, Op: op, Code: code, Err: err}
 }
 
-func parseCharge(op string, body []byte) (psp.Charge, error) {
+func parseCharge(op string, ans roundtrip.Answer) (psp.Charge, error) {
 	var c fakeserver.Charge
-	if err := json.Unmarshal(body, &c); err != nil {
-		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("unreadable answer: %w", err)}
+	if err := json.Unmarshal(ans.Body, &c); err != nil {
+		return psp.Charge{}, roundtrip.Unreadable(op, ans)
 	}
 	status := psp.ChargeStatus(c.Status)
-	if status != psp.Succeeded && status != psp.Declined {
+	switch status {
+	case psp.Succeeded, psp.Declined, psp.Pending:
+	default:
 		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("charge status %q", c.Status)}
 	}
-	return psp.Charge{MerchantOrderID: c.MerchantOrderID, Reference: c.Reference, Status: status,
-		DeclineCode: c.DeclineCode, Amount: c.Amount, Currency: c.Currency}, nil
+	out := psp.Charge{MerchantOrderID: c.MerchantOrderID, Reference: c.Reference, Status: status,
+		DeclineCode: c.DeclineCode, Code: c.Code, Amount: c.Amount, Currency: c.Currency}
+	if na := c.NextAction; na != nil && status == psp.Pending {
+		out.NextAction = &psp.NextAction{Type: na.Type, URL: na.URL, ClientSecret: na.ClientSecret}
+	}
+	return out, nil
 }
 
-func parseRefund(op string, body []byte) (psp.Refund, error) {
+func parseRefund(op string, ans roundtrip.Answer) (psp.Refund, error) {
 	var r fakeserver.Refund
-	if err := json.Unmarshal(body, &r); err != nil {
-		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("unreadable answer: %w", err)}
+	if err := json.Unmarshal(ans.Body, &r); err != nil {
+		return psp.Refund{}, roundtrip.Unreadable(op, ans)
 	}
 	status := psp.RefundStatus(r.Status)
 	switch status {
@@ -238,5 +258,5 @@ func parseRefund(op string, body []byte) (psp.Refund, error) {
 		return psp.Refund{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("refund status %q", r.Status)}
 	}
 	return psp.Refund{RefundOrderID: r.RefundOrderID, MerchantOrderID: r.MerchantOrderID, Reference: r.Reference,
-		Status: status, DeclineCode: r.DeclineCode, Amount: r.Amount, Currency: r.Currency}, nil
+		Status: status, DeclineCode: r.DeclineCode, Code: r.Code, Amount: r.Amount, Currency: r.Currency}, nil
 }

@@ -2,6 +2,7 @@ package fakeclient_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,7 +36,7 @@ func TestConformance(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return psptest.Harness{
 			Adapter:     mustNew(t, ts.URL),
-			Backend:     backend{faults, srv},
+			Backend:     backend{faults, srv, ts.URL},
 			Method:      method,
 			Unreachable: mustNew(t, psptest.UnreachableURL(t)),
 		}
@@ -57,6 +58,12 @@ func method(o psptest.Outcome, _ string) string {
 		return fake.MethodDeclined
 	case psptest.DeclinedFunds:
 		return fake.MethodInsufficientFunds
+	case psptest.DeclinedOther:
+		return fake.MethodLostCard
+	case psptest.Invalid:
+		return fake.MethodInvalidRequest
+	case psptest.Pending:
+		return fake.MethodThreeDS
 	}
 	return fake.MethodOK
 }
@@ -84,6 +91,31 @@ func writeError(w http.ResponseWriter, status int, code string) {
 type backend struct {
 	*psptest.HTTPFaults
 	srv *fakeserver.Server
+	url string
+}
+
+// Settle passes 3-D Secure the way a customer does: by visiting the page the
+// charge's next action points to.
+func (b backend) Settle(orderID string, o psptest.Outcome) {
+	for _, c := range b.srv.LedgerSnapshot().Charges {
+		if c.MerchantOrderID != orderID {
+			continue
+		}
+		page := b.url + "/3ds/" + c.Reference
+		if o != psptest.Success {
+			page += "?result=failed"
+		}
+		res, err := http.Get(page)
+		if err != nil {
+			panic(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			panic(fmt.Sprintf("GET %s: %s", page, res.Status))
+		}
+		return
+	}
+	panic("no charge for " + orderID)
 }
 
 func (b backend) Charges(orderID string) int {
@@ -121,18 +153,24 @@ func TestAnswers(t *testing.T) {
 		{"charge created", "charge", 201, charge, 0, nil},
 		{"charge deduplicated", "charge", 200, charge, 0, nil},
 		{"order id reused", "charge", 409, `{"error":{"code":"order_id_reused","message":"x"}}`, psp.NotProcessed, psp.ErrOrderConflict},
-		{"invalid", "charge", 400, `{"error":{"code":"invalid_request","message":"x"}}`, psp.NotProcessed, nil},
+		{"invalid", "charge", 400, `{"error":{"code":"invalid_request","message":"x"}}`, psp.Rejected, nil},
+		{"unprocessable", "charge", 422, `{"error":{"code":"amount_too_small","message":"x"}}`, psp.Rejected, nil},
+		{"unauthorized", "charge", 401, `{"error":{"code":"unauthorized","message":"x"}}`, psp.NotProcessed, nil},
+		{"rate limited", "charge", 429, `{"error":{"code":"rate_limited","message":"x"}}`, psp.NotProcessed, nil},
+		{"400 from a proxy", "charge", 400, `<html>bad request</html>`, psp.Unknown, nil},
 		{"not processed", "charge", 503, `{"error":{"code":"not_processed","message":"x"}}`, psp.NotProcessed, nil},
 		{"503 from a proxy", "charge", 503, `<html>unavailable</html>`, psp.Unknown, nil},
 		{"internal error", "charge", 500, `{"error":{"code":"internal_error","message":"x"}}`, psp.Unknown, nil},
 		{"wrong route", "charge", 404, `{"error":{"code":"route_not_found","message":"x"}}`, psp.Unknown, nil},
 		{"unreadable", "charge", 201, `{"merchant_order_id":`, psp.Unknown, nil},
-		{"unknown status", "charge", 201, strings.Replace(charge, "succeeded", "pending", 1), psp.Unknown, nil},
-		{"another order", "charge", 201, strings.Replace(charge, "ord_1", "ord_2", 1), psp.Unknown, nil},
+		{"unknown status", "charge", 201, strings.Replace(charge, "succeeded", "authorized", 1), psp.Unknown, nil},
+		{"another order", "charge", 201, strings.Replace(charge, "ord_1", "ord_2", 1), psp.Unknown, psp.ErrMismatch},
+		{"another amount", "charge", 201, strings.Replace(charge, "100", "101", 1), psp.Unknown, psp.ErrMismatch},
+		{"another currency", "charge", 201, strings.Replace(charge, "KRW", "JPY", 1), psp.Unknown, psp.ErrMismatch},
 		{"lookup found", "lookup", 200, charge, 0, nil},
 		{"lookup not found", "lookup", 404, `{"error":{"code":"not_found","message":"x"}}`, 0, psp.ErrNotFound},
 		{"lookup 404 from elsewhere", "lookup", 404, `404 page not found`, psp.Unknown, nil},
-		{"lookup another order", "lookup", 200, strings.Replace(charge, "ord_1", "ord_2", 1), psp.Unknown, nil},
+		{"lookup another order", "lookup", 200, strings.Replace(charge, "ord_1", "ord_2", 1), psp.Unknown, psp.ErrMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,5 +215,41 @@ func TestNewRefusesBadURL(t *testing.T) {
 		if _, err := fakeclient.New(fakeclient.Config{BaseURL: u}); err == nil {
 			t.Errorf("New accepted %q", u)
 		}
+	}
+}
+
+// The charge a pending answer carries reaches the caller whole, and what the
+// server refuses keeps its code.
+func TestPendingAndRejectedOverHTTP(t *testing.T) {
+	srv, err := fakeserver.New(fakeserver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	defer srv.Close()
+	a := mustNew(t, ts.URL)
+	req := psp.ChargeRequest{MerchantOrderID: "ord_3ds", Amount: 1000, Currency: "KRW", PaymentMethod: fake.MethodThreeDS, AllowNextAction: true}
+	c, err := a.Charge(t.Context(), req)
+	if err != nil || c.Status != psp.Pending || c.NextAction == nil || c.NextAction.Type != psp.NextActionRedirect ||
+		c.NextAction.URL != ts.URL+"/3ds/"+c.Reference {
+		t.Fatalf("Charge = %+v (%+v), %v", c, c.NextAction, err)
+	}
+	req.MerchantOrderID, req.AllowNextAction = "ord_one_step", false
+	if c, err := a.Charge(t.Context(), req); err != nil || c.Status != psp.Declined || c.Code != "authentication_required" {
+		t.Fatalf("one-step 3-D Secure = %+v, %v; want declined", c, err)
+	}
+	req.MerchantOrderID, req.PaymentMethod = "ord_invalid", fake.MethodInvalidRequest
+	_, err = a.Charge(t.Context(), req)
+	var e *psp.Error
+	if !errors.As(err, &e) || e.Class != psp.Rejected || e.Code != fakeserver.CodeInvalidRequest {
+		t.Fatalf("Charge = %v, want Rejected with the server's code", err)
+	}
+	if a.Capabilities().Account != "" {
+		t.Fatal("an account label nobody configured")
+	}
+	b, _ := fakeclient.New(fakeclient.Config{BaseURL: ts.URL, Account: "kr-1"})
+	if b.Capabilities().Account != "kr-1" {
+		t.Fatal("the configured account label is not advertised")
 	}
 }

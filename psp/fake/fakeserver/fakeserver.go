@@ -7,23 +7,37 @@
 //
 // The API:
 //
-//	POST /v1/charges                      {"merchant_order_id","amount","currency","payment_method","description"}
+//	POST /v1/charges                      {"merchant_order_id","amount","currency","payment_method","description","allow_next_action"}
 //	                                      201 new charge, 200 the same order id again (deduplicated),
-//	                                      409 same order id with another amount or currency, 400 invalid
+//	                                      409 same order id with another amount or currency,
+//	                                      400 a request the PSP can never accept (Rejected; the code says why)
 //	GET  /v1/charges/{merchant_order_id}  200 the charge, 404 none
 //	POST /v1/refunds                      {"refund_order_id","merchant_order_id","charge_reference","amount","currency","reason"}
 //	                                      201 new refund, 200 a repeat or a declined refund, 409, 400
 //	GET  /v1/refunds/{refund_order_id}    200 the refund, 404 none (?charge_reference= narrows it)
+//	GET  /3ds/{reference}                 the 3-D Secure page a pending pm_card_3ds charge redirects to:
+//	                                      visiting it passes the check (the charge succeeds);
+//	                                      ?result=failed fails it (declined, authentication_failed)
+//	POST /admin/charges/{merchant_order_id}/settle {"status":"succeeded"|"declined","decline_code"}
+//	                                      finishes a pending charge (a deposit arrived, 3-D Secure done);
+//	                                      200 the charge, 409 not_pending
 //	GET  /admin/ledger                    every charge and refund
 //	POST /admin/reset                     forget charges, refunds and counters (fault settings stay)
 //	GET  /admin/faults, PUT /admin/faults the fault settings (Faults)
 //	GET  /admin/stats                     calls received and faults injected
 //	GET  /healthz
 //
-// Errors are {"error":{"code","message"}}. Payment methods behave as in
-// package fake: pm_card_ok succeeds, pm_card_declined and
-// pm_card_insufficient_funds are declined, anything else is declined as
-// invalid_payment_method.
+// Errors are {"error":{"code","message"}}. A charge is {"merchant_order_id",
+// "reference","status","decline_code","code","amount","currency",
+// "next_action":{"type","url","client_secret"}}, status one of succeeded,
+// declined, pending. Payment methods behave as in package fake:
+// pm_card_ok succeeds; pm_card_declined, pm_card_insufficient_funds and
+// pm_card_lost are declined; pm_card_3ds is pending with a redirect to
+// /3ds/{reference} when allow_next_action is true (declined
+// authentication_required otherwise); pm_virtual_account is pending until
+// settled; pm_invalid_request is refused 400 invalid_request; anything else
+// is declined as invalid_payment_method. The currencies taken are package
+// fake's defaults (fake.Currencies).
 //
 // Faults apply to the two POSTs. Each request first waits a random latency,
 // then draws at most one fault: error_before_charge answers 503
@@ -44,6 +58,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -187,6 +202,8 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /v1/charges/{id}", s.getCharge)
 	mux.HandleFunc("POST /v1/refunds", s.createRefund)
 	mux.HandleFunc("GET /v1/refunds/{id}", s.getRefund)
+	mux.HandleFunc("GET /3ds/{reference}", s.threeDS)
+	mux.HandleFunc("POST /admin/charges/{id}/settle", s.settle)
 	mux.HandleFunc("GET /admin/ledger", s.ledger)
 	mux.HandleFunc("POST /admin/reset", s.reset)
 	mux.HandleFunc("GET /admin/faults", s.getFaults)
@@ -241,12 +258,21 @@ func (s *Server) Stats() Stats {
 
 // Charge is a charge as the API shows it.
 type Charge struct {
-	MerchantOrderID string `json:"merchant_order_id"`
-	Reference       string `json:"reference"`
-	Status          string `json:"status"`
-	DeclineCode     string `json:"decline_code,omitempty"`
-	Amount          int64  `json:"amount"`
-	Currency        string `json:"currency"`
+	MerchantOrderID string      `json:"merchant_order_id"`
+	Reference       string      `json:"reference"`
+	Status          string      `json:"status"`
+	DeclineCode     string      `json:"decline_code,omitempty"`
+	Code            string      `json:"code,omitempty"`
+	Amount          int64       `json:"amount"`
+	Currency        string      `json:"currency"`
+	NextAction      *NextAction `json:"next_action,omitempty"`
+}
+
+// NextAction is what a front end does to let a pending charge go on.
+type NextAction struct {
+	Type         string `json:"type"`
+	URL          string `json:"url,omitempty"`
+	ClientSecret string `json:"client_secret,omitempty"`
 }
 
 // Refund is a refund as the API shows it.
@@ -256,6 +282,7 @@ type Refund struct {
 	Reference       string `json:"reference,omitempty"`
 	Status          string `json:"status"`
 	DeclineCode     string `json:"decline_code,omitempty"`
+	Code            string `json:"code,omitempty"`
 	Amount          int64  `json:"amount"`
 	Currency        string `json:"currency"`
 }
@@ -273,6 +300,13 @@ type ChargeRequest struct {
 	Currency        string `json:"currency"`
 	PaymentMethod   string `json:"payment_method"`
 	Description     string `json:"description,omitempty"`
+	AllowNextAction bool   `json:"allow_next_action,omitempty"`
+}
+
+// SettleRequest is the body of POST /admin/charges/{merchant_order_id}/settle.
+type SettleRequest struct {
+	Status      string `json:"status"`
+	DeclineCode string `json:"decline_code,omitempty"`
 }
 
 // RefundRequest is the body of POST /v1/refunds.
@@ -299,6 +333,7 @@ const (
 	CodeOrderIDReused  = "order_id_reused"
 	CodeNotFound       = "not_found"
 	CodeNotProcessed   = "not_processed"
+	CodeNotPending     = "not_pending"
 	CodeInternal       = "internal_error"
 )
 
@@ -306,7 +341,7 @@ const (
 func (s *Server) LedgerSnapshot() Ledger {
 	l := Ledger{Charges: []Charge{}, Refunds: []Refund{}}
 	for _, c := range s.psp.Charges() {
-		l.Charges = append(l.Charges, fromCharge(c))
+		l.Charges = append(l.Charges, fromCharge(c, ""))
 	}
 	for _, r := range s.psp.Refunds() {
 		l.Refunds = append(l.Refunds, fromRefund(r))
@@ -323,15 +358,15 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	s.moneyCall(w, r, func() (int, any) {
 		c, created, err := s.psp.ChargeCreated(context.Background(), psp.ChargeRequest{
 			MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
-			PaymentMethod: req.PaymentMethod, Description: req.Description,
+			PaymentMethod: req.PaymentMethod, Description: req.Description, AllowNextAction: req.AllowNextAction,
 		})
 		if err != nil {
 			return refusal(err)
 		}
 		if created {
-			return http.StatusCreated, fromCharge(c)
+			return http.StatusCreated, fromCharge(c, origin(r))
 		}
-		return http.StatusOK, fromCharge(c)
+		return http.StatusOK, fromCharge(c, origin(r))
 	})
 }
 
@@ -444,7 +479,53 @@ func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, fromCharge(c))
+	writeJSON(w, http.StatusOK, fromCharge(c, origin(r)))
+}
+
+// threeDS is the bank's 3-D Secure page: visiting it finishes the pending
+// charge, passed unless ?result=failed.
+func (s *Server) threeDS(w http.ResponseWriter, r *http.Request) {
+	ref := r.PathValue("reference")
+	for _, c := range s.psp.Charges() {
+		if c.Reference != ref {
+			continue
+		}
+		status, code, say := psp.Succeeded, "", "3-D Secure passed; the payment succeeded. Return to the merchant."
+		if r.URL.Query().Get("result") == "failed" {
+			status, code, say = psp.Declined, "authentication_failed", "3-D Secure failed; the payment was declined. Return to the merchant."
+		}
+		if _, err := s.psp.Settle(c.MerchantOrderID, status, code); err != nil {
+			writeError(w, http.StatusConflict, CodeNotPending, "this payment is not waiting for 3-D Secure")
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, say+"\n")
+		return
+	}
+	writeError(w, http.StatusNotFound, CodeNotFound, "no charge with this reference")
+}
+
+// settle finishes a pending charge as the bank or the customer would.
+func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
+	var req SettleRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	status := psp.ChargeStatus(req.Status)
+	if status != psp.Succeeded && status != psp.Declined {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, `status must be "succeeded" or "declined"`)
+		return
+	}
+	c, err := s.psp.Settle(r.PathValue("id"), status, req.DeclineCode)
+	if errors.Is(err, fake.ErrNotPending) {
+		writeError(w, http.StatusConflict, CodeNotPending, "no pending charge for this merchant order id")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, fromCharge(c, origin(r)))
 }
 
 func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
@@ -497,15 +578,16 @@ func (s *Server) getStats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Stats())
 }
 
-// refusal turns the fake's NotProcessed errors into API answers.
+// refusal turns the fake's errors into API answers.
 func refusal(err error) (int, any) {
 	var body ErrorBody
 	body.Error.Message = err.Error()
+	class, _ := psp.ClassOf(err)
 	switch {
 	case errors.Is(err, fake.ErrOrderIDReused):
 		body.Error.Code = CodeOrderIDReused
 		return http.StatusConflict, body
-	case errors.Is(err, fake.ErrInvalidRequest):
+	case class == psp.Rejected:
 		body.Error.Code = CodeInvalidRequest
 		return http.StatusBadRequest, body
 	}
@@ -513,14 +595,30 @@ func refusal(err error) (int, any) {
 	return http.StatusInternalServerError, body
 }
 
-func fromCharge(c psp.Charge) Charge {
-	return Charge{MerchantOrderID: c.MerchantOrderID, Reference: c.Reference, Status: string(c.Status),
-		DeclineCode: c.DeclineCode, Amount: c.Amount, Currency: c.Currency}
+// origin is the scheme and host the client reached, for absolute links.
+func origin(r *http.Request) string {
+	if r.TLS != nil {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
+}
+
+// fromCharge renders c; a next action's path is made absolute on base.
+func fromCharge(c psp.Charge, base string) Charge {
+	out := Charge{MerchantOrderID: c.MerchantOrderID, Reference: c.Reference, Status: string(c.Status),
+		DeclineCode: c.DeclineCode, Code: c.Code, Amount: c.Amount, Currency: c.Currency}
+	if na := c.NextAction; na != nil {
+		out.NextAction = &NextAction{Type: na.Type, URL: na.URL, ClientSecret: na.ClientSecret}
+		if strings.HasPrefix(na.URL, "/") {
+			out.NextAction.URL = base + na.URL
+		}
+	}
+	return out
 }
 
 func fromRefund(r psp.Refund) Refund {
 	return Refund{RefundOrderID: r.RefundOrderID, MerchantOrderID: r.MerchantOrderID, Reference: r.Reference,
-		Status: string(r.Status), DeclineCode: r.DeclineCode, Amount: r.Amount, Currency: r.Currency}
+		Status: string(r.Status), DeclineCode: r.DeclineCode, Code: r.Code, Amount: r.Amount, Currency: r.Currency}
 }
 
 // maxBody bounds request bodies.

@@ -300,3 +300,56 @@ func TestNewRefusesBadFaults(t *testing.T) {
 		t.Fatalf("New = %v, want an error naming error_after_charge", err)
 	}
 }
+
+// Pending charges, their next action, the 3-D Secure page, settling a
+// deposit, and requests the server can never accept.
+func TestPendingAndRejected(t *testing.T) {
+	e := newEnv(t, fakeserver.Options{})
+	threeDS := `{"merchant_order_id":"ord_3ds","amount":1000,"currency":"KRW","payment_method":"pm_card_3ds","allow_next_action":true}`
+	steps := []struct {
+		name, method, path, body string
+		status                   int
+		contains                 string
+	}{
+		{"3ds pending", "POST", "/v1/charges", threeDS, 201, `"next_action":{"type":"redirect","url":"` + e.url + `/3ds/fake_ch_1"}`},
+		{"3ds pending lookup", "GET", "/v1/charges/ord_3ds", "", 200, `"status":"pending"`},
+		{"3ds one step", "POST", "/v1/charges", charge("ord_1step", "pm_card_3ds", 1000), 201, `"code":"authentication_required"`},
+		{"virtual account", "POST", "/v1/charges", charge("ord_va", "pm_virtual_account", 1000), 201, `"status":"pending"`},
+		{"lost card", "POST", "/v1/charges", charge("ord_lost", "pm_card_lost", 1000), 201, `"decline_code":"lost_card","code":"lost_card"`},
+		{"invalid request", "POST", "/v1/charges", charge("ord_bad", "pm_invalid_request", 1000), 400, `"code":"invalid_request"`},
+		{"currency not taken", "POST", "/v1/charges", `{"merchant_order_id":"ord_xts","amount":1,"currency":"XTS","payment_method":"pm_card_ok"}`, 400, `XTS`},
+		{"nothing recorded", "GET", "/v1/charges/ord_bad", "", 404, `"code":"not_found"`},
+		{"3ds page passes", "GET", "/3ds/fake_ch_1", "", 200, "3-D Secure passed"},
+		{"3ds done", "GET", "/v1/charges/ord_3ds", "", 200, `"status":"succeeded"`},
+		{"3ds page again", "GET", "/3ds/fake_ch_1", "", 409, `"code":"not_pending"`},
+		{"3ds page unknown", "GET", "/3ds/fake_ch_99", "", 404, `"code":"not_found"`},
+		{"settle bad status", "POST", "/admin/charges/ord_va/settle", `{"status":"pending"}`, 400, `"code":"invalid_request"`},
+		{"deposit expired", "POST", "/admin/charges/ord_va/settle", `{"status":"declined","decline_code":"deposit_expired"}`, 200, `"decline_code":"deposit_expired"`},
+		{"settle twice", "POST", "/admin/charges/ord_va/settle", `{"status":"succeeded"}`, 409, `"code":"not_pending"`},
+		{"settle unknown", "POST", "/admin/charges/ord_none/settle", `{"status":"succeeded"}`, 409, `"code":"not_pending"`},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			status, body := e.mustCall(st.method, st.path, st.body)
+			if status != st.status || !strings.Contains(body, st.contains) {
+				t.Fatalf("%s %s = %d %s; want %d containing %s", st.method, st.path, status, body, st.status, st.contains)
+			}
+		})
+	}
+	// A customer who fails 3-D Secure: the charge is declined.
+	body := strings.Replace(threeDS, "ord_3ds", "ord_3ds_fail", 1)
+	if status, b := e.mustCall("POST", "/v1/charges", body); status != 201 || !strings.Contains(b, "fake_ch_") {
+		t.Fatalf("%d %s", status, b)
+	}
+	var c fakeserver.Charge
+	_, b := e.mustCall("GET", "/v1/charges/ord_3ds_fail", "")
+	if err := json.Unmarshal([]byte(b), &c); err != nil {
+		t.Fatal(err)
+	}
+	if status, b := e.mustCall("GET", "/3ds/"+c.Reference+"?result=failed", ""); status != 200 || !strings.Contains(b, "failed") {
+		t.Fatalf("%d %s", status, b)
+	}
+	if _, b := e.mustCall("GET", "/v1/charges/ord_3ds_fail", ""); !strings.Contains(b, `"decline_code":"authentication_failed"`) {
+		t.Fatalf("after a failed check: %s", b)
+	}
+}

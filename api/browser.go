@@ -1,0 +1,197 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"gateway/payments"
+)
+
+// Browser checkout over HTTP. A customer's browser reads and confirms one
+// payment with the merchant's publishable key (Authorization: Bearer pk_…)
+// and the payment's client secret (Client-Secret), from an origin the
+// merchant allows; a publishable key can do nothing else. CORS: a preflight
+// of those two paths is answered for origins some merchant allows (it
+// carries no key, so no merchant), and every answer to a request from such
+// an origin carries Access-Control-Allow-Origin, refusals included, so that
+// the page can read why; the request itself is then judged against its own
+// merchant's origins. Everything else is refused.
+
+// BrowserAuthenticator resolves publishable keys and judges browser
+// origins; payments.BrowserAuth is one.
+type BrowserAuthenticator interface {
+	// AuthenticatePublishable returns the merchant owning an active
+	// publishable key and the origins it allows, or an *payments.Error with
+	// CodeUnauthorized (or CodeUnavailable when it cannot tell).
+	AuthenticatePublishable(ctx context.Context, key string) (payments.Merchant, []string, error)
+	// OriginAllowed reports whether any merchant allows origin.
+	OriginAllowed(ctx context.Context, origin string) (bool, error)
+}
+
+// HeaderClientSecret carries a payment's client secret with a publishable key.
+const HeaderClientSecret = "Client-Secret"
+
+// The HTTP layer's own refusals of browser requests.
+const (
+	// codeForbidden: the credentials cannot do this (a publishable key
+	// anywhere but its two routes; a secret key sent by a browser).
+	codeForbidden payments.Code = "forbidden"
+	// codeOriginNotAllowed: the request's Origin is not one its merchant
+	// allows (or, for a preflight, one any merchant allows).
+	codeOriginNotAllowed payments.Code = "origin_not_allowed"
+)
+
+// corsAllowHeaders are the request headers a browser may send; every one
+// the client needs. corsExposeHeaders are the answer's headers it may read.
+var (
+	corsAllowHeaders  = []string{echo.HeaderAuthorization, echo.HeaderContentType, "Idempotency-Key", HeaderClientSecret, echo.HeaderXRequestID}
+	corsExposeHeaders = strings.Join([]string{"Retry-After", "Idempotent-Replayed", echo.HeaderXRequestID, echo.HeaderLocation}, ", ")
+)
+
+// corsMaxAge is how long a browser may reuse a preflight's answer.
+const corsMaxAge = "600"
+
+// bearerKey is the request's bearer credential, "" when there is none.
+func bearerKey(c echo.Context) string {
+	scheme, key, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(key)
+}
+
+// refusePublishable refuses a publishable key on a route that takes secret
+// keys only, before anything is read.
+func (s *Server) refusePublishable(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if strings.HasPrefix(bearerKey(c), payments.PublishableKeyPrefix) {
+			return &payments.Error{Code: codeForbidden, Message: "a publishable key can only read and confirm the payment whose client secret it presents " +
+				"(GET /payments/{id}, POST /payments/{id}/confirm); everything else takes the secret API key, on the merchant's server"}
+		}
+		return next(c)
+	}
+}
+
+// authenticateBrowser authenticates the two routes a browser may call: a
+// publishable key with the client secret of the payment the path names,
+// from an origin its merchant allows; or a secret key from a server (not a
+// browser: no Origin).
+func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		origin := c.Request().Header.Get(echo.HeaderOrigin)
+		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+		c.Response().Header().Add(echo.HeaderVary, echo.HeaderOrigin)
+		if origin != "" {
+			if err := s.allowReading(ctx, c, origin); err != nil {
+				return err
+			}
+		}
+		key := bearerKey(c)
+		if !strings.HasPrefix(key, payments.PublishableKeyPrefix) {
+			if origin != "" {
+				return &payments.Error{Code: codeForbidden, Message: "a secret API key must never reach a browser: " +
+					"create the payment on the merchant's server, and confirm it from the page with a publishable key and the payment's client_secret"}
+			}
+			return s.authenticate(next)(c)
+		}
+		if s.opts.Browser == nil {
+			return &payments.Error{Code: payments.CodeUnauthorized, Message: "publishable keys are not accepted here"}
+		}
+		m, origins, err := s.opts.Browser.AuthenticatePublishable(ctx, key)
+		if err != nil {
+			return err
+		}
+		if origin != "" && !payments.AllowsOrigin(origins, origin) {
+			return &payments.Error{Code: codeOriginNotAllowed,
+				Message: "this merchant does not allow browser requests from " + strconv.Quote(origin) + " (gateway merchants origins add)"}
+		}
+		secret := c.Request().Header.Get(HeaderClientSecret)
+		if secret == "" {
+			return &payments.Error{Code: payments.CodeUnauthorized, Message: "send the payment's client_secret as the " + HeaderClientSecret + " header with a publishable key"}
+		}
+		p, err := s.svc.Payment(ctx, m.ID, c.Param("id"))
+		if err != nil && payments.ErrorCode(err) != payments.CodeNotFound {
+			return err
+		}
+		// Another payment, or none, or the wrong secret: the same answer, so
+		// that a publishable key learns nothing of payments it cannot read.
+		if err != nil || !payments.ClientSecretMatches(p, secret) {
+			return &payments.Error{Code: payments.CodeNotFound, Message: "payment not found (a publishable key reads only the payment whose client_secret it presents)"}
+		}
+		c.Set(merchantKey, m)
+		return next(c)
+	}
+}
+
+// allowReading lets the page on origin read the answer when some merchant
+// allows origin: the request itself is judged afterwards.
+func (s *Server) allowReading(ctx context.Context, c echo.Context, origin string) error {
+	if s.opts.Browser == nil {
+		return nil
+	}
+	ok, err := s.opts.Browser.OriginAllowed(ctx, origin)
+	if err != nil || !ok {
+		return err
+	}
+	h := c.Response().Header()
+	h.Set(echo.HeaderAccessControlAllowOrigin, origin)
+	h.Set(echo.HeaderAccessControlExposeHeaders, corsExposeHeaders)
+	return nil
+}
+
+// handlePreflight answers a CORS preflight of a browser route whose one
+// method is method: 204 with what the browser may send, for an origin some
+// merchant allows, asking for that method and headers the client needs;
+// 403 otherwise, without CORS headers, which the browser takes as a refusal.
+func (s *Server) handlePreflight(method string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		origin := req.Header.Get(echo.HeaderOrigin)
+		asked := req.Header.Get(echo.HeaderAccessControlRequestMethod)
+		h := c.Response().Header()
+		h.Add(echo.HeaderVary, echo.HeaderOrigin)
+		h.Add(echo.HeaderVary, echo.HeaderAccessControlRequestMethod)
+		h.Add(echo.HeaderVary, echo.HeaderAccessControlRequestHeaders)
+		if origin == "" || asked == "" {
+			return &payments.Error{Code: codeOriginNotAllowed, Message: "not a CORS preflight: send Origin and Access-Control-Request-Method"}
+		}
+		allowed := false
+		if s.opts.Browser != nil {
+			var err error
+			if allowed, err = s.opts.Browser.OriginAllowed(req.Context(), origin); err != nil {
+				return err
+			}
+		}
+		if !allowed {
+			return &payments.Error{Code: codeOriginNotAllowed, Message: "no merchant allows browser requests from " + strconv.Quote(origin)}
+		}
+		if asked != method {
+			return &payments.Error{Code: codeForbidden, Message: "browsers may only " + method + " " + req.URL.Path}
+		}
+		for _, name := range strings.Split(req.Header.Get(echo.HeaderAccessControlRequestHeaders), ",") {
+			if name = strings.TrimSpace(name); name != "" && !allowedHeader(name) {
+				return &payments.Error{Code: codeForbidden, Message: "browsers may not send the header " + strconv.Quote(name) +
+					"; they may send " + strings.Join(corsAllowHeaders, ", ")}
+			}
+		}
+		h.Set(echo.HeaderAccessControlAllowOrigin, origin)
+		h.Set(echo.HeaderAccessControlAllowMethods, method)
+		h.Set(echo.HeaderAccessControlAllowHeaders, strings.Join(corsAllowHeaders, ", "))
+		h.Set(echo.HeaderAccessControlMaxAge, corsMaxAge)
+		return c.NoContent(http.StatusNoContent)
+	}
+}
+
+func allowedHeader(name string) bool {
+	for _, h := range corsAllowHeaders {
+		if strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,318 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v82/webhook"
+
+	"gateway/api"
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp"
+	"gateway/psp/fake"
+	"gateway/psp/stripe"
+	"gateway/psp/stripe/stripetest"
+	"gateway/psp/toss"
+	"gateway/psp/toss/tosstest"
+	"gateway/reconcile"
+)
+
+// The PSPs' notifications through the API, against fakes that speak
+// Stripe's and Toss's documented shapes.
+
+const (
+	stripeKey    = "sk_test_51GatewayWebhookTests"
+	stripeWhsec  = "whsec_gateway_tests"
+	tossKey      = "test_sk_gatewayWebhookTests"
+	tossClient   = "test_ck_gatewayWebhookTests"
+	stripePublic = "pk_test_gatewayWebhookTests"
+)
+
+// stripeEnv is a gateway charging through the Stripe adapter against a
+// fake Stripe, taking Stripe's notifications. With payPSP set, payments go
+// to that adapter instead, and Stripe only notifies.
+type stripeEnv struct {
+	*env
+	stripe  *stripetest.Server
+	adapter *stripe.Adapter
+}
+
+func newStripeEnv(t *testing.T, payPSP psp.Adapter) *stripeEnv {
+	t.Helper()
+	fake := stripetest.New(stripeKey)
+	ts := httptest.NewServer(fake)
+	t.Cleanup(ts.Close)
+	a, err := stripe.New(stripe.Config{SecretKey: stripeKey, BaseURL: ts.URL, PublishableKey: stripePublic, WebhookSecret: stripeWhsec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(s *envSetup) {
+		s.adapter = a
+		if payPSP != nil {
+			s.adapter = payPSP
+		}
+		s.notices = func(st *store.Store) api.NoticeReceiver {
+			return payments.NewNotices(st, map[string]payments.NoticeSource{"stripe": {PSP: "stripe", Reader: a}}, payments.NoticeConfig{})
+		}
+	})
+	return &stripeEnv{env: e, stripe: fake, adapter: a}
+}
+
+// notify posts a notification to path as the PSP would.
+func (e *env) notify(path string, header http.Header, body []byte) response {
+	e.t.Helper()
+	hdr := map[string]string{"Content-Type": "application/json; charset=utf-8"}
+	for k := range header {
+		hdr[k] = header.Get(k)
+	}
+	res, err := e.do(context.Background(), http.MethodPost, path, "", hdr, string(body))
+	if err != nil {
+		e.t.Fatalf("POST %s: %v", path, err)
+	}
+	return res
+}
+
+// event posts Stripe's event typ about the object id, signed now.
+func (e *stripeEnv) event(typ, id string) response {
+	e.t.Helper()
+	return e.signed(e.stripe.Event(typ, id))
+}
+
+func (e *stripeEnv) signed(body []byte) response {
+	e.t.Helper()
+	p := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: stripeWhsec})
+	return e.notify("/psp/stripe/webhook", http.Header{"Stripe-Signature": {p.Header}}, body)
+}
+
+func wantReceived(t *testing.T, res response) {
+	t.Helper()
+	wantStatus(t, res, http.StatusOK)
+	if got := decodeJSON[map[string]bool](t, res.body); !got["received"] {
+		t.Fatalf("answer %s", res.body)
+	}
+}
+
+const usdLater = `{"amount": 1500, "currency": "USD", "confirm": false}`
+
+// A card that needs 3-D Secure: the confirm answers requires_action with
+// what Stripe.js needs; Stripe's notification, once the customer passed
+// the check, settles the payment, with an audit row, and the confirm's key
+// replays the outcome. The same notification again, or a late one whose
+// snapshot still waits for the customer, changes nothing.
+func TestStripeNotificationSettlesRequiresAction(t *testing.T) {
+	e := newStripeEnv(t, nil)
+	v := e.createLater("k", usdLater)
+	if c := v.Checkout; c.PSP != "stripe" || c.Client != psp.ClientStripeJS || c.PublishableKey != stripePublic || c.Amount != 1500 ||
+		c.Currency != "USD" || c.ConfirmWith != "payment_method" {
+		t.Fatalf("checkout %+v", c)
+	}
+	res := e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`)
+	wantStatus(t, res, http.StatusAccepted)
+	got := decodeView(t, res.body)
+	if got.Status != payments.RequiresAction || got.NextAction == nil || got.NextAction.Type != "use_stripe_sdk" || got.NextAction.ClientSecret == "" {
+		t.Fatalf("confirm answered %s", res.body)
+	}
+	pi := e.stripe.PaymentIntent(v.MerchantOrderID)
+	stale := e.stripe.Event("payment_intent.requires_action", pi)
+	e.stripe.Authenticate(v.MerchantOrderID, true)
+
+	wantReceived(t, e.event("payment_intent.succeeded", pi))
+	if now := decodeView(t, e.get("/payments/"+v.ID).body); now.Status != payments.Succeeded || now.NextAction != nil || now.PSPReference == nil || *now.PSPReference != pi {
+		t.Fatalf("after the notification: %+v", now)
+	}
+	replay := e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`)
+	wantStatus(t, replay, http.StatusCreated)
+	if replay.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatal("the settled confirm is not a replay")
+	}
+	audit := `SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'psp notification' AND to_status = 'succeeded'`
+	if n := e.count(audit, v.ID); n != 1 {
+		t.Fatalf("%d audit rows", n)
+	}
+	wantReceived(t, e.event("payment_intent.succeeded", pi)) // twice
+	wantReceived(t, e.signed(stale))                         // out of order
+	if n := e.count(audit, v.ID); n != 1 {
+		t.Fatalf("%d audit rows after the repeats", n)
+	}
+	if again := e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`); !bytes.Equal(again.body, replay.body) {
+		t.Fatalf("the answer changed:\n%s\n%s", replay.body, again.body)
+	}
+	if n := e.stripe.Charges(v.MerchantOrderID); n != 1 {
+		t.Fatalf("%d payment intents", n)
+	}
+}
+
+// A failed 3-D Secure check settles the payment declined.
+func TestStripeNotificationDeclinesRequiresAction(t *testing.T) {
+	e := newStripeEnv(t, nil)
+	v := e.createLater("k", usdLater)
+	wantStatus(t, e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`), http.StatusAccepted)
+	pi := e.stripe.PaymentIntent(v.MerchantOrderID)
+	e.stripe.Authenticate(v.MerchantOrderID, false)
+	wantReceived(t, e.event("payment_intent.payment_failed", pi))
+	replay := e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`)
+	wantStatus(t, replay, http.StatusPaymentRequired)
+	if got := decodeView(t, replay.body); got.Status != payments.Declined || got.DeclineCode == nil {
+		t.Fatalf("replay %s", replay.body)
+	}
+}
+
+// A notification that does not verify changes nothing and is refused; one
+// for an order the gateway does not know is acknowledged and changes nothing.
+func TestStripeNotificationRefusedOrUnknown(t *testing.T) {
+	e := newStripeEnv(t, nil)
+	v := e.createLater("k", usdLater)
+	wantStatus(t, e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`), http.StatusAccepted)
+	pi := e.stripe.PaymentIntent(v.MerchantOrderID)
+	e.stripe.Authenticate(v.MerchantOrderID, true)
+	body := e.stripe.Event("payment_intent.succeeded", pi)
+	forged := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: "whsec_guessed"})
+	old := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: stripeWhsec, Timestamp: time.Now().Add(-time.Hour)})
+	for _, h := range []http.Header{
+		{},                                    // no signature
+		{"Stripe-Signature": {forged.Header}}, // another secret
+		{"Stripe-Signature": {old.Header}},    // an old request replayed
+	} {
+		wantProblem(t, e.notify("/psp/stripe/webhook", h, body), http.StatusBadRequest, "notice-rejected")
+	}
+	if got := decodeView(t, e.get("/payments/"+v.ID).body); got.Status != payments.RequiresAction {
+		t.Fatalf("a refused notification settled the payment: %s", got.Status)
+	}
+	// A PaymentIntent for an order id the gateway never made.
+	c, err := e.adapter.Charge(context.Background(), psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000fff", Amount: 700, Currency: "USD", PaymentMethod: "pm_card_visa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantReceived(t, e.event("payment_intent.succeeded", c.Reference))
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions`); n != 0 {
+		t.Fatalf("%d decisions recorded", n)
+	}
+	// Toss is not configured here.
+	wantProblem(t, e.notify("/psp/toss/webhook", nil, []byte(`{"orderId":"`+v.MerchantOrderID+`"}`)), http.StatusNotFound, "not-found")
+}
+
+// A notification never settles a payment another PSP holds, whatever its
+// order id: asking another PSP would turn "not theirs" into an outcome.
+func TestNotificationForAnotherPSPsPayment(t *testing.T) {
+	e := newStripeEnv(t, fake.New())
+	v := e.createLater("k", laterBody)
+	wantStatus(t, e.confirm(v.ID, "c", `{"payment_method": "pm_card_3ds"}`), http.StatusAccepted)
+	c, err := e.adapter.Charge(context.Background(), psp.ChargeRequest{MerchantOrderID: v.MerchantOrderID, Amount: 1000, Currency: "KRW", PaymentMethod: "pm_card_visa"})
+	if err != nil || c.Status != psp.Succeeded {
+		t.Fatalf("stripe charge %+v %v", c, err)
+	}
+	wantReceived(t, e.event("payment_intent.succeeded", c.Reference))
+	if got := decodeView(t, e.get("/payments/"+v.ID).body); got.Status != payments.RequiresAction {
+		t.Fatalf("Stripe's notification settled the fake PSP's payment: %s", got.Status)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions`); n != 0 {
+		t.Fatalf("%d decisions recorded", n)
+	}
+}
+
+// A payment whose key is unfinished (its answer lost) is not settled by the
+// notification, which would fight the key's holder: the reconciler's next
+// look at the key becomes due now, and the reconciler settles it.
+func TestStripeNotificationHastensAnUnfinishedKey(t *testing.T) {
+	e := newStripeEnv(t, nil)
+	e.stripe.FailNextCreate() // Stripe charges, then answers 500
+	wantProblem(t, e.post("k", `{"amount": 1500, "currency": "USD", "payment_method": "pm_card_visa"}`), http.StatusBadGateway, "psp-outcome-unknown")
+	order := payments.MerchantOrderID(e.merch.ID, "k")
+	r := e.reconciler(e.adapter)
+	if sum := e.pass(r); len(sum.Results) != 0 {
+		t.Fatalf("the key was looked at before it was due: %+v", sum.Results)
+	}
+	wantReceived(t, e.event("payment_intent.succeeded", e.stripe.PaymentIntent(order)))
+	if n := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'processing'`); n != 1 {
+		t.Fatal("the notification settled a payment whose key is unfinished")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND reconcile_after <= NOW(6)`); n != 1 {
+		t.Fatal("the key's next look is not due now")
+	}
+	if sum := e.pass(r); sum.Counts[reconcile.Succeeded] != 1 {
+		t.Fatalf("outcomes %v, want one succeeded", sum.Counts)
+	}
+	wantStatus(t, e.post("k", `{"amount": 1500, "currency": "USD", "payment_method": "pm_card_visa"}`), http.StatusCreated)
+}
+
+// A refund Stripe finishes later is settled by its notification, once.
+func TestStripeNotificationSettlesPendingRefund(t *testing.T) {
+	e := newStripeEnv(t, nil)
+	paid := e.post("k", `{"amount": 1500, "currency": "USD", "payment_method": "pm_card_visa"}`)
+	wantStatus(t, paid, http.StatusCreated)
+	p := decodeView(t, paid.body)
+	e.stripe.SetRefundsPending(true)
+	amount := int64(1000)
+	out, err := e.svc.CreateRefund(context.Background(), payments.RefundRequest{MerchantID: e.merch.ID, PaymentID: p.ID, IdempotencyKey: "r", Amount: &amount})
+	if err != nil || out.Response.Status != http.StatusAccepted {
+		t.Fatalf("refund: %+v %v", out, err)
+	}
+	rf, err := e.store.Refund(context.Background(), e.merch.ID, out.PaymentID)
+	if err != nil || rf.Status != payments.RefundPending {
+		t.Fatalf("refund %+v %v", rf, err)
+	}
+	e.stripe.FinishRefund(rf.RefundOrderID, "succeeded")
+	wantReceived(t, e.event("refund.updated", rf.PSPReference))
+	wantReceived(t, e.event("refund.updated", rf.PSPReference))
+	rf, err = e.store.Refund(context.Background(), e.merch.ID, rf.ID)
+	if err != nil || rf.Status != payments.RefundSucceeded {
+		t.Fatalf("refund after the notification: %+v %v", rf, err)
+	}
+	if got := decodeView(t, e.get("/payments/"+p.ID).body); got.AmountRefunded != 1000 {
+		t.Fatalf("payment refunded %d, want 1000", got.AmountRefunded)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ? AND actor = 'psp notification'`, rf.ID); n != 1 {
+		t.Fatalf("%d audit rows", n)
+	}
+}
+
+// Toss's notifications are not signed: the gateway fetches the payment from
+// Toss before it believes anything. A forged "DONE" for a virtual account
+// still waiting changes nothing; the deposit's notification settles it.
+func TestTossNotificationSettlesDeposit(t *testing.T) {
+	fake := tosstest.New(tossKey)
+	ts := httptest.NewServer(fake)
+	t.Cleanup(ts.Close)
+	a, err := toss.New(toss.Config{SecretKey: tossKey, BaseURL: ts.URL, ClientKey: tossClient})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(s *envSetup) {
+		s.adapter = a
+		s.notices = func(st *store.Store) api.NoticeReceiver {
+			return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": {PSP: "toss", Reader: a}}, payments.NoticeConfig{})
+		}
+	})
+	v := e.createLater("k", `{"amount": 15000, "currency": "KRW", "confirm": false}`)
+	if c := v.Checkout; c.PSP != "toss" || c.Client != psp.ClientTossWidget || c.PublishableKey != tossClient || c.ConfirmWith != "payment_key" || c.OrderID != v.MerchantOrderID {
+		t.Fatalf("checkout %+v", c)
+	}
+	body := `{"payment_key": "tgen_vbank_1", "amount": 15000, "order_id": "` + v.MerchantOrderID + `"}`
+	res := e.confirm(v.ID, "c", body)
+	wantStatus(t, res, http.StatusAccepted)
+	if got := decodeView(t, res.body); got.Status != payments.RequiresAction || got.NextAction != nil || got.PaymentMethod != "tgen_vbank_1" {
+		t.Fatalf("confirm %s", res.body)
+	}
+	forged := []byte(`{"eventType":"PAYMENT_STATUS_CHANGED","createdAt":"2026-11-30T12:00:00.000000","data":{"paymentKey":"tgen_vbank_1","orderId":"` + v.MerchantOrderID + `","status":"DONE"}}`)
+	wantReceived(t, e.notify("/psp/toss/webhook", nil, forged))
+	if got := decodeView(t, e.get("/payments/"+v.ID).body); got.Status != payments.RequiresAction {
+		t.Fatalf("a forged notification settled the payment: %s", got.Status)
+	}
+	fake.Deposit(v.MerchantOrderID, true)
+	wantReceived(t, e.notify("/psp/toss/webhook", nil, tosstest.DepositCallback(v.MerchantOrderID, "DONE")))
+	wantReceived(t, e.notify("/psp/toss/webhook", nil, fake.Notification(v.MerchantOrderID)))
+	replay := e.confirm(v.ID, "c", body)
+	wantStatus(t, replay, http.StatusCreated)
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ?`, v.ID); n != 1 {
+		t.Fatalf("%d audit rows", n)
+	}
+	wantProblem(t, e.notify("/psp/toss/webhook", nil, []byte(`{"eventType":"PAYMENT_STATUS_CHANGED","data":{}}`)), http.StatusBadRequest, "notice-rejected")
+	if n := fake.Charges(v.MerchantOrderID); n != 1 {
+		t.Fatalf("%d confirms at Toss", n)
+	}
+}

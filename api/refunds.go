@@ -1,0 +1,179 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"gateway/payments"
+)
+
+// Lister answers the merchant's listings; payments.Listings is one.
+type Lister interface {
+	// Payments and Refunds return a page of q.MerchantID's objects, newest
+	// first, or an *payments.Error (CodeInvalid for a bad query or cursor,
+	// CodeNotFound for a refunds listing of an unknown payment).
+	Payments(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Payment], error)
+	Refunds(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Refund], error)
+}
+
+// createRefundBody is the POST /payments/{id}/refunds body; every field is
+// optional (no amount refunds the whole refundable remainder).
+type createRefundBody struct {
+	Amount   *int64            `json:"amount"`
+	Reason   *string           `json:"reason"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+func (s *Server) handleCreateRefund(c echo.Context) error {
+	key, present := c.Request().Header["Idempotency-Key"]
+	if !present || len(key) != 1 {
+		if !present {
+			s.obs.MissingKey()
+		}
+		return &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
+	}
+	var body createRefundBody
+	if err := s.decodeBody(c, &body); err != nil {
+		return err
+	}
+	req := payments.RefundRequest{
+		MerchantID: merchantOf(c).ID, PaymentID: c.Param("id"), IdempotencyKey: key[0],
+		Amount: body.Amount, Metadata: body.Metadata,
+	}
+	if body.Reason != nil {
+		req.Reason = *body.Reason
+	}
+	out, err := s.svc.CreateRefund(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	if out.Response.Status == http.StatusCreated || out.Response.Status == http.StatusAccepted {
+		c.Response().Header().Set(echo.HeaderLocation, "/refunds/"+out.PaymentID)
+	}
+	if out.Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+}
+
+func (s *Server) handleGetRefund(c echo.Context) error {
+	r, err := s.svc.Refund(c.Request().Context(), merchantOf(c).ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, payments.ToRefundView(r))
+}
+
+// list is a page of a listing as the API answers it.
+type list[T any] struct {
+	Object  string `json:"object"`
+	Data    []T    `json:"data"`
+	HasMore bool   `json:"has_more"`
+}
+
+func (s *Server) handleListPayments(c echo.Context) error {
+	q, err := listQuery(c, "idempotency_key")
+	if err != nil {
+		return err
+	}
+	page, err := s.opts.Listings.Payments(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	out := list[payments.View]{Object: "list", Data: make([]payments.View, 0, len(page.Items)), HasMore: page.HasMore}
+	for _, p := range page.Items {
+		out.Data = append(out.Data, payments.ToView(p))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) handleListRefunds(c echo.Context) error {
+	q, err := listQuery(c)
+	if err != nil {
+		return err
+	}
+	q.PaymentID = c.Param("id") // empty on GET /refunds
+	page, err := s.opts.Listings.Refunds(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	out := list[payments.RefundView]{Object: "list", Data: make([]payments.RefundView, 0, len(page.Items)), HasMore: page.HasMore}
+	for _, r := range page.Items {
+		out.Data = append(out.Data, payments.ToRefundView(r))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// listParams are the query parameters every listing takes.
+var listParams = map[string]bool{"limit": true, "starting_after": true, "ending_before": true,
+	"status": true, "created[gte]": true, "created[lt]": true}
+
+// listQuery reads a listing's query parameters, refusing unknown or
+// repeated ones with a 400 naming them.
+func listQuery(c echo.Context, also ...string) (payments.ListQuery, error) {
+	q := payments.ListQuery{MerchantID: merchantOf(c).ID}
+	var fields []payments.FieldError
+	bad := func(field, reason string) { fields = append(fields, payments.FieldError{Field: field, Reason: reason}) }
+	params := c.QueryParams()
+	for name, vs := range params {
+		known := listParams[name]
+		for _, a := range also {
+			known = known || name == a
+		}
+		switch {
+		case !known:
+			bad(name, "is not a parameter of this listing")
+		case len(vs) != 1:
+			bad(name, "must be given once")
+		}
+	}
+	one := func(name string) string { return firstValue(params, name) }
+	if v := one("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			bad("limit", "must be an integer")
+		}
+		q.Limit = n
+		if err == nil && n == 0 {
+			q.Limit = -1 // 0 is not a page size
+		}
+	}
+	q.StartingAfter, q.EndingBefore, q.Status = one("starting_after"), one("ending_before"), one("status")
+	for _, t := range []struct {
+		name string
+		dst  *time.Time
+	}{{"created[gte]", &q.CreatedFrom}, {"created[lt]", &q.CreatedBefore}} {
+		if v := one(t.name); v != "" {
+			at, err := parseInstant(v)
+			if err != nil {
+				bad(t.name, "must be an RFC 3339 time or Unix seconds")
+			}
+			*t.dst = at
+		}
+	}
+	if len(fields) > 0 {
+		return q, &payments.Error{Code: payments.CodeInvalid, Message: "invalid listing query", Fields: fields}
+	}
+	return q, nil
+}
+
+func firstValue(params url.Values, name string) string {
+	if vs := params[name]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// parseInstant reads an RFC 3339 time or Unix seconds.
+func parseInstant(v string) (time.Time, error) {
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Unix(secs, 0).UTC(), nil
+	}
+	return time.Parse(time.RFC3339Nano, v)
+}

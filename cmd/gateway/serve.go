@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"gateway/api"
+	"gateway/db"
+	"gateway/metrics"
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp"
+)
+
+// serveCmd is `gateway serve`.
+type serveCmd struct {
+	Server      serverConfig `embed:""`
+	AutoMigrate bool         `name:"auto-migrate" env:"GATEWAY_AUTO_MIGRATE" group:"database" help:"apply pending migrations before serving (true|false); otherwise serve refuses a schema behind this release"`
+}
+
+func (c *serveCmd) check() []error { return c.Server.DB.require() }
+
+func (c *serveCmd) Run(ctx context.Context, a *app) error {
+	return serve(ctx, &c.Server, c.AutoMigrate, newLogger(c.Server.Log, a.stderr), nil)
+}
+
+// serve runs the API until ctx ends, then drains in-flight requests. ready,
+// when not nil, receives the bound address once the listener is open;
+// mounts, given the API and that address, return what is served instead
+// (dev adds its checkout demo).
+func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.Logger, ready func(addr string),
+	mounts ...func(api http.Handler, addr string) (http.Handler, error)) error {
+	build := readBuildInfo()
+	log.Info("gateway starting", "version", build.Version, "revision", build.Revision, "go", build.GoVersion)
+	if autoMigrate {
+		if err := db.MigrateUp(cfg.DB.DSN); err != nil {
+			return err
+		}
+	}
+	dbx, err := openDB(ctx, cfg.DB, cfg.Pool)
+	if err != nil {
+		return err
+	}
+	defer dbx.Close()
+	if err := db.CheckSchema(ctx, dbx); err != nil {
+		return schemaAdvice(err)
+	}
+	st := store.New(dbx)
+	if err := st.CausalReads(ctx); err != nil {
+		return err
+	}
+	reg := newRegistry()
+	m := metrics.New(reg)
+	psps, err := newPSPs(cfg.PSP, func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) })
+	if err != nil {
+		return err
+	}
+	// Leases are judged on the database's clock; a replica whose own clock
+	// strays from it anyway is taken out of service until it agrees again.
+	guard := db.NewClockGuard(dbx, cfg.MaxClockSkew, nil, m.ClockSkew, log)
+	if err := guard.Check(ctx); err != nil {
+		return err
+	}
+	guardCtx, stopGuard := context.WithCancel(context.Background())
+	defer stopGuard()
+	go guard.Run(guardCtx, clockCheckEvery)
+	svc := newService(cfg, st, psps, log, m, guard.Err)
+	apiOpts := api.Options{
+		MaxBodyBytes:  cfg.HTTP.MaxBodyBytes,
+		RatePerSecond: cfg.HTTP.RateLimit,
+		RateBurst:     cfg.HTTP.RateBurst,
+		FlowTimeout:   cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout,
+		Observer:      m,
+		Logger:        log,
+		Listings:      payments.NewListings(st),
+	}
+	if cfg.HTTP.Admin.AdminAddr == "" {
+		apiOpts.Metrics = metrics.Handler(reg)
+	} else {
+		stopAdmin, err := serveAdmin(cfg.HTTP.Admin.AdminAddr, metrics.Handler(reg), log)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+	}
+	if apiOpts.Notices, err = newNotices(cfg.PSP, st, cfg.Flow.PSPTimeout, &cfg.Log, log); err != nil {
+		return err
+	}
+	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
+	apiOpts.Browser = payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
+	handler := api.NewHandler(svc, auth, readiness{st: st, guard: guard}, apiOpts)
+
+	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTP.Addr, err)
+	}
+	for _, mount := range mounts {
+		if handler, err = mount(handler, ln.Addr().String()); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		// A request may wait for the PSP and for a duplicate in flight.
+		WriteTimeout:   cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout + 5*time.Second,
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: 32 << 10,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "psp", cfg.PSP.adapter(),
+		"database", maskDSN(cfg.DB.DSN), "version", build.Version)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	stopReconciler := startReconciler(cfg.Reconcile.Schedule,
+		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, psps, guard.Err, log, m), log)
+	defer stopReconciler()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	// The reconciler first (its pass ends and gives back what it claimed),
+	// then no charge that has not left yet leaves; what is in flight finishes.
+	stopReconciler()
+	svc.Drain()
+	log.Info("shutting down: draining in-flight requests", "timeout", cfg.HTTP.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("gateway stopped")
+	return nil
+}
+
+// clockCheckEvery is how often serve compares its clock with the database's.
+const clockCheckEvery = time.Minute
+
+// readiness is /readyz: the database answers and takes writes (a cluster
+// node in the primary component), holds a schema this release can use, and
+// this replica's clock agrees with it.
+type readiness struct {
+	st    *store.Store
+	guard *db.ClockGuard
+}
+
+func (r readiness) Ping(ctx context.Context) error {
+	if err := r.st.Ping(ctx); err != nil {
+		return err
+	}
+	if err := db.Writable(ctx, r.st.DB()); err != nil {
+		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database is read-only", Err: err}
+	}
+	if err := db.CheckSchema(ctx, r.st.DB()); err != nil {
+		var se *db.SchemaError
+		if errors.As(err, &se) {
+			return &payments.Error{Code: payments.CodeUnavailable, Message: "the database schema is not the one this release needs", Err: err}
+		}
+		return err
+	}
+	if err := r.guard.Err(); err != nil {
+		return &payments.Error{Code: payments.CodeUnavailable, Message: err.Error(), Err: err}
+	}
+	return nil
+}
+
+// schemaAdvice turns a schema this release cannot use into the commands that fix it.
+func schemaAdvice(err error) error {
+	var se *db.SchemaError
+	switch {
+	case !errors.As(err, &se):
+		return err
+	case se.Dirty:
+		return fmt.Errorf("the database schema is dirty at version %d: that migration failed halfway. Repair it by hand, then record where it stands with `gateway migrate force %d` (it completed) or `gateway migrate force %d` (it did not), and run `gateway migrate up`",
+			se.Version, se.Version, se.Version-1)
+	default:
+		return fmt.Errorf("the database schema is at version %d and this release needs %d: run `gateway migrate up` first (or set GATEWAY_AUTO_MIGRATE=true)",
+			se.Version, se.Want)
+	}
+}
+
+// healthcheckCmd is `gateway healthcheck`: the runtime image has no curl.
+type healthcheckCmd struct {
+	Addr    string        `name:"addr" env:"GATEWAY_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" help:"the gateway's listen address; a wildcard host (0.0.0.0, ::) is probed on loopback"`
+	Timeout time.Duration `name:"timeout" default:"3s" help:"how long to wait for the answer"`
+}
+
+func (c *healthcheckCmd) check() []error {
+	errs := hostPort(nil, "GATEWAY_ADDR", c.Addr)
+	if c.Timeout <= 0 {
+		errs = append(errs, errors.New("--timeout must be positive"))
+	}
+	return errs
+}
+
+func (c *healthcheckCmd) Run(ctx context.Context, a *app) error {
+	host, port, _ := net.SplitHostPort(c.Addr) // checked
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	url := "http://" + net.JoinHostPort(host, port) + "/readyz"
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("not ready: %w", err)
+	}
+	_ = res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("not ready: GET %s answered %s", url, res.Status)
+	}
+	fmt.Fprintln(a.stdout, "ready")
+	return nil
+}

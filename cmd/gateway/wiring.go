@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"gateway/api"
+	"gateway/db"
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp"
+	"gateway/psp/fake"
+	"gateway/psp/fake/fakeclient"
+	"gateway/psp/stripe"
+	"gateway/psp/toss"
+	"gateway/reconcile"
+)
+
+// The parts every command is built from, each from its group of settings.
+
+func newLogger(cfg logConfig, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Level)) // checked with the configuration
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
+	if cfg.Format == "text" {
+		h = slog.NewTextHandler(w, opts)
+	}
+	return slog.New(api.LogHandler(h))
+}
+
+// newRegistry is a registry with the Go runtime, process and build collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		// go_build_info{path, version, checksum}: which build each replica runs.
+		collectors.NewBuildInfoCollector(),
+	)
+	return reg
+}
+
+// serveAdmin serves the metrics on their own listener, kept off the public address.
+func serveAdmin(addr string, metricsHandler http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on GATEWAY_ADMIN_ADDR %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsHandler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("admin listening", "addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
+}
+
+// openDB opens the pool of a long-running process.
+func openDB(ctx context.Context, dsn dsnConfig, pool poolConfig) (*sqlx.DB, error) {
+	return db.Open(ctx, dsn.DSN, db.PoolOptions{
+		MaxOpen:     pool.MaxOpenConns,
+		MaxIdle:     pool.MaxIdleConns,
+		MaxLifetime: 30 * time.Minute,
+	})
+}
+
+// newPSP builds the configured adapter. Secrets go to the adapter and
+// nowhere else; the adapters' configs mask them when logged.
+func newPSP(cfg pspConfig) (psp.Adapter, error) {
+	switch cfg.adapter() {
+	case "fake":
+		m := fake.New()
+		m.SetLatency(cfg.FakeLatency)
+		return m, nil
+	case "fakehttp":
+		base := cfg.URL
+		if base == "" {
+			base = "http://127.0.0.1:9090"
+		}
+		return fakeclient.New(fakeclient.Config{BaseURL: base, CreationWindow: cfg.creationWindow()})
+	case "toss":
+		return toss.New(toss.Config{SecretKey: cfg.TossSecretKey, BaseURL: cfg.URL, CreationWindow: cfg.creationWindow(),
+			ClientKey: cfg.Checkout.TossClientKey})
+	case "stripe":
+		return stripe.New(stripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.URL, CreationWindow: cfg.creationWindow(),
+			PublishableKey: cfg.Checkout.StripePublishableKey, WebhookSecret: cfg.Checkout.StripeWebhookSecret})
+	}
+	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
+}
+
+// noInstrument leaves an adapter as it is.
+func noInstrument(a psp.Adapter) psp.Adapter { return a }
+
+// newPSPs builds the configured adapters: GATEWAY_PSP's for new payments,
+// and every other one whose credentials are configured, so that payments
+// sent to it earlier can still be looked up and resumed. The in-process fake
+// knows only this process's charges: it is named for this process, so that
+// no other process ever takes its "not found" for an answer.
+func newPSPs(cfg pspConfig, instrument func(psp.Adapter) psp.Adapter) (*payments.PSPs, error) {
+	byName := map[string]psp.Adapter{}
+	add := func(kind string) (string, error) {
+		c := cfg
+		c.PSP = kind
+		a, err := newPSP(c)
+		if err != nil {
+			return "", err
+		}
+		name := payments.PSPName(a.Capabilities())
+		if kind == "fake" {
+			name += ":" + processID()
+		}
+		byName[name] = instrument(a)
+		return name, nil
+	}
+	def, err := add(cfg.adapter())
+	if err != nil {
+		return nil, err
+	}
+	if cfg.adapter() != "toss" && cfg.TossSecretKey != "" {
+		if _, err := add("toss"); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.adapter() != "stripe" && cfg.StripeSecretKey != "" {
+		if _, err := add("stripe"); err != nil {
+			return nil, err
+		}
+	}
+	return payments.NewPSPs(def, byName)
+}
+
+// processID names this process among others, for the in-process fake PSP.
+func processID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func newService(cfg *serverConfig, st *store.Store, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
+	return payments.NewService(st, psps, payments.Config{
+		Gate:            gate,
+		Lease:           cfg.Flow.Lease,
+		PSPTimeout:      cfg.Flow.PSPTimeout,
+		InFlightWait:    cfg.HTTP.InFlightWait,
+		Logger:          log,
+		Observer:        obs,
+		Hasher:          cfg.Log.hasher(),
+		ReplayCacheSize: payments.DefaultReplayCacheSize,
+		Retention:       cfg.Flow.Retention,
+		ConfirmExpiry:   cfg.PSP.Checkout.ConfirmExpiry,
+	})
+}
+
+// newNotices takes the notifications of the configured PSPs that send
+// them: Stripe's when its webhook signing secret is set, Toss's whenever
+// Toss is configured (its notifications are checked by asking Toss). nil
+// when none is.
+func newNotices(cfg pspConfig, st *store.Store, timeout time.Duration, lc *logConfig, log *slog.Logger) (api.NoticeReceiver, error) {
+	sources := map[string]payments.NoticeSource{}
+	for _, kind := range []string{"stripe", "toss"} {
+		if (kind == "stripe" && cfg.Checkout.StripeWebhookSecret == "") || (kind == "toss" && cfg.TossSecretKey == "") {
+			continue
+		}
+		c := cfg
+		c.PSP = kind
+		a, err := newPSP(c)
+		if err != nil {
+			return nil, err
+		}
+		reader, ok := a.(psp.NoticeReader)
+		if !ok {
+			return nil, fmt.Errorf("the %s adapter reads no notifications", kind)
+		}
+		sources[kind] = payments.NoticeSource{PSP: payments.PSPName(a.Capabilities()), Reader: reader}
+	}
+	if len(sources) == 0 {
+		return nil, nil
+	}
+	return payments.NewNotices(st, sources, payments.NoticeConfig{PSPTimeout: timeout, Logger: log, Hasher: lc.hasher()}), nil
+}
+
+// newReconciler builds the reconciler; gate, when set, stops it while this
+// replica must not act (its clock strays from the database's).
+func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
+	return reconcile.New(store.New(dbx), psps, reconcile.Config{
+		Gate:        gate,
+		Lease:       flow.Lease,
+		PSPTimeout:  flow.PSPTimeout,
+		BatchSize:   rc.Batch,
+		Concurrency: rc.Concurrency,
+		MaxAttempts: rc.MaxAttempts,
+		BackoffBase: rc.Backoff,
+		BackoffMax:  rc.BackoffMax,
+		Retention:   flow.Retention,
+		PurgeBatch:  rc.PurgeBatch,
+		Logger:      log,
+		Observer:    obs,
+		Hasher:      lc.hasher(),
+	})
+}
+
+// startReconciler schedules the reconciler inside a long-running process;
+// the returned stop waits for a running pass. The schedule "off" starts nothing.
+func startReconciler(schedule string, r *reconcile.Reconciler, log *slog.Logger) (stop func()) {
+	sched, err := reconcile.ParseSchedule(schedule)
+	if err != nil || sched == nil { // validated with the configuration
+		log.Info("reconciler disabled", "schedule", schedule)
+		return func() {}
+	}
+	s := reconcile.Schedule(sched, r, log)
+	log.Info("reconciler scheduled", "schedule", schedule)
+	return s.Stop
+}
+
+// withAdmin runs fn with merchant and ops administration on the database,
+// for one-shot commands; cfg says which PSPs a decision is checked with.
+func withAdmin(ctx context.Context, dsn dsnConfig, cfg payments.AdminConfig, fn func(*payments.Admin) error) error {
+	return withStore(ctx, dsn, func(st *store.Store) error { return fn(payments.NewAdmin(st, cfg)) })
+}
+
+// withStore runs fn with a store on the database, for one-shot commands,
+// once the schema is known to be this release's.
+func withStore(ctx context.Context, dsn dsnConfig, fn func(*store.Store) error) error {
+	dbx, err := db.Open(ctx, dsn.DSN, db.PoolOptions{MaxOpen: 2, MaxIdle: 2})
+	if err != nil {
+		return err
+	}
+	defer dbx.Close()
+	if err := db.CheckSchema(ctx, dbx); err != nil {
+		return schemaAdvice(err)
+	}
+	return fn(store.New(dbx))
+}

@@ -1,0 +1,1 @@
+ALTER TABLE payments DROP COLUMN psp_code;

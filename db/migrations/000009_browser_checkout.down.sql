@@ -1,0 +1,3 @@
+DROP TABLE merchant_origins;
+DROP TABLE publishable_keys;
+ALTER TABLE payments DROP COLUMN client_secret_hash;

@@ -1,0 +1,36 @@
+package payments
+
+import "time"
+
+// Defaults of the payment flow: the one place they are written. The
+// configuration, the reconciler and the benchmarks start from these.
+const (
+	// DefaultLease is how long a worker owns an unfinished key.
+	DefaultLease = 30 * time.Second
+	// DefaultPSPTimeout bounds each PSP call; the lease must outlast it.
+	DefaultPSPTimeout = 10 * time.Second
+	// DefaultInFlightWait bounds how long a duplicate waits for the first request.
+	DefaultInFlightWait = 2 * time.Second
+	// DefaultRetention is how long a completed key replays its answer.
+	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultAuthCacheTTL is how long a replica trusts a verified API key.
+	DefaultAuthCacheTTL = 10 * time.Second
+	// DefaultReplayCacheSize is how many final answers a replica keeps for replays.
+	DefaultReplayCacheSize = 10_000
+	// ReviewFirstLook is how soon after a payment enters review the review
+	// queue first asks its PSP again.
+	ReviewFirstLook = 5 * time.Minute
+	// RefundFirstCheck is how soon after the PSP accepted a refund it will
+	// finish later (pending) the refund queue first asks about it.
+	RefundFirstCheck = time.Minute
+	// DefaultConfirmExpiry is how long a payment created with "confirm":
+	// false waits for its confirmation before it is canceled.
+	DefaultConfirmExpiry = time.Hour
+	// ActionFirstLook is how soon after a payment started waiting for its
+	// customer (requires_action) the reconciler first asks its PSP about it.
+	ActionFirstLook = time.Minute
+	// DefaultWriteTimeout bounds a write made after a PSP call, whatever the
+	// request's own deadline: the PSP's answer must reach the database even
+	// when the client has gone.
+	DefaultWriteTimeout = 5 * time.Second
+)

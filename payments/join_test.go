@@ -1,0 +1,124 @@
+package payments
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gateway/idemkeys"
+	"gateway/psp/fake"
+)
+
+// stuckStore is a FlowStore whose key is always in progress with an expired
+// lease that somebody else always takes over first.
+type stuckStore struct {
+	FlowStore
+	takeovers atomic.Int32
+}
+
+func (s *stuckStore) Claim(context.Context, Claim) (time.Time, error) {
+	return time.Now(), idemkeys.ErrExists
+}
+
+func (s *stuckStore) Record(_ context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
+	now := time.Now()
+	return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.InProgress, PaymentID: "pay_1",
+		Token: idemkeys.FirstToken(), LockedUntil: now.Add(-time.Second), DBNow: now}, nil
+}
+
+func (s *stuckStore) Payment(context.Context, string, string) (Payment, error) {
+	return Payment{ID: "pay_1", PSP: "fake"}, nil
+}
+
+func (s *stuckStore) TakeOver(context.Context, idemkeys.Ref, idemkeys.Token, time.Duration) (idemkeys.Token, error) {
+	s.takeovers.Add(1)
+	return 0, idemkeys.ErrFenced
+}
+
+var fp = CreateRequest{Amount: Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: "pm_card_ok"}.Fingerprint()
+
+// A duplicate whose takeover is refused (another worker moved first) waits
+// and looks again with a growing pause, instead of spinning on the database.
+func TestJoinBacksOffAfterARefusedTakeover(t *testing.T) {
+	st := &stuckStore{}
+	svc := NewService(st, OnePSP(fake.New()), Config{InFlightWait: 500 * time.Millisecond})
+	_, err := svc.Create(context.Background(), CreateRequest{MerchantID: "m", IdempotencyKey: "k",
+		Amount: Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: "pm_card_ok"})
+	if ErrorCode(err) != CodeInFlight {
+		t.Fatalf("err %v, want 409 in flight", err)
+	}
+	// 10, 20, 40, 80, 160, 320 ms: about seven looks in half a second.
+	if n := st.takeovers.Load(); n > 10 {
+		t.Fatalf("%d takeover attempts in 0.5 s", n)
+	}
+}
+
+// lostRace is a FlowStore whose key's lease has just expired and whose
+// takeover another worker of this process wins; once told, it answers the
+// key completed.
+type lostRace struct {
+	FlowStore
+	done      atomic.Bool
+	takenOver chan struct{}
+	once      sync.Once
+}
+
+func (s *lostRace) Claim(context.Context, Claim) (time.Time, error) {
+	return time.Now(), idemkeys.ErrExists
+}
+
+func (s *lostRace) Record(_ context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
+	now := time.Now()
+	if s.done.Load() {
+		return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.Completed, PaymentID: "pay_1", DBNow: now, CompletedAt: now,
+			Response: idemkeys.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}}, nil
+	}
+	return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.InProgress, PaymentID: "pay_1",
+		Token: idemkeys.FirstToken(), LockedUntil: now.Add(-time.Second), DBNow: now}, nil
+}
+
+func (s *lostRace) Payment(context.Context, string, string) (Payment, error) {
+	return Payment{ID: "pay_1", PSP: "fake"}, nil
+}
+
+func (s *lostRace) TakeOver(context.Context, idemkeys.Ref, idemkeys.Token, time.Duration) (idemkeys.Token, error) {
+	s.once.Do(func() { close(s.takenOver) })
+	return 0, idemkeys.ErrFenced
+}
+
+// A duplicate that loses the takeover to a request of this process waits to
+// be woken by it (no polling), so it must stay subscribed while it waits:
+// the winner's finishing gives it the answer.
+func TestLoserOfATakeoverStaysSubscribed(t *testing.T) {
+	st := &lostRace{takenOver: make(chan struct{})}
+	svc := NewService(st, OnePSP(fake.New()), Config{InFlightWait: 30 * time.Second})
+	ref := idemkeys.Ref{MerchantID: "m", Endpoint: EndpointCreatePayment, Key: "k"}
+	end := svc.waiter.Begin(ref) // the winner, working on the key here
+	type answer struct {
+		out Outcome
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		out, err := svc.Create(context.Background(), CreateRequest{MerchantID: "m", IdempotencyKey: "k",
+			Amount: Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: "pm_card_ok"})
+		got <- answer{out, err}
+	}()
+	<-st.takenOver
+	deadline := time.Now().Add(5 * time.Second)
+	for svc.waiter.Len() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the loser waits for the winner without being subscribed to its finishing")
+		}
+		runtime.Gosched()
+	}
+	st.done.Store(true)
+	end() // the winner settles and finishes
+	a := <-got
+	if a.err != nil || !a.out.Replayed || a.out.Response.Status != 201 {
+		t.Fatalf("loser: %+v %v", a.out, a.err)
+	}
+}

@@ -1,0 +1,132 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxPageSize bounds a page of a listing.
+const MaxPageSize = 100
+
+// DefaultPageSize is a listing's page when the client names none.
+const DefaultPageSize = 10
+
+// ListQuery asks for one page of a merchant's payments or refunds, newest
+// first. The cursors name an object of the listing: StartingAfter pages on
+// to older ones, EndingBefore back to newer ones. Paging by (created_at, id)
+// keeps pages stable while new objects arrive: they only ever appear before
+// the first page.
+type ListQuery struct {
+	MerchantID    string
+	Limit         int
+	StartingAfter string
+	EndingBefore  string
+	// Status filters by status when set (a payment's or a refund's).
+	Status string
+	// CreatedFrom (inclusive) and CreatedBefore (exclusive) bound created_at.
+	CreatedFrom   time.Time
+	CreatedBefore time.Time
+	// PaymentID narrows a refunds listing to one payment.
+	PaymentID string
+}
+
+// Validate checks the query before anything is read.
+func (q *ListQuery) Validate(statuses ...string) error {
+	var fields []FieldError
+	switch {
+	case q.Limit == 0:
+		q.Limit = DefaultPageSize
+	case q.Limit < 0 || q.Limit > MaxPageSize:
+		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
+	}
+	if q.StartingAfter != "" && q.EndingBefore != "" {
+		fields = append(fields, FieldError{Field: "ending_before", Reason: "cannot be used with starting_after"})
+	}
+	if q.Status != "" {
+		ok := false
+		for _, s := range statuses {
+			ok = ok || q.Status == s
+		}
+		if !ok {
+			fields = append(fields, FieldError{Field: "status", Reason: fmt.Sprintf("must be one of %v", statuses)})
+		}
+	}
+	if !q.CreatedFrom.IsZero() && !q.CreatedBefore.IsZero() && !q.CreatedFrom.Before(q.CreatedBefore) {
+		fields = append(fields, FieldError{Field: "created", Reason: "the range is empty"})
+	}
+	if len(fields) > 0 {
+		return &Error{Code: CodeInvalid, Message: "invalid listing query", Fields: fields}
+	}
+	return nil
+}
+
+// Page is one page of a listing, newest first; HasMore says whether more
+// lie beyond it in the direction it was asked for.
+type Page[T any] struct {
+	Items   []T
+	HasMore bool
+}
+
+// ErrCursorNotFound: a cursor names no object of the listing.
+var ErrCursorNotFound = errors.New("payments: cursor not found")
+
+// ListStore is what listings read.
+type ListStore interface {
+	// MerchantPayments reads a page of q.MerchantID's payments, newest
+	// first. ErrCursorNotFound when a cursor names none of the merchant's.
+	MerchantPayments(ctx context.Context, q ListQuery) (Page[Payment], error)
+	// MerchantRefunds does the same for refunds; ErrNotFound when
+	// q.PaymentID names none of the merchant's payments.
+	MerchantRefunds(ctx context.Context, q ListQuery) (Page[Refund], error)
+}
+
+// PaymentStatuses lists every payment status, for validation.
+var PaymentStatuses = func() []string {
+	out := make([]string, len(Statuses))
+	for i, s := range Statuses {
+		out[i] = string(s)
+	}
+	return out
+}()
+
+// RefundStatuses lists every refund status, for validation.
+var RefundStatuses = []string{string(RefundPending), string(RefundSucceeded), string(RefundFailed), string(RefundRequiresReview)}
+
+// Listings answers GET /payments and GET /refunds: a merchant's own objects only.
+type Listings struct{ store ListStore }
+
+// NewListings returns listings over store.
+func NewListings(store ListStore) *Listings { return &Listings{store: store} }
+
+// Payments lists a page of the merchant's payments.
+func (l *Listings) Payments(ctx context.Context, q ListQuery) (Page[Payment], error) {
+	if err := q.Validate(PaymentStatuses...); err != nil {
+		return Page[Payment]{}, err
+	}
+	p, err := l.store.MerchantPayments(ctx, q)
+	return p, listErr(err, "payment")
+}
+
+// Refunds lists a page of the merchant's refunds (of one payment, with PaymentID).
+func (l *Listings) Refunds(ctx context.Context, q ListQuery) (Page[Refund], error) {
+	if err := q.Validate(RefundStatuses...); err != nil {
+		return Page[Refund]{}, err
+	}
+	p, err := l.store.MerchantRefunds(ctx, q)
+	return p, listErr(err, "refund")
+}
+
+func listErr(err error, what string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrCursorNotFound):
+		return &Error{Code: CodeInvalid, Message: "the cursor names no " + what + " of this listing",
+			Fields: []FieldError{{Field: "starting_after", Reason: "must be the id of one of your " + what + "s"}}}
+	case errors.Is(err, ErrNotFound):
+		return &Error{Code: CodeNotFound, Message: "payment not found"}
+	}
+	return internal(err)
+}

@@ -1,0 +1,307 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"gateway/idemkeys"
+	"gateway/psp"
+)
+
+// PSP notifications (webhooks) settle payments and refunds sooner than the
+// reconciler's polling, exactly as the reconciler would: what a
+// notification says is read by the PSP's adapter, which verifies it or
+// fetches the truth from the PSP; each charge or refund it names is then
+// checked against the gateway's own record with the rules every settlement
+// uses (ApplyCharge, ApplyRefund), and written with the same compare-and-set
+// on the status, with an audit row. A payment or refund whose key a worker
+// holds is not fought over: its key's next reconciler look becomes due now,
+// and the lease holder or the reconciler settles it. Nothing is guessed: a
+// notification for an order the gateway does not know, or for a payment
+// another PSP holds, is acknowledged and logged, and changes nothing.
+// Receiving one twice, or out of order, changes nothing more.
+
+// NoticeStore is what settling from a PSP's notification reads and writes.
+type NoticeStore interface {
+	// PaymentsByOrder reads the payments with a merchant order id (at most
+	// one in practice), whatever their merchant.
+	PaymentsByOrder(ctx context.Context, orderID string) ([]Payment, error)
+	// RefundsByOrder reads the refunds with a refund order id.
+	RefundsByOrder(ctx context.Context, refundOrderID string) ([]Refund, error)
+	// Resolve applies decide to the payment under its row lock, rewrites the
+	// answer of the key that reported its outcome, and writes an audit row,
+	// in one transaction (see AdminStore.Resolve).
+	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution) (Payment, error)
+	// ResolveRefund is Resolve for a refund (see AdminStore.ResolveRefund).
+	ResolveRefund(ctx context.Context, id string, decide func(Refund) (Refund, error), res Resolution) (Refund, error)
+	// HastenKey makes the reconciler's next look at an unfinished key due
+	// now, leaving its lease alone; false when the key is not in progress.
+	HastenKey(ctx context.Context, ref idemkeys.Ref) (bool, error)
+	// HastenLook makes the next look at a payment in requires_review or
+	// requires_action due now.
+	HastenLook(ctx context.Context, p Payment) error
+	// HastenRefundCheck makes the refund queue's next look at a refund
+	// pending at its PSP or in review due now.
+	HastenRefundCheck(ctx context.Context, r Refund) error
+}
+
+// NoticeSource is a PSP the gateway takes notifications from: its reader,
+// and the name its payments record (PSPName), which a notification's
+// payments must carry.
+type NoticeSource struct {
+	PSP    string
+	Reader psp.NoticeReader
+}
+
+// NoticeConfig tunes the receiving of notifications.
+type NoticeConfig struct {
+	// PSPTimeout bounds the adapter's reading (a fetch from the PSP).
+	PSPTimeout time.Duration
+	// Logger receives what each notification did; nil discards.
+	Logger *slog.Logger
+	// Hasher names keys and merchants in logs.
+	Hasher *idemkeys.Hasher
+}
+
+// Notices settles payments and refunds from their PSPs' notifications.
+type Notices struct {
+	store   NoticeStore
+	sources map[string]NoticeSource
+	cfg     NoticeConfig
+	log     *slog.Logger
+	hash    *idemkeys.Hasher
+}
+
+// NewNotices takes notifications from sources, by the name of the route
+// they arrive on ("stripe", "toss").
+func NewNotices(store NoticeStore, sources map[string]NoticeSource, cfg NoticeConfig) *Notices {
+	if cfg.PSPTimeout <= 0 {
+		cfg.PSPTimeout = DefaultPSPTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Hasher == nil {
+		cfg.Hasher = idemkeys.NewHasher(nil)
+	}
+	return &Notices{store: store, sources: sources, cfg: cfg, log: cfg.Logger, hash: cfg.Hasher}
+}
+
+// noticeActor signs the decisions taken on a PSP's notification.
+const noticeActor = "psp notification"
+
+// Receive reads one notification from source and settles what it names.
+// A nil error acknowledges it: the PSP need not send it again (nothing to
+// do, an unknown order, a payment of another PSP included). Errors are
+// *Error: CodeNotFound (no such source configured), CodeNoticeRejected (it
+// does not verify or cannot be read: sending it again will not help),
+// CodeUnavailable (the PSP or the database could not be reached: the PSP
+// should send it again).
+func (n *Notices) Receive(ctx context.Context, source string, header http.Header, body []byte) error {
+	src, ok := n.sources[source]
+	if !ok {
+		return &Error{Code: CodeNotFound, Message: "notifications from " + source + " are not configured here"}
+	}
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.PSPTimeout)
+	notice, err := src.Reader.ReadNotice(rctx, header, body)
+	cancel()
+	switch {
+	case errors.Is(err, psp.ErrUnverified):
+		n.log.WarnContext(ctx, "PSP notification refused", "source", source, "err", err)
+		return &Error{Code: CodeNoticeRejected, Message: "the notification could not be verified", Err: err}
+	case err != nil:
+		n.log.WarnContext(ctx, "PSP notification could not be read from the PSP", "source", source, "err", err)
+		return &Error{Code: CodeUnavailable, RetryAfter: time.Minute, Err: err,
+			Message: "the payment provider could not be asked about this notification; send it again later"}
+	}
+	n.log.InfoContext(ctx, "PSP notification", "source", source, "event_id", notice.ID, "event_type", notice.Type,
+		"charges", len(notice.Charges), "refunds", len(notice.Refunds))
+	for _, why := range notice.Skipped {
+		n.log.InfoContext(ctx, "PSP notification: nothing of the gateway's", "source", source, "event_id", notice.ID, "detail", why)
+	}
+	var errs []error
+	for _, c := range notice.Charges {
+		errs = append(errs, n.charge(ctx, src, notice, c))
+	}
+	for _, x := range notice.Refunds {
+		errs = append(errs, n.refund(ctx, src, notice, x))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return internal(err)
+	}
+	return nil
+}
+
+// charge settles, or hastens the settling of, the payment c is the charge of.
+func (n *Notices) charge(ctx context.Context, src NoticeSource, notice psp.Notice, c psp.Charge) error {
+	ps, err := n.store.PaymentsByOrder(ctx, c.MerchantOrderID)
+	if err != nil {
+		return err
+	}
+	if len(ps) == 0 {
+		n.log.InfoContext(ctx, "PSP notification for an unknown order", "psp", src.PSP, "event_id", notice.ID, "order_id", c.MerchantOrderID)
+		return nil
+	}
+	var errs []error
+	for _, p := range ps {
+		errs = append(errs, n.payment(ctx, src, notice, p, c))
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Notice, p Payment, c psp.Charge) error {
+	ref := OutcomeKey(p)
+	attrs := []any{n.hash.Attr(ref), "payment_id", p.ID, "psp", src.PSP, "event_id", notice.ID, "status", string(p.Status), "psp_status", string(c.Status)}
+	if p.PSP != src.PSP {
+		// Its lookups go to the PSP it records; another PSP's word on its
+		// order id says nothing about it.
+		n.log.WarnContext(ctx, "PSP notification for a payment another PSP holds: ignored", append(attrs, "payment_psp", p.PSP)...)
+		return nil
+	}
+	switch p.Status {
+	case RequiresAction:
+		return n.settleAction(ctx, notice, p, c, attrs)
+	case Processing:
+		// A worker holds its key, or the reconciler will: hasten the look.
+		hastened, err := n.store.HastenKey(ctx, ref)
+		if err == nil {
+			n.log.InfoContext(ctx, "PSP notification: the payment's key is looked at now", append(attrs, "in_progress", hastened)...)
+		}
+		return err
+	case RequiresReview:
+		// The review queue settles it on its proof; it looks now.
+		if err := n.store.HastenLook(ctx, p); err != nil {
+			return err
+		}
+		n.log.InfoContext(ctx, "PSP notification: the payment in review is looked at now", attrs...)
+		return nil
+	case RequiresConfirmation:
+		// Nothing was confirmed through the gateway; a charge can only come
+		// from a confirm, which will find it.
+		n.log.InfoContext(ctx, "PSP notification for a payment not confirmed yet: nothing to do", attrs...)
+		return nil
+	}
+	settled, err := ApplyCharge(p, c)
+	switch {
+	case errors.Is(err, ErrChargePending), err == nil && settled.Status == p.Status:
+		n.log.InfoContext(ctx, "PSP notification: the payment is settled already", attrs...)
+	default:
+		// A settled payment the PSP now contradicts: a person must look.
+		n.log.ErrorContext(ctx, "PSP notification contradicts a settled payment", attrs...)
+	}
+	return nil
+}
+
+// settleAction settles a payment that waited for its customer with a
+// compare-and-set on its status, as the reconciler's look would.
+func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment, c psp.Charge, attrs []any) error {
+	settled, err := ApplyCharge(p, c)
+	switch {
+	case errors.Is(err, ErrChargePending):
+		n.log.InfoContext(ctx, "PSP notification: the payment still waits for its customer", attrs...)
+		return nil
+	case err != nil:
+		n.log.WarnContext(ctx, "PSP notification: the charge cannot be read", append(attrs, "err", err)...)
+		return nil
+	}
+	why := fmt.Sprintf("PSP notification %s %s: charge %s %s", notice.Type, notice.ID, c.Reference, c.Status)
+	if settled.Status == RequiresReview {
+		why += ": " + settled.ReviewReason
+	}
+	_, err = n.store.Resolve(ctx, p.ID, func(now Payment) (Payment, error) {
+		if now.Status != RequiresAction {
+			return now, idemkeys.ErrFenced
+		}
+		return settled, nil
+	}, Resolution{PaymentID: p.ID, To: settled.Status, PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
+	switch {
+	case errors.Is(err, idemkeys.ErrFenced):
+		n.log.InfoContext(ctx, "PSP notification: the payment was settled meanwhile", attrs...)
+		return nil
+	case err != nil:
+		return err
+	}
+	level := slog.LevelInfo
+	if settled.Status == RequiresReview {
+		level = slog.LevelWarn
+	}
+	n.log.Log(ctx, level, "payment settled by its PSP's notification", append(attrs, "to", string(settled.Status))...)
+	return nil
+}
+
+// refund settles, or hastens the settling of, the refund x is the PSP's record of.
+func (n *Notices) refund(ctx context.Context, src NoticeSource, notice psp.Notice, x psp.Refund) error {
+	rs, err := n.store.RefundsByOrder(ctx, x.RefundOrderID)
+	if err != nil {
+		return err
+	}
+	if len(rs) == 0 {
+		n.log.InfoContext(ctx, "PSP notification for an unknown refund", "psp", src.PSP, "event_id", notice.ID, "refund_order_id", x.RefundOrderID)
+		return nil
+	}
+	var errs []error
+	for _, r := range rs {
+		errs = append(errs, n.refundOf(ctx, src, notice, r, x))
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Notice, r Refund, x psp.Refund) error {
+	ref := idemkeys.Ref{MerchantID: r.MerchantID, Endpoint: EndpointCreateRefund, Key: r.IdempotencyKey}
+	attrs := []any{n.hash.Attr(ref), "refund_id", r.ID, "payment_id", r.PaymentID, "psp", src.PSP, "event_id", notice.ID,
+		"status", string(r.Status), "psp_status", string(x.Status)}
+	if r.PSP != src.PSP {
+		n.log.WarnContext(ctx, "PSP notification for a refund another PSP holds: ignored", append(attrs, "refund_psp", r.PSP)...)
+		return nil
+	}
+	switch {
+	case r.Status == RefundPending && r.Review.After.IsZero():
+		// Its key is in progress: a worker or the reconciler settles it.
+		_, err := n.store.HastenKey(ctx, ref)
+		return err
+	case r.Status == RefundRequiresReview:
+		return n.store.HastenRefundCheck(ctx, r)
+	case r.Status != RefundPending:
+		settled, err := ApplyRefund(r, x)
+		if err != nil || settled.Status != r.Status {
+			n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund", attrs...)
+		}
+		return nil
+	}
+	// Pending at the PSP, its key completed: the refund queue's settle.
+	settled, err := ApplyRefund(r, x)
+	switch {
+	case err != nil:
+		n.log.WarnContext(ctx, "PSP notification: the refund cannot be read", append(attrs, "err", err)...)
+		return nil
+	case settled.Status == RefundPending:
+		return nil
+	}
+	why := fmt.Sprintf("PSP notification %s %s: refund %s %s", notice.Type, notice.ID, x.Reference, x.Status)
+	_, err = n.store.ResolveRefund(ctx, r.ID, func(now Refund) (Refund, error) {
+		if now.Status != RefundPending {
+			return now, idemkeys.ErrFenced
+		}
+		return settled, nil
+	}, Resolution{PaymentID: r.ID, To: Status(settled.Status), PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
+	switch {
+	case errors.Is(err, idemkeys.ErrFenced):
+		return nil
+	case err != nil:
+		return err
+	}
+	n.log.InfoContext(ctx, "refund settled by its PSP's notification", append(attrs, "to", string(settled.Status))...)
+	return nil
+}
+
+// truncateReason keeps an audit reason within its column.
+func truncateReason(s string) string {
+	if len(s) > 1000 {
+		return s[:1000]
+	}
+	return s
+}

@@ -1,0 +1,304 @@
+package stripe_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/stripe/stripe-go/v82"
+
+	"gateway/psp"
+	"gateway/psp/stripe/stripetest"
+)
+
+// TestStripeMock sends every kind of request the adapter makes to
+// stripe-mock, the mock Stripe generates from its published OpenAPI
+// specification, and checks that stripe-mock accepts each one (it validates
+// every parameter against the specification) and that each of its answers
+// reads as the SDK's type. stripe-mock is stateless and echoes no metadata,
+// so a shim between the adapter and it gives its answers this request's ids,
+// amounts and statuses before the adapter reads them; what is checked against
+// the specification is what went in and what came out unaltered.
+//
+// It runs when STRIPE_MOCK_BIN names a stripe-mock binary (the test starts
+// it) or STRIPE_MOCK_URL points at a running one; `make stripe-mock-test`
+// builds the binary and sets the variable.
+func TestStripeMock(t *testing.T) {
+	base := stripeMock(t)
+	shim := &mockShim{t: t, base: base, currencies: map[string]string{}, refunds: map[string][]map[string]any{}}
+	ts := httptest.NewServer(shim)
+	defer ts.Close()
+	a := mustNew(t, ts.URL)
+	ctx := t.Context()
+
+	charges := []psp.ChargeRequest{
+		{MerchantOrderID: "ord_000000000000000000000001", Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_visa", Description: "Order A-1"},
+		{MerchantOrderID: "ord_000000000000000000000002", Amount: 1999, Currency: "USD", PaymentMethod: "pm_card_visa"},
+		{MerchantOrderID: "ord_000000000000000000000003", Amount: 1000, Currency: "ISK", PaymentMethod: "pm_card_visa"},
+		{MerchantOrderID: "ord_000000000000000000000004", Amount: 5120, Currency: "KWD", PaymentMethod: "pm_card_visa"},
+		// Two-step checkout: no error_on_requires_action.
+		{MerchantOrderID: "ord_000000000000000000000005", Amount: 1500, Currency: "MGA", PaymentMethod: "pm_card_visa", AllowNextAction: true},
+	}
+	for _, req := range charges {
+		c, err := a.Charge(ctx, req)
+		if err != nil || c.Status != psp.Succeeded {
+			t.Fatalf("Charge(%d %s) = %+v, %v", req.Amount, req.Currency, c, err)
+		}
+		if _, err := a.Lookup(ctx, req.MerchantOrderID); err != nil {
+			t.Fatalf("Lookup(%s): %v", req.MerchantOrderID, err)
+		}
+		r := psp.RefundRequest{RefundOrderID: "rfd_" + req.MerchantOrderID[4:], MerchantOrderID: req.MerchantOrderID,
+			ChargeReference: c.Reference, Amount: req.Amount, Currency: req.Currency, Reason: "customer asked"}
+		if got, err := a.Refund(ctx, r); err != nil || got.Status != psp.RefundSucceeded {
+			t.Fatalf("Refund(%s) = %+v, %v", r.RefundOrderID, got, err)
+		}
+		if _, err := a.LookupRefund(ctx, c.Reference, r.RefundOrderID); err != nil {
+			t.Fatalf("LookupRefund(%s): %v", r.RefundOrderID, err)
+		}
+	}
+
+	shim.mu.Lock()
+	defer shim.mu.Unlock()
+	kinds := map[string]int{}
+	for _, x := range shim.exchanges {
+		kinds[x.kind]++
+		if x.status != http.StatusOK {
+			t.Errorf("stripe-mock refused %s %s: %d %s\nform: %s", x.method, x.path, x.status, x.body, x.form)
+		}
+	}
+	for _, k := range []string{"create payment intent", "search payment intents", "create refund", "list refunds"} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s request reached stripe-mock: %v", k, kinds)
+		}
+	}
+	t.Logf("stripe-mock accepted %d requests: %v", len(shim.exchanges), kinds)
+}
+
+// stripeMock returns the base URL of a stripe-mock, starting the binary
+// STRIPE_MOCK_BIN names, or skips.
+func stripeMock(t *testing.T) string {
+	t.Helper()
+	if u := os.Getenv("STRIPE_MOCK_URL"); u != "" {
+		return strings.TrimRight(u, "/")
+	}
+	bin := os.Getenv("STRIPE_MOCK_BIN")
+	if bin == "" {
+		t.Skip("stripe-mock not configured (STRIPE_MOCK_BIN or STRIPE_MOCK_URL); `make stripe-mock-test` builds and runs it")
+	}
+	// Both listeners on ports the system picks: given neither, stripe-mock
+	// binds its default port, which another run may hold.
+	cmd := exec.Command(bin, "-http-addr", "127.0.0.1:", "-https-addr", "127.0.0.1:")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	// It says where it listens once it does.
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "Listening for HTTP at address: "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-time.After(30 * time.Second):
+		t.Fatal("stripe-mock did not say where it listens within 30s")
+	}
+	return ""
+}
+
+// exchange is one request the shim forwarded and stripe-mock's raw answer.
+type exchange struct {
+	kind, method, path, form string
+	status                   int
+	body                     []byte
+}
+
+// mockShim forwards each request to stripe-mock, checks that its answer
+// reads as the SDK's type, and hands the adapter that answer with this
+// request's ids, amounts and statuses written in.
+type mockShim struct {
+	t    *testing.T
+	base string
+
+	mu         sync.Mutex
+	exchanges  []exchange
+	currencies map[string]string           // payment intent id → currency
+	refunds    map[string][]map[string]any // payment intent id → refunds made
+}
+
+func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	raw, _ := io.ReadAll(r.Body)
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, s.base+r.URL.RequestURI(), bytes.NewReader(raw))
+	if err != nil {
+		s.t.Error(err)
+		return
+	}
+	for _, h := range []string{"Authorization", "Content-Type", "Idempotency-Key", "Stripe-Version", "User-Agent"} {
+		if v := r.Header.Get(h); v != "" {
+			req.Header.Set(h, v)
+		}
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Errorf("stripe-mock: %v", err)
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	form, _ := url.ParseQuery(string(raw))
+
+	x := exchange{method: r.Method, path: r.URL.Path, form: string(raw), status: res.StatusCode, body: body}
+	ok := res.StatusCode == http.StatusOK // a refusal goes back as it is
+	var answer any
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+		x.kind = "create payment intent"
+		if ok {
+			answer = s.createPI(body, form)
+		}
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
+		x.kind = "search payment intents"
+		if ok {
+			answer = s.searchPI(body, r.URL.Query().Get("query"))
+		}
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		x.kind = "create refund"
+		if ok {
+			answer = s.createRefund(body, form)
+		}
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		x.kind = "list refunds"
+		if ok {
+			answer = s.listRefunds(body, r.URL.Query().Get("payment_intent"))
+		}
+	default:
+		s.t.Errorf("the adapter sent an unexpected %s %s", r.Method, r.URL.Path)
+	}
+	s.mu.Lock()
+	s.exchanges = append(s.exchanges, x)
+	s.mu.Unlock()
+	if answer == nil {
+		w.WriteHeader(res.StatusCode)
+		_, _ = w.Write(body)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(answer)
+}
+
+// parse reads stripe-mock's answer as the SDK's type v and as a map to
+// patch; an answer that does not read fails the test.
+func (s *mockShim) parse(body []byte, v any) map[string]any {
+	s.t.Helper()
+	if err := json.Unmarshal(body, v); err != nil {
+		s.t.Errorf("stripe-mock's answer does not read as %T: %v\n%.300s", v, err, body)
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		s.t.Errorf("stripe-mock's answer is not an object: %v", err)
+		return nil
+	}
+	return m
+}
+
+func (s *mockShim) createPI(body []byte, form url.Values) any {
+	var pi sdk.PaymentIntent
+	m := s.parse(body, &pi)
+	if m == nil {
+		return nil
+	}
+	if pi.ID == "" || pi.Object != "payment_intent" {
+		s.t.Errorf("stripe-mock answered a create with %+v", pi)
+	}
+	// stripe-mock echoes amount and currency; it keeps its fixture's status.
+	if fmt.Sprint(pi.Amount) != form.Get("amount") || string(pi.Currency) != form.Get("currency") {
+		s.t.Errorf("stripe-mock did not echo amount %s %s: %d %s", form.Get("amount"), form.Get("currency"), pi.Amount, pi.Currency)
+	}
+	m["metadata"], m["status"], m["last_payment_error"], m["next_action"] = stripetest.FormMetadata(form), "succeeded", nil, nil
+	s.mu.Lock()
+	s.currencies[pi.ID] = form.Get("currency")
+	s.mu.Unlock()
+	return m
+}
+
+func (s *mockShim) searchPI(body []byte, query string) any {
+	var res sdk.PaymentIntentSearchResult
+	m := s.parse(body, &res)
+	if m == nil {
+		return nil
+	}
+	data, _ := m["data"].([]any)
+	if len(data) == 0 {
+		s.t.Errorf("stripe-mock's search answered no payment intent: %.300s", body)
+		return nil
+	}
+	pi := data[0].(map[string]any)
+	order := strings.TrimSuffix(strings.TrimPrefix(query, "metadata['merchant_order_id']:'"), "'")
+	pi["metadata"], pi["status"], pi["last_payment_error"], pi["next_action"] = map[string]any{"merchant_order_id": order}, "succeeded", nil, nil
+	m["data"], m["has_more"], m["next_page"] = []any{pi}, false, nil
+	return m
+}
+
+func (s *mockShim) createRefund(body []byte, form url.Values) any {
+	var rf sdk.Refund
+	m := s.parse(body, &rf)
+	if m == nil {
+		return nil
+	}
+	if rf.ID == "" || rf.Object != "refund" {
+		s.t.Errorf("stripe-mock answered a refund with %+v", rf)
+	}
+	piID := form.Get("payment_intent")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m["metadata"], m["status"], m["payment_intent"] = stripetest.FormMetadata(form), "succeeded", piID
+	m["amount"], _ = json.Number(form.Get("amount")).Int64()
+	m["currency"] = s.currencies[piID]
+	s.refunds[piID] = append(s.refunds[piID], m)
+	return m
+}
+
+func (s *mockShim) listRefunds(body []byte, piID string) any {
+	var list sdk.RefundList
+	m := s.parse(body, &list)
+	if m == nil {
+		return nil
+	}
+	if m["object"] != "list" {
+		s.t.Errorf("stripe-mock answered a refund list with %.300s", body)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	data := []any{}
+	for _, rf := range s.refunds[piID] {
+		data = append(data, rf)
+	}
+	m["data"], m["has_more"] = data, false
+	return m
+}

@@ -1,0 +1,472 @@
+// Package stripetest owns a fake Stripe API for tests: the part of Stripe's
+// HTTP API the adapter (package psp/stripe) uses, answering as Stripe
+// documents, so that the adapter's tests and the gateway's own can run
+// against Stripe's answer shapes without a network.
+package stripetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Server reproduces the part of Stripe's API the adapter uses, as
+// documented: form-encoded PaymentIntent creation with confirm=true, search
+// by metadata, retrieval by id, refunds and their list, Bearer auth, idempotency keys (a
+// repeat replays the first answer, 5xx included; other parameters are an
+// idempotency_error) and the {"error":{type,code,decline_code,message}} bodies.
+//
+// Test PaymentMethods behave as Stripe's: pm_card_visa succeeds,
+// pm_card_chargeDeclined is declined (generic_decline),
+// pm_card_chargeDeclinedInsufficientFunds for insufficient_funds,
+// pm_card_chargeDeclinedLostCard for lost_card, pm_card_authenticationRequired
+// needs 3-D Secure (requires_action, or a 402 authentication_required under
+// error_on_requires_action); pm_fake_amountTooSmall stands for a request
+// Stripe refuses as invalid (amount_too_small); any other id does not exist.
+// Amounts follow Stripe's units: ISK and UGX must be multiples of 100 and the
+// three-decimal currencies end in 0 (invalid_charge_amount otherwise).
+type Server struct {
+	key string
+
+	mu       sync.Mutex
+	pis      map[string]map[string]any // id → PaymentIntent
+	refunds  []map[string]any
+	idem     map[string]idemRecord
+	seq      int
+	requests []*http.Request
+	// searchLag hides new PaymentIntents from search until index is called.
+	searchLag bool
+	indexed   map[string]bool
+	// failNextCreate makes the next create act and then answer a (cached) 500.
+	failNextCreate bool
+	// refundsPending makes new refunds pending until FinishRefund.
+	refundsPending bool
+	events         int
+}
+
+type idemRecord struct {
+	params string
+	status int
+	body   []byte
+}
+
+// New returns a Server that accepts the secret key key.
+func New(key string) *Server {
+	return &Server{key: key, pis: map[string]map[string]any{}, idem: map[string]idemRecord{}, indexed: map[string]bool{}}
+}
+
+// ServeHTTP implements http.Handler.
+func (f *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := r.ParseForm(); err != nil {
+		Error(w, 400, "invalid_request_error", "", "", "bad form")
+		return
+	}
+	f.requests = append(f.requests, r)
+	if r.Header.Get("Authorization") != "Bearer "+f.key {
+		Error(w, 401, "invalid_request_error", "", "", "Invalid API Key provided")
+		return
+	}
+	if key := r.Header.Get("Idempotency-Key"); r.Method == http.MethodPost && key != "" {
+		params := r.URL.Path + "?" + r.PostForm.Encode() // Encode sorts by key
+		if rec, ok := f.idem[key]; ok {
+			if rec.params != params {
+				Error(w, 400, "idempotency_error", "", "",
+					"Keys for idempotent requests can only be used with the same parameters they were first used with.")
+				return
+			}
+			w.Header().Set("Idempotent-Replayed", "true")
+			writeRaw(w, rec.status, rec.body)
+			return
+		}
+		status, body, save := f.route(r)
+		if save {
+			f.idem[key] = idemRecord{params, status, body}
+		}
+		writeRaw(w, status, body)
+		return
+	}
+	status, body, _ := f.route(r)
+	writeRaw(w, status, body)
+}
+
+// route answers one request; save says whether Stripe keeps the answer for
+// the idempotency key (not for a request that failed validation).
+func (f *Server) route(r *http.Request) (int, []byte, bool) {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
+		return f.createPI(r.PostForm)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
+		return f.search(r.Form.Get("query"))
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
+		return f.retrieve(strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"))
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
+		return f.createRefund(r.PostForm)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		return f.listRefunds(r.Form.Get("payment_intent"))
+	}
+	s, b := errorBody(404, "invalid_request_error", "", "", "Unrecognized request URL")
+	return s, b, false
+}
+
+// FormMetadata reads the metadata[…] fields of a form-encoded request.
+func FormMetadata(form url.Values) map[string]any {
+	md := map[string]any{}
+	for k, v := range form {
+		if name, ok := strings.CutPrefix(k, "metadata["); ok {
+			md[strings.TrimSuffix(name, "]")] = v[0]
+		}
+	}
+	return md
+}
+
+func (f *Server) createPI(form url.Values) (int, []byte, bool) {
+	amount, err := strconv.ParseInt(form.Get("amount"), 10, 64)
+	if err != nil || amount <= 0 || form.Get("currency") == "" || form.Get("currency") != strings.ToLower(form.Get("currency")) {
+		s, b := errorBody(400, "invalid_request_error", "parameter_invalid_integer", "amount", "Invalid amount or currency")
+		return s, b, false
+	}
+	switch cur := form.Get("currency"); {
+	case (cur == "isk" || cur == "ugx") && amount%100 != 0,
+		(cur == "bhd" || cur == "jod" || cur == "kwd" || cur == "omr" || cur == "tnd") && amount%10 != 0:
+		s, b := errorBody(400, "invalid_request_error", "invalid_charge_amount", "amount", "Invalid amount for "+cur)
+		return s, b, false
+	}
+	if form.Get("confirm") != "true" || form.Get("automatic_payment_methods[allow_redirects]") != "never" {
+		s, b := errorBody(400, "invalid_request_error", "parameter_missing", "return_url",
+			"confirm=true needs automatic_payment_methods[allow_redirects]=never here")
+		return s, b, false
+	}
+	errorOnAction := form.Get("error_on_requires_action") == "true"
+	pm := form.Get("payment_method")
+	var declineCode, message string
+	needsAction := false
+	switch pm {
+	case "pm_card_visa":
+	case "pm_card_chargeDeclined":
+		declineCode, message = "generic_decline", "Your card was declined."
+	case "pm_card_chargeDeclinedInsufficientFunds":
+		declineCode, message = "insufficient_funds", "Your card has insufficient funds."
+	case "pm_card_chargeDeclinedLostCard":
+		declineCode, message = "lost_card", "Your card was declined."
+	case "pm_card_authenticationRequired":
+		needsAction = true
+	case "pm_fake_amountTooSmall":
+		s, b := errorBody(400, "invalid_request_error", "amount_too_small", "amount", "Amount must be at least $0.50 usd")
+		return s, b, false
+	default:
+		s, b := errorBody(400, "invalid_request_error", "resource_missing", "payment_method", "No such PaymentMethod: '"+pm+"'")
+		return s, b, false
+	}
+	f.seq++
+	pi := map[string]any{
+		"id": fmt.Sprintf("pi_%d", f.seq), "object": "payment_intent", "amount": amount, "currency": form.Get("currency"),
+		"created": time.Now().Unix() + int64(f.seq), "metadata": FormMetadata(form), "description": form.Get("description"),
+		"payment_method": pm, "latest_charge": fmt.Sprintf("ch_%d", f.seq), "last_payment_error": nil, "status": "succeeded",
+		"amount_refunded": int64(0),
+	}
+	f.pis[pi["id"].(string)] = pi
+	if !f.searchLag {
+		f.indexed[pi["id"].(string)] = true
+	}
+	if f.failNextCreate {
+		f.failNextCreate = false
+		s, b := errorBody(500, "api_error", "", "", "An unknown error occurred")
+		return s, b, true
+	}
+	pi["client_secret"] = pi["id"].(string) + "_secret_fake"
+	if needsAction && !errorOnAction {
+		pi["status"] = "requires_action"
+		pi["next_action"] = map[string]any{"type": "use_stripe_sdk", "use_stripe_sdk": map[string]any{"type": "three_d_secure_redirect"}}
+		b, _ := json.Marshal(pi)
+		return 200, b, true
+	}
+	code := "card_declined"
+	if needsAction {
+		code, declineCode, message = "authentication_required", "authentication_required", "Your card was declined. This transaction requires authentication."
+	}
+	if declineCode == "" {
+		b, _ := json.Marshal(pi)
+		return 200, b, true
+	}
+	lpe := map[string]any{"type": "card_error", "code": code, "decline_code": declineCode, "message": message, "charge": pi["latest_charge"]}
+	pi["status"], pi["last_payment_error"] = "requires_payment_method", lpe
+	e := map[string]any{}
+	for k, v := range lpe {
+		e[k] = v
+	}
+	e["payment_intent"] = pi
+	b, _ := json.Marshal(map[string]any{"error": e})
+	return 402, b, true
+}
+
+func (f *Server) retrieve(id string) (int, []byte, bool) {
+	pi, ok := f.pis[id]
+	if !ok {
+		s, b := errorBody(404, "invalid_request_error", "resource_missing", "intent", "No such payment_intent: '"+id+"'")
+		return s, b, false
+	}
+	b, _ := json.Marshal(pi)
+	return 200, b, false
+}
+
+var searchQuery = regexp.MustCompile(`^metadata\['([a-z_]+)'\]:'([^']*)'$`)
+
+func (f *Server) search(query string) (int, []byte, bool) {
+	m := searchQuery.FindStringSubmatch(query)
+	if m == nil {
+		s, b := errorBody(400, "invalid_request_error", "", "query", "Invalid search query")
+		return s, b, false
+	}
+	data := []any{}
+	for _, id := range f.sortedIDs() {
+		pi := f.pis[id]
+		if f.indexed[id] && pi["metadata"].(map[string]any)[m[1]] == m[2] {
+			data = append(data, pi)
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"object": "search_result", "data": data, "has_more": false, "next_page": nil,
+		"url": "/v1/payment_intents/search"})
+	return 200, b, false
+}
+
+func (f *Server) sortedIDs() []string {
+	ids := make([]string, 0, len(f.pis))
+	for id := range f.pis {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (f *Server) createRefund(form url.Values) (int, []byte, bool) {
+	pi, ok := f.pis[form.Get("payment_intent")]
+	if !ok {
+		s, b := errorBody(400, "invalid_request_error", "resource_missing", "payment_intent", "No such payment_intent: '"+form.Get("payment_intent")+"'")
+		return s, b, false
+	}
+	if pi["status"] != "succeeded" {
+		s, b := errorBody(400, "invalid_request_error", "", "", "This PaymentIntent does not have a successful charge to refund.")
+		return s, b, true
+	}
+	left := pi["amount"].(int64) - pi["amount_refunded"].(int64)
+	amount := left
+	if v := form.Get("amount"); v != "" {
+		amount, _ = strconv.ParseInt(v, 10, 64)
+	}
+	switch {
+	case left == 0:
+		s, b := errorBody(400, "invalid_request_error", "charge_already_refunded", "", "Charge "+pi["latest_charge"].(string)+" has already been refunded.")
+		return s, b, true
+	case amount > left:
+		s, b := errorBody(400, "invalid_request_error", "", "amount",
+			fmt.Sprintf("Refund amount (%d) is greater than unrefunded amount on charge (%d)", amount, left))
+		return s, b, true
+	}
+	pi["amount_refunded"] = pi["amount_refunded"].(int64) + amount
+	f.seq++
+	status := "succeeded"
+	if f.refundsPending {
+		status = "pending"
+	}
+	rf := map[string]any{"id": fmt.Sprintf("re_%d", f.seq), "object": "refund", "amount": amount, "currency": pi["currency"],
+		"status": status, "payment_intent": pi["id"], "charge": pi["latest_charge"], "metadata": FormMetadata(form),
+		"created": time.Now().Unix()}
+	f.refunds = append(f.refunds, rf)
+	b, _ := json.Marshal(rf)
+	return 200, b, true
+}
+
+func (f *Server) listRefunds(piID string) (int, []byte, bool) {
+	if _, ok := f.pis[piID]; !ok {
+		s, b := errorBody(404, "invalid_request_error", "resource_missing", "payment_intent", "No such payment_intent: '"+piID+"'")
+		return s, b, false
+	}
+	data := []any{}
+	for i := len(f.refunds) - 1; i >= 0; i-- { // newest first, as Stripe lists
+		if f.refunds[i]["payment_intent"] == piID {
+			data = append(data, f.refunds[i])
+		}
+	}
+	b, _ := json.Marshal(map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/refunds"})
+	return 200, b, false
+}
+
+// Charges counts PaymentIntents for an order id (declined ones included).
+func (f *Server) Charges(orderID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, pi := range f.pis {
+		if pi["metadata"].(map[string]any)["merchant_order_id"] == orderID {
+			n++
+		}
+	}
+	return n
+}
+
+// RefundCount counts the refunds made for a refund order id.
+func (f *Server) RefundCount(refundOrderID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, rf := range f.refunds {
+		if rf["metadata"].(map[string]any)["refund_order_id"] == refundOrderID {
+			n++
+		}
+	}
+	return n
+}
+
+// Authenticate finishes 3-D Secure for the order's PaymentIntent, as the
+// customer does in Stripe.js.
+func (f *Server) Authenticate(orderID string, passed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pi := range f.pis {
+		if pi["metadata"].(map[string]any)["merchant_order_id"] != orderID || pi["status"] != "requires_action" {
+			continue
+		}
+		delete(pi, "next_action")
+		pi["status"] = "succeeded"
+		if !passed {
+			pi["status"] = "requires_payment_method"
+			pi["last_payment_error"] = map[string]any{"type": "card_error", "code": "payment_intent_authentication_failure",
+				"message": "We are unable to authenticate your payment method."}
+		}
+		return
+	}
+	panic("no payment intent waits for " + orderID)
+}
+
+// ForgetIdempotencyKeys models Stripe's 24-hour key lifetime.
+func (f *Server) ForgetIdempotencyKeys() {
+	f.set(func(f *Server) { f.idem = map[string]idemRecord{} })
+}
+
+// SetSearchLag hides new PaymentIntents from search until Index is called,
+// as Stripe's eventually consistent search does for about a minute.
+func (f *Server) SetSearchLag(on bool) { f.set(func(f *Server) { f.searchLag = on }) }
+
+// FailNextCreate makes the next PaymentIntent creation act, then answer a
+// 500 that Stripe keeps for its idempotency key.
+func (f *Server) FailNextCreate() { f.set(func(f *Server) { f.failNextCreate = true }) }
+
+// Requests returns every request received, in order (forms parsed).
+func (f *Server) Requests() []*http.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*http.Request(nil), f.requests...)
+}
+
+// SetRefundsPending makes new refunds pending (as bank transfers' are)
+// until FinishRefund settles them.
+func (f *Server) SetRefundsPending(on bool) { f.set(func(f *Server) { f.refundsPending = on }) }
+
+// FinishRefund settles the pending refund made for refundOrderID:
+// "succeeded", or "failed" (its amount goes back to the PaymentIntent).
+func (f *Server) FinishRefund(refundOrderID, status string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, rf := range f.refunds {
+		if rf["metadata"].(map[string]any)["refund_order_id"] != refundOrderID || rf["status"] != "pending" {
+			continue
+		}
+		rf["status"] = status
+		if status == "failed" {
+			rf["failure_reason"] = "lost_or_stolen_card"
+			pi := f.pis[rf["payment_intent"].(string)]
+			pi["amount_refunded"] = pi["amount_refunded"].(int64) - rf["amount"].(int64)
+		}
+		return
+	}
+	panic("no pending refund " + refundOrderID)
+}
+
+// PaymentIntent is the id of the newest PaymentIntent of an order, "" when none.
+func (f *Server) PaymentIntent(orderID string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	last := ""
+	for _, id := range f.sortedIDs() {
+		if f.pis[id]["metadata"].(map[string]any)["merchant_order_id"] == orderID {
+			last = id
+		}
+	}
+	return last
+}
+
+// Event is the body of a webhook event of type typ about the object with
+// id (a PaymentIntent pi_…, or a refund re_…), the object as it stands now:
+// a snapshot, as Stripe sends it. Sign it with stripe-go's
+// webhook.GenerateTestSignedPayload.
+func (f *Server) Event(typ, id string) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	obj, ok := f.pis[id]
+	if !ok {
+		for _, rf := range f.refunds {
+			if rf["id"] == id {
+				obj, ok = rf, true
+			}
+		}
+	}
+	if !ok {
+		panic("no Stripe object " + id)
+	}
+	f.events++
+	b, err := json.Marshal(map[string]any{"id": fmt.Sprintf("evt_%d", f.events), "object": "event", "api_version": "2025-08-27.basil",
+		"created": time.Now().Unix(), "livemode": false, "pending_webhooks": 1, "type": typ, "data": map[string]any{"object": obj}})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// Index makes every PaymentIntent searchable, as time does.
+func (f *Server) Index() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.pis {
+		f.indexed[id] = true
+	}
+}
+
+func (f *Server) set(fn func(f *Server)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func errorBody(status int, typ, code, param, msg string) (int, []byte) {
+	e := map[string]any{"type": typ, "message": msg}
+	if code != "" {
+		e["code"] = code
+	}
+	if param != "" {
+		e["param"] = param
+	}
+	b, _ := json.Marshal(map[string]any{"error": e})
+	return status, b
+}
+
+// Error writes one of Stripe's error answers.
+func Error(w http.ResponseWriter, status int, typ, code, param, msg string) {
+	s, b := errorBody(status, typ, code, param, msg)
+	writeRaw(w, s, b)
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Request-Id", "req_fake")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
