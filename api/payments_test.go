@@ -345,7 +345,7 @@ func TestSettleWithStaleVersionIsRefused(t *testing.T) {
 		t.Fatalf("stale release: %v, want ErrFenced", err)
 	}
 	// The same grant number with another random part is another token.
-	if err := e.store.ArmCharge(ctx, ref, idemkeys.Token(int64(token)^1), time.Minute); !errors.Is(err, idemkeys.ErrFenced) {
+	if err := e.store.ArmCharge(ctx, ref, idemkeys.Token(int64(token)^1), time.Minute, payments.ArmGuard{Forever: true}); !errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("arm with a token of the right grant but not the holder's: %v, want ErrFenced", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'processing'`); n != 1 {

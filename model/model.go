@@ -40,7 +40,7 @@ type Check struct {
 	// What says in one line what the check shows.
 	What string
 	// Quick marks the checks go test runs (in their smaller worlds): every
-	// mutant and gap, and the properties in worlds that take seconds.
+	// mutant and fixed finding, and the properties in worlds that take seconds.
 	Quick bool
 	// Optimize compiles the verifier with -O2: worth it for a search of
 	// millions of states, not for one that stops at its first counter-example.

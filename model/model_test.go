@@ -7,7 +7,7 @@ import (
 
 // TestModels checks the smaller worlds of the suite (in the charge model
 // client 2 sends one request): every property holds, every mutant and
-// every known gap of the protocol text is caught by the property it breaks.
+// every finding, with its fix undone, is caught by the property it breaks.
 // `make model` checks the full worlds.
 func TestModels(t *testing.T) {
 	tools, err := FindTools()

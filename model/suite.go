@@ -8,13 +8,14 @@ import "slices"
 // plus the reconciler. Refund worlds: refund 0's client sends two requests,
 // refund 1's one, plus the reconciler.
 
-// protocol is the charge protocol as the model checks it: with declines,
+// protocol is the charge protocol as main implements it: with declines,
 // permanent request errors and ArmCharge failing without landing,
-// payments.MayChargeAgain's rule, and the three changes the model asks for
-// (README, "Findings": a rejection settles failed only when no other send
-// was authorised; ArmCharge re-checks the dedupe window with room for the
-// new charge to land; a failed ArmCharge does not count a send as not sent).
-var protocol = []string{"-DDECLINES=1", "-DREJECTS=1", "-DREJECT_FIX=1", "-DDWGUARD=1", "-DARMFAIL=1", "-DARMFAIL_FIX=1"}
+// payments.MayChargeAgain's rule (dedupe age with PSPTimeout + creation
+// window to spare), and the fixes of the model's findings (README,
+// "Findings": a rejection settles failed only when no other send was
+// authorised; ArmCharge re-checks the dedupe window with room for the new
+// charge to land; a failed ArmCharge does not count a send as not sent).
+var protocol = []string{"-DDECLINES=1", "-DREJECTS=1", "-DREJECT_FIX=1", "-DLMARGIN=T+CW", "-DDWGUARD=1", "-DARMFAIL=1", "-DARMFAIL_FIX=1"}
 
 func with(base []string, more ...string) []string {
 	return append(append([]string(nil), base...), more...)
@@ -74,17 +75,18 @@ func Suite(quick bool) []Check {
 			Quick: true,
 			What:  "every claimed refund completes under weak fairness"},
 
-		// The protocol text as written: counter-examples (see README, "Findings").
-		{Name: "gap/rejected-settles-failed", Model: "charge.pml", Flags: []string{"-DREJECTS=1"}, Expect: agree,
+		// The protocol before each finding's fix: each must produce its
+		// counter-example, so undoing a fix on main is caught (README, "Findings").
+		{Name: "fixed/rejected-settles-failed", Model: "charge.pml", Flags: []string{"-DREJECTS=1"}, Expect: agree,
 			What: "protocol §3 as written: a permanent request error settles failed while another send lands"},
-		{Name: "gap/dedupe-margin-without-creation-window", Model: "charge.pml",
+		{Name: "fixed/dedupe-margin-without-creation-window", Model: "charge.pml",
 			Flags: []string{"-DDW=6", "-DAUTH=0", "-DDWGUARD=1", "-DDWMARGIN=T"}, Expect: once,
 			What: "MayChargeAgain's margin (PSPTimeout) even re-checked at ArmCharge: the new charge lands past the window"},
-		{Name: "gap/dedupe-judged-before-arm", Model: "charge.pml", Flags: []string{"-DDW=6", "-DAUTH=0", "-DLMARGIN=T+CW"}, Expect: once,
+		{Name: "fixed/dedupe-judged-before-arm", Model: "charge.pml", Flags: []string{"-DDW=6", "-DAUTH=0", "-DLMARGIN=T+CW"}, Expect: once,
 			What: "the dedupe age judged at the lookup, with the right margin: a stall before ArmCharge outlasts it"},
-		{Name: "gap/arm-error-counted-not-sent", Model: "charge.pml", Flags: []string{"-DARMFAIL=1"}, Expect: agree,
+		{Name: "fixed/arm-error-counted-not-sent", Model: "charge.pml", Flags: []string{"-DARMFAIL=1"}, Expect: agree,
 			What: "Service.arm releases with notSent after an ArmCharge that did not land: failed without a lookup while charged"},
-		{Name: "gap/refund-decline-settles-failed", Model: "refund.pml", Flags: []string{"-DDECLINE_FIX=0"}, Expect: []string{"p6_truth", "p6_sum"},
+		{Name: "fixed/refund-decline-settles-failed", Model: "refund.pml", Flags: []string{"-DDECLINE_FIX=0"}, Expect: []string{"p6_truth", "p6_sum"},
 			What: "a declined refund settles failed while an earlier send of its refund order id lands"},
 
 		// Mutants: each must be caught.

@@ -311,6 +311,26 @@ func (s *Service) release(a attempt, h holding, id string, notSent bool, cause *
 	return Outcome{}, named(cause, id)
 }
 
+// soleSend says whether the send just refused was the only one ever
+// authorised under the caller's lease: only then does a refusal prove that
+// nothing under this order id can land. An earlier send whose answer was
+// lost may still be on its way, and the PSP judges each send apart (a
+// permanent error about this request, a declined refund it keeps no record
+// of). Read under the caller's lease, whose holder alone changes the counts.
+func (s *Service) soleSend(a attempt, h holding) bool {
+	rec, err := s.store.Record(s.writeCtx(a), a.ref)
+	return err == nil && rec.State == idemkeys.InProgress && rec.Token == h.token &&
+		rec.ChargeAttempts == rec.ChargesNotSent+1
+}
+
+// refusedNotAlone gives back a key whose send the PSP refused while an
+// earlier send may still land: this send counts as not sent, and the
+// lookups and the creation window decide, as for any unknown outcome.
+func (s *Service) refusedNotAlone(a attempt, h holding, id string, err error) (Outcome, error) {
+	s.log.WarnContext(a.client, "PSP refused a repeat send; an earlier send may still land", s.hash.Attr(a.ref), "object_id", id, "err", err)
+	return s.release(a, h, id, true, pspError(&psp.Error{Class: psp.Unknown, Op: "repeat", Err: err}))
+}
+
 // rejectionCode is the PSP's own code for a refusal, when it gave one.
 func rejectionCode(err error) string {
 	var pe *psp.Error

@@ -39,6 +39,8 @@ func TestMayChargeAgain(t *testing.T) {
 		{"dedupes for ever", rec(48*time.Hour, 30*time.Second, true), caps(true, 0, false), 0, true},
 		{"inside the dedupe window", rec(time.Hour, 30*time.Second, true), caps(true, 24*time.Hour, false), 0, true},
 		{"dedupe window ends before the send could", rec(24*time.Hour-5*time.Second, 30*time.Second, true), caps(true, 24*time.Hour, false), 0, false},
+		{"the send could leave in time but land after the dedupe window", rec(24*time.Hour-pspTimeout-window+time.Second, 30*time.Second, true), caps(true, 24*time.Hour, false), 0, false},
+		{"the send lands before the dedupe window ends", rec(24*time.Hour-pspTimeout-window-time.Second, 30*time.Second, true), caps(true, 24*time.Hour, false), 0, true},
 		{"dedupe window ended while we looked", rec(24*time.Hour-time.Minute, 30*time.Second, true), caps(true, 24*time.Hour, false), time.Minute, false},
 		{"past the dedupe window, authoritative, creation window over", rec(25*time.Hour, 30*time.Second, true), caps(true, 24*time.Hour, true), 0, true},
 		{"past the dedupe window, not authoritative", rec(25*time.Hour, 30*time.Second, true), caps(true, 24*time.Hour, false), 0, false},
@@ -54,6 +56,34 @@ func TestMayChargeAgain(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := payments.MayChargeAgain(tt.rec, p.CreatedAt, tt.caps, pspTimeout, local.Add(tt.later)); got != tt.want {
 				t.Errorf("MayChargeAgain = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// ArmGuardFor carries MayChargeAgain's decision into ArmCharge, which judges
+// it again on the database's clock as the send is armed.
+func TestArmGuardFor(t *testing.T) {
+	const pspTimeout = 10 * time.Second
+	const window = 2 * time.Minute
+	tests := []struct {
+		name string
+		caps psp.Capabilities
+		want payments.ArmGuard
+	}{
+		{"dedupes for ever", psp.Capabilities{DedupesOrderID: true, AuthoritativeLookup: true, CreationWindow: window},
+			payments.ArmGuard{Forever: true, Authoritative: true, LateAfter: window}},
+		{"dedupe window less the send's time", psp.Capabilities{DedupesOrderID: true, DedupeWindow: 24 * time.Hour, CreationWindow: window},
+			payments.ArmGuard{DedupeAge: 24*time.Hour - pspTimeout - window, LateAfter: window}},
+		{"dedupe window shorter than a send", psp.Capabilities{DedupesOrderID: true, DedupeWindow: pspTimeout, CreationWindow: window},
+			payments.ArmGuard{LateAfter: window}},
+		{"no dedupe, authoritative", psp.Capabilities{AuthoritativeLookup: true, CreationWindow: window},
+			payments.ArmGuard{Authoritative: true, LateAfter: window}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := payments.ArmGuardFor(tt.caps, pspTimeout); got != tt.want {
+				t.Errorf("ArmGuardFor = %+v, want %+v", got, tt.want)
 			}
 		})
 	}

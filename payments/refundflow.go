@@ -196,11 +196,19 @@ func (rs refundSubject) send(a attempt, h holding, deadline time.Time) (Outcome,
 	})
 	cancel()
 	if err == nil {
+		if x.Status == psp.RefundDeclined && !s.soleSend(a, h) {
+			// The PSP keeps no record of a declined refund: an earlier send
+			// of this refund order id may still be applied.
+			return s.refusedNotAlone(a, h, r.ID, fmt.Errorf("refund declined (%s)", x.DeclineCode))
+		}
 		return rs.settle(a, h, x)
 	}
 	class, _ := psp.ClassOf(err)
 	switch {
 	case class == psp.Rejected:
+		if !s.soleSend(a, h) {
+			return s.refusedNotAlone(a, h, r.ID, err)
+		}
 		r.Status, r.FailureCode, r.PSPCode = RefundFailed, RefundFailedRejected, rejectionCode(err)
 		s.log.WarnContext(a.client, "PSP refused the refund request as invalid", s.hash.Attr(a.ref), "refund_id", r.ID, "err", err)
 		return rs.write(a, h, r)

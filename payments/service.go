@@ -344,15 +344,23 @@ func (ps paymentSubject) resume(a attempt, rec idemkeys.Record, h holding) (Outc
 // are its answer; nothing may be sent.
 func (s *Service) arm(a attempt, h holding, id string) (deadline time.Time, out Outcome, err error, ok bool) {
 	armed := s.cfg.Now()
-	err = s.store.ArmCharge(s.writeCtx(a), a.ref, h.token, s.cfg.PSPTimeout)
-	if errors.Is(err, idemkeys.ErrFenced) {
+	err = s.store.ArmCharge(s.writeCtx(a), a.ref, h.token, s.cfg.PSPTimeout, ArmGuardFor(h.adapter.Capabilities(), s.cfg.PSPTimeout))
+	switch {
+	case errors.Is(err, idemkeys.ErrFenced):
 		s.obs.FencingRefused()
 		out, err = s.join(a)
 		return time.Time{}, out, err, false
-	}
-	if err != nil {
-		// Nothing was sent; whether the arm landed or not, nothing follows it.
-		out, err = s.release(a, h, id, true, internal(err))
+	case errors.Is(err, ErrArmRefused):
+		// Too late to lean on the PSP's dedupe, too early to know: wait for
+		// the lookups and the creation window to decide.
+		out, err = s.release(a, h, id, false, pspError(&psp.Error{Class: psp.Unknown, Op: "arm", Err: err}))
+		return time.Time{}, out, err, false
+	case err != nil:
+		// Nothing was sent, but the arm may not have been counted either:
+		// counting this as an unsent attempt could pair with an earlier send
+		// whose fate is unknown and prove "nothing charged" falsely. Not
+		// counted: at worst the reconciler asks the PSP.
+		out, err = s.release(a, h, id, false, internal(err))
 		return time.Time{}, out, err, false
 	}
 	return armed.Add(s.cfg.PSPTimeout), Outcome{}, nil, true
@@ -365,14 +373,16 @@ func (s *Service) arm(a attempt, h holding, id string) (deadline time.Time, out 
 // earlier send can still materialise: the database's clock (as the record
 // was read, so never ahead of the truth) is past may_charge_until plus the
 // creation window. The dedupe window is judged with the database's clock
-// bounded from above, plus the time the new send may take.
+// bounded from above, plus the time the new send may take to leave and to
+// land (PSP timeout and creation window); ArmCharge judges it again, on the
+// database's clock, as the send is armed.
 func MayChargeAgain(rec idemkeys.Record, created time.Time, caps psp.Capabilities, pspTimeout time.Duration, now time.Time) bool {
 	if caps.DedupesOrderID {
 		if caps.DedupeWindow == 0 {
 			return true
 		}
 		// The first send followed the subject's creation; its dedupe lasts DedupeWindow from then.
-		if rec.DBNowAtMost(now).Add(pspTimeout).Before(created.Add(caps.DedupeWindow)) {
+		if rec.DBNowAtMost(now).Add(pspTimeout + caps.CreationWindow).Before(created.Add(caps.DedupeWindow)) {
 			return true
 		}
 	}
@@ -426,8 +436,12 @@ func (ps paymentSubject) charge(a attempt, h holding, deadline time.Time) (Outco
 	class, _ := psp.ClassOf(err)
 	switch {
 	case class == psp.Rejected:
-		// A request the PSP can never accept: certainly nothing was charged,
-		// and sending it again cannot help. A final answer, stored.
+		// A request the PSP can never accept: this send charged nothing,
+		// and sending it again cannot help. A final answer, stored, when
+		// no other send of this order id was ever authorised.
+		if !s.soleSend(a, h) {
+			return s.refusedNotAlone(a, h, p.ID, err)
+		}
 		p.Status, p.DeclineCode, p.PSPCode = Failed, DeclineRejected, rejectionCode(err)
 		s.log.WarnContext(a.client, "PSP refused the request as invalid", s.hash.Attr(a.ref), "payment_id", p.ID, "err", err)
 		return ps.write(a, h, p)

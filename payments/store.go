@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gateway/idemkeys"
+	"gateway/psp"
 )
 
 // FlowStore is what the payment flow reads and writes. Each method runs its
@@ -39,7 +40,9 @@ type FlowStore interface {
 	// the lease to cover it and counts the attempt. Call it before any charge
 	// but the claim's own (whose lease already says so). idemkeys.ErrFenced
 	// when the caller no longer holds the lease.
-	ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration) error
+	// g is judged on the database's clock in the same statement; when it
+	// refuses, ErrArmRefused and nothing was written.
+	ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration, g ArmGuard) error
 
 	// Settle records p's final state (or requires_review) and stores resp for
 	// replay, only while the caller holds token. idemkeys.ErrFenced: nothing
@@ -92,6 +95,39 @@ type FlowStore interface {
 	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
 	PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error)
 }
+
+// ArmGuard is when a resumed worker may still send again, judged on the
+// database's clock as its send is armed (a lookup earlier said "not found").
+type ArmGuard struct {
+	// Forever: the PSP deduplicates the order id for ever.
+	Forever bool
+	// DedupeAge: arm while the key is younger than this: the PSP's dedupe
+	// memory less the time the new send may take to leave and to land
+	// (PSP timeout plus creation window). Zero: no such memory to lean on.
+	DedupeAge time.Duration
+	// Authoritative and LateAfter: or, when the PSP's "not found" is
+	// authoritative, once may_charge_until is LateAfter (its creation
+	// window) in the past: no earlier send can still appear.
+	Authoritative bool
+	LateAfter     time.Duration
+}
+
+// ArmGuardFor is the guard of a resumed send to a PSP with caps.
+func ArmGuardFor(caps psp.Capabilities, pspTimeout time.Duration) ArmGuard {
+	g := ArmGuard{Authoritative: caps.AuthoritativeLookup, LateAfter: caps.CreationWindow}
+	if caps.DedupesOrderID {
+		if caps.DedupeWindow == 0 {
+			g.Forever = true
+		} else if age := caps.DedupeWindow - pspTimeout - caps.CreationWindow; age > 0 {
+			g.DedupeAge = age
+		}
+	}
+	return g
+}
+
+// ErrArmRefused: ArmCharge's guard said no more send may leave (the PSP's
+// dedupe memory may end before it would land); nothing was written.
+var ErrArmRefused = errors.New("payments: sending again could outlive the PSP's dedupe memory")
 
 // Claim is what a fresh request writes: its key's record and its payment.
 type Claim struct {

@@ -263,16 +263,30 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND locke
 	return next, nil
 }
 
-// ArmCharge implements payments.FlowStore.
-func (s *Store) ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration) error {
+// ArmCharge implements payments.FlowStore. The guard is judged in the
+// same statement, on the database's clock: a resumed worker that stalled
+// between its lookup and this write cannot send past the PSP's dedupe memory.
+func (s *Store) ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration, g payments.ArmGuard) error {
 	const stmt = `
 UPDATE idempotency_keys
 SET may_charge_until = GREATEST(COALESCE(may_charge_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
     locked_until = GREATEST(COALESCE(locked_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
     charge_attempts = charge_attempts + 1, not_found_at = NULL, updated_at = NOW(6)
-WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
-	args := append([]any{micros(window), micros(window)}, append(refArgs(ref), int64(token))...)
-	return s.fenced(ctx, "store.ArmCharge", stmt, args...)
+WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?
+  AND (? OR (? AND created_at > NOW(6) - INTERVAL ? MICROSECOND)
+         OR (? AND may_charge_until < NOW(6) - INTERVAL ? MICROSECOND))`
+	args := append([]any{micros(window), micros(window)}, append(refArgs(ref), int64(token),
+		g.Forever, g.DedupeAge > 0, micros(g.DedupeAge), g.Authoritative, micros(g.LateAfter))...)
+	err := s.fenced(ctx, "store.ArmCharge", stmt, args...)
+	if !errors.Is(err, idemkeys.ErrFenced) {
+		return err
+	}
+	// Nothing matched: the lease is someone else's, or the guard said no.
+	rec, rerr := s.Record(ctx, ref)
+	if rerr == nil && rec.State == idemkeys.InProgress && rec.Token == token {
+		return fmt.Errorf("store.ArmCharge: %w", payments.ErrArmRefused)
+	}
+	return err
 }
 
 // Release implements payments.FlowStore.

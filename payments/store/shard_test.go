@@ -403,7 +403,7 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 	sc.must(err, "Record")
 	_, _, err = s.LoadKey(ctx, ref1)
 	sc.must(err, "LoadKey")
-	sc.must(s.ArmCharge(ctx, ref1, tok1, time.Minute), "ArmCharge")
+	sc.must(s.ArmCharge(ctx, ref1, tok1, time.Minute, payments.ArmGuard{Forever: true}), "ArmCharge")
 	p1.Status, p1.PSPReference = payments.Succeeded, "ch_1"
 	sc.must(s.Settle(ctx, ref1, tok1, p1, answer), "Settle")
 	_, err = s.Payment(ctx, m1.ID, p1.ID)
