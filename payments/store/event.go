@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"gateway/payments"
+)
+
+// The outbox: every state change of a payment or a refund writes its event
+// in the transaction that makes the change, so that there is no change
+// without its event and no event without its change. The object's
+// event_seq is bumped in the same transaction: an object's events are
+// numbered 1, 2, … with no gap, in the order of its changes (its row lock
+// orders them).
+
+// eventRow is a stored event.
+type eventRow struct {
+	Pos        int64     `db:"pos"`
+	ID         string    `db:"id"`
+	MerchantID string    `db:"merchant_id"`
+	Type       string    `db:"type"`
+	ObjectType string    `db:"object_type"`
+	ObjectID   string    `db:"object_id"`
+	Seq        int64     `db:"seq"`
+	Data       string    `db:"data"`
+	CreatedAt  time.Time `db:"created_at"`
+}
+
+const eventColumns = `pos, id, merchant_id, type, object_type, object_id, seq, data, created_at`
+
+func (r eventRow) toDomain() payments.Event {
+	return payments.Event{
+		Pos: r.Pos, ID: r.ID, MerchantID: r.MerchantID, Type: payments.EventType(r.Type),
+		ObjectType: r.ObjectType, ObjectID: r.ObjectID, Seq: r.Seq, Data: []byte(r.Data), CreatedAt: r.CreatedAt,
+	}
+}
+
+// InsertEvent writes e in tx, stamped with the database's clock, and
+// returns its position. e.Seq must be the object's event_seq as bumped in
+// tx; e.ID is made when empty. Other packages' stores (deliveries, endpoint
+// changes) call it in their own transactions.
+func InsertEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event) (int64, error) {
+	const stmt = `
+INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
+	if e.ID == "" {
+		e.ID = payments.NewEventID()
+	}
+	res, err := tx.ExecContext(ctx, stmt, e.ID, e.MerchantID, string(e.Type), e.ObjectType, e.ObjectID, e.Seq, string(e.Data))
+	if err != nil {
+		return 0, fmt.Errorf("insert event %s of %s %s: %w", e.Type, e.ObjectType, e.ObjectID, err)
+	}
+	return res.LastInsertId()
+}
+
+// paymentEvent writes the event of the payment's change that tx just
+// made: its event number is bumped (the row stays locked until tx ends, so
+// numbers never repeat) and it is rendered as tx now sees it. It returns
+// the payment so rendered.
+func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Payment, error) {
+	if _, err := tx.ExecContext(ctx, `UPDATE payments SET event_seq = event_seq + 1 WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
+		return payments.Payment{}, err
+	}
+	var r struct {
+		paymentRow
+		Seq int64 `db:"event_seq"`
+	}
+	if err := tx.GetContext(ctx, &r, `SELECT `+paymentColumns+`, event_seq FROM payments WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
+		return payments.Payment{}, err
+	}
+	p, err := r.toDomain()
+	if err != nil {
+		return payments.Payment{}, err
+	}
+	_, err = InsertEvent(ctx, tx, payments.Event{
+		MerchantID: p.MerchantID, Type: payments.PaymentEventType(p.Status), ObjectType: payments.ObjectPayment,
+		ObjectID: p.ID, Seq: r.Seq, Data: payments.PaymentEventData(p),
+	})
+	return p, err
+}
+
+// refundEvent is paymentEvent for a refund.
+func refundEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Refund, error) {
+	if _, err := tx.ExecContext(ctx, `UPDATE refunds SET event_seq = event_seq + 1 WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
+		return payments.Refund{}, err
+	}
+	var r struct {
+		refundRow
+		Seq int64 `db:"event_seq"`
+	}
+	if err := tx.GetContext(ctx, &r, `SELECT `+refundColumns+`, event_seq FROM refunds WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
+		return payments.Refund{}, err
+	}
+	x, err := r.toDomain()
+	if err != nil {
+		return payments.Refund{}, err
+	}
+	_, err = InsertEvent(ctx, tx, payments.Event{
+		MerchantID: x.MerchantID, Type: payments.RefundEventType(x.Status), ObjectType: payments.ObjectRefund,
+		ObjectID: x.ID, Seq: r.Seq, Data: payments.RefundEventData(x),
+	})
+	return x, err
+}
