@@ -70,6 +70,8 @@ type envSetup struct {
 	authTTL time.Duration
 	// notices, when set, receives the PSPs' notifications (webhooks).
 	notices func(*store.Store) api.NoticeReceiver
+	// webhooks, when set, manages the webhook endpoints.
+	webhooks func(*store.Store) api.WebhookEndpoints
 }
 
 type envOption func(*envSetup)
@@ -105,6 +107,9 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	}
 	if setup.notices != nil {
 		apiOpts.Notices = setup.notices(st)
+	}
+	if setup.webhooks != nil {
+		apiOpts.Webhooks = setup.webhooks(st)
 	}
 	contract, err := published()
 	if err != nil {

@@ -24,6 +24,11 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/payments/:id/refunds", s.handleListRefunds, merchant...)
 	e.GET("/refunds", s.handleListRefunds, merchant...)
 	e.GET("/refunds/:id", s.handleGetRefund, merchant...)
+	e.POST("/webhook_endpoints", s.handleCreateEndpoint, merchant...)
+	e.GET("/webhook_endpoints", s.handleListEndpoints, merchant...)
+	e.GET("/webhook_endpoints/:id", s.handleGetEndpoint, merchant...)
+	e.DELETE("/webhook_endpoints/:id", s.handleDeleteEndpoint, merchant...)
+	e.POST("/webhook_endpoints/:id/rotate", s.handleRotateEndpoint, merchant...)
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).
