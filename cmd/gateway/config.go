@@ -26,7 +26,7 @@ import (
 
 // defaultVars are the defaults interpolated into the flags' default tags.
 func defaultVars() map[string]string {
-	return map[string]string{
+	vars := map[string]string{
 		"lease":                  durationDefault(payments.DefaultLease),
 		"psp_timeout":            durationDefault(payments.DefaultPSPTimeout),
 		"inflight_wait":          durationDefault(payments.DefaultInFlightWait),
@@ -43,6 +43,10 @@ func defaultVars() map[string]string {
 		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
 		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
 	}
+	for k, v := range webhookDefaultVars() {
+		vars[k] = v
+	}
+	return vars
 }
 
 // checker is a group of settings that validates itself, alone and across its fields.
@@ -302,6 +306,8 @@ type serverConfig struct {
 	MaxClockSkew time.Duration   `name:"max-clock-skew" env:"GATEWAY_MAX_CLOCK_SKEW" default:"${max_clock_skew}" group:"flow" help:"how far this replica's clock may stray from the database's before it stops taking payments and reports not ready"`
 	PSP          pspConfig       `embed:""`
 	Reconcile    reconcileConfig `embed:""`
+	Webhooks     webhookConfig   `embed:""`
+	Dispatch     dispatchConfig  `embed:""`
 	Log          logConfig       `embed:""`
 }
 
