@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"time"
 
@@ -57,14 +58,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
 	return res.LastInsertId()
 }
 
-// paymentEvent writes the event of the payment's change that tx just
-// made: its event number is bumped (the row stays locked until tx ends, so
-// numbers never repeat) and it is rendered as tx now sees it. It returns
-// the payment so rendered.
+// paymentEvent writes the event of the payment's change that tx just made
+// with an UPDATE that also took its next event number (bumpEventSeq; the
+// row stays locked until tx ends, so numbers never repeat): the payment is
+// rendered as tx now sees it. It returns the payment so rendered.
 func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Payment, error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE payments SET event_seq = event_seq + 1 WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
-		return payments.Payment{}, err
-	}
 	var r struct {
 		paymentRow
 		Seq int64 `db:"event_seq"`
@@ -74,7 +72,13 @@ func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (paym
 	}
 	p, err := r.toDomain()
 	if err != nil {
-		return payments.Payment{}, err
+		// A row whose metadata or next action cannot be decoded (the expiry
+		// cancels such payments all the same) still has its event: with
+		// what can be read of it.
+		r.Metadata, r.NextAction = sql.NullString{}, sql.NullString{}
+		if p, err = r.toDomain(); err != nil {
+			return payments.Payment{}, err
+		}
 	}
 	_, err = InsertEvent(ctx, tx, payments.Event{
 		MerchantID: p.MerchantID, Type: payments.PaymentEventType(p.Status), ObjectType: payments.ObjectPayment,
@@ -85,9 +89,6 @@ func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (paym
 
 // refundEvent is paymentEvent for a refund.
 func refundEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Refund, error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE refunds SET event_seq = event_seq + 1 WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
-		return payments.Refund{}, err
-	}
 	var r struct {
 		refundRow
 		Seq int64 `db:"event_seq"`
@@ -104,4 +105,17 @@ func refundEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payme
 		ObjectID: x.ID, Seq: r.Seq, Data: payments.RefundEventData(x),
 	})
 	return x, err
+}
+
+// bumpEventSeq is the assignment that takes an object's next event number,
+// in the UPDATE that changes its status: paymentEvent or refundEvent then
+// writes the event with it, in the same transaction.
+const bumpEventSeq = `event_seq = event_seq + 1`
+
+// createdEvent writes the first event of an object tx just inserted with
+// event_seq 1, rendered from what tx inserted.
+func createdEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event) error {
+	e.Seq = 1
+	_, err := InsertEvent(ctx, tx, e)
+	return err
 }
