@@ -24,6 +24,8 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/payments/:id/refunds", s.handleListRefunds, merchant...)
 	e.GET("/refunds", s.handleListRefunds, merchant...)
 	e.GET("/refunds/:id", s.handleGetRefund, merchant...)
+	e.GET("/events", s.handleListEvents, merchant...)
+	e.GET("/events/:id", s.handleGetEvent, merchant...)
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).

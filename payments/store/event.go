@@ -3,11 +3,14 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"gateway/db"
 	"gateway/payments"
 )
 
@@ -118,4 +121,66 @@ func createdEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event) error {
 	e.Seq = 1
 	_, err := InsertEvent(ctx, tx, e)
 	return err
+}
+
+// MerchantEvents implements payments.ListStore: a page of the merchant's
+// events in the order they were written (pos), after the cursor's, on the
+// index events_merchant.
+func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (payments.Page[payments.Event], error) {
+	conds, args := []string{"merchant_id = ?"}, []any{q.MerchantID}
+	if q.StartingAfter != "" {
+		var pos int64
+		err := s.db.GetContext(ctx, &pos, `SELECT pos FROM events WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.StartingAfter)
+		if errors.Is(err, sql.ErrNoRows) {
+			return payments.Page[payments.Event]{}, payments.ErrCursorNotFound
+		}
+		if err != nil {
+			return payments.Page[payments.Event]{}, fmt.Errorf("store.MerchantEvents: cursor: %w", db.Classify(err))
+		}
+		conds, args = append(conds, "pos > ?"), append(args, pos)
+	}
+	if q.Type != "" {
+		conds, args = append(conds, "type = ?"), append(args, string(q.Type))
+	}
+	if q.ObjectID != "" {
+		conds, args = append(conds, "object_id = ?"), append(args, q.ObjectID)
+	}
+	var rows []eventRow
+	if err := s.db.SelectContext(ctx, &rows, `SELECT `+eventColumns+` FROM events WHERE `+strings.Join(conds, " AND ")+
+		` ORDER BY pos LIMIT ?`, append(args, q.Limit+1)...); err != nil {
+		return payments.Page[payments.Event]{}, fmt.Errorf("store.MerchantEvents: %w", db.Classify(err))
+	}
+	page := payments.Page[payments.Event]{HasMore: len(rows) > q.Limit, Items: make([]payments.Event, 0, q.Limit)}
+	for _, r := range rows[:min(len(rows), q.Limit)] {
+		page.Items = append(page.Items, r.toDomain())
+	}
+	return page, nil
+}
+
+// MerchantEvent implements payments.ListStore.
+func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (payments.Event, error) {
+	var r eventRow
+	err := s.db.GetContext(ctx, &r, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id = ?`, merchantID, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Event{}, payments.ErrNotFound
+	}
+	if err != nil {
+		return payments.Event{}, fmt.Errorf("store.MerchantEvent: %w", db.Classify(err))
+	}
+	return r.toDomain(), nil
+}
+
+// PurgeEvents implements reconcile.Store: deletes up to limit events
+// written longer than retention ago by the database's clock.
+func (s *Store) PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	const stmt = `DELETE FROM events WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY created_at LIMIT ?`
+	res, err := s.db.ExecContext(ctx, stmt, micros(retention), limit)
+	if err != nil {
+		return 0, fmt.Errorf("store.PurgeEvents: %w", db.Classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("store.PurgeEvents: %w", db.Classify(err))
+	}
+	return n, nil
 }
