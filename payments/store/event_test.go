@@ -160,7 +160,10 @@ func TestEventsFollowEveryChange(t *testing.T) {
 	p.Status, p.ReviewReason = payments.RequiresReview, "unknown outcome"
 	sc.must(s.Settle(ctx, ref, tok, p, answer), "Settle to review")
 	to := func(st payments.Status) func(payments.Payment) (payments.Payment, error) {
-		return func(x payments.Payment) (payments.Payment, error) { x.Status, x.PSPReference = st, "ch_9"; return x, nil }
+		return func(x payments.Payment) (payments.Payment, error) {
+			x.Status, x.PSPReference = st, "ch_9"
+			return x, nil
+		}
 	}
 	_, err := s.Resolve(ctx, p.ID, to(payments.Succeeded), res)
 	sc.must(err, "Resolve to succeeded")
