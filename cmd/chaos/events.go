@@ -36,9 +36,9 @@ type eventRecord struct {
 	Data       string `db:"data"`
 }
 
-// checkEvents is invariant 8.
+// checkEvents is invariant 9.
 func (c *checker) checkEvents(ctx context.Context) (*invariant, error) {
-	inv := &invariant{ID: 8, Name: "every change of status has exactly one event; no event without its change"}
+	inv := &invariant{ID: 9, Name: "every change of status has exactly one event; no event without its change"}
 	var pays, refunds []eventObject
 	if err := c.e.db.SelectContext(ctx, &pays, `SELECT merchant_id, id, status, event_seq FROM payments`); err != nil {
 		return nil, fmt.Errorf("read payments' event numbers: %w", err)
