@@ -51,7 +51,7 @@ type Options struct {
 	// of 0 turns rate limiting off.
 	RatePerSecond float64
 	RateBurst     int
-	// Listings answers GET /payments, GET /refunds and a payment's refunds.
+	// Listings answers GET /payments, GET /refunds, a payment's refunds and GET /events.
 	Listings Lister
 	// Metrics, when set, is served at GET /metrics.
 	Metrics  http.Handler

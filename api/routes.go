@@ -29,6 +29,8 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/webhook_endpoints/:id", s.handleGetEndpoint, merchant...)
 	e.DELETE("/webhook_endpoints/:id", s.handleDeleteEndpoint, merchant...)
 	e.POST("/webhook_endpoints/:id/rotate", s.handleRotateEndpoint, merchant...)
+	e.GET("/events", s.handleListEvents, merchant...)
+	e.GET("/events/:id", s.handleGetEvent, merchant...)
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).

@@ -1,7 +1,12 @@
 package payments
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -91,3 +96,93 @@ func RefundEventData(r Refund) json.RawMessage {
 
 // NewEventID is a fresh event id: evt_ and a ULID.
 func NewEventID() string { return "evt_" + ulid.Make().String() }
+
+// EventQuery asks for one page of a merchant's events, oldest first: the
+// page after the event StartingAfter names (an event id), or from the
+// oldest one retained. Type and ObjectID filter when set.
+type EventQuery struct {
+	MerchantID    string
+	Limit         int
+	StartingAfter string
+	Type          EventType
+	ObjectID      string
+}
+
+// Validate checks the query before anything is read.
+func (q *EventQuery) Validate() error {
+	var fields []FieldError
+	switch {
+	case q.Limit == 0:
+		q.Limit = DefaultPageSize
+	case q.Limit < 0 || q.Limit > MaxPageSize:
+		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
+	}
+	if q.Type != "" && !slices.Contains(EventTypes, q.Type) {
+		fields = append(fields, FieldError{Field: "type", Reason: "must be one of " + eventTypeNames()})
+	}
+	if len(q.ObjectID) > 40 {
+		fields = append(fields, FieldError{Field: "object_id", Reason: "must be a payment or refund id"})
+	}
+	if len(q.StartingAfter) > 40 {
+		fields = append(fields, FieldError{Field: "starting_after", Reason: "must be the id of one of your events"})
+	}
+	if len(fields) > 0 {
+		return &Error{Code: CodeInvalid, Message: "invalid listing query", Fields: fields}
+	}
+	return nil
+}
+
+func eventTypeNames() string {
+	names := make([]string, len(EventTypes))
+	for i, t := range EventTypes {
+		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Events lists a page of the merchant's events, oldest first.
+func (l *Listings) Events(ctx context.Context, q EventQuery) (Page[Event], error) {
+	if err := q.Validate(); err != nil {
+		return Page[Event]{}, err
+	}
+	p, err := l.store.MerchantEvents(ctx, q)
+	if errors.Is(err, ErrCursorNotFound) {
+		return Page[Event]{}, &Error{Code: CodeInvalid, Message: "the cursor names no event of this listing",
+			Fields: []FieldError{{Field: "starting_after", Reason: "must be the id of one of your events"}}}
+	}
+	if err != nil {
+		return Page[Event]{}, internal(err)
+	}
+	return p, nil
+}
+
+// Event reads one of the merchant's events.
+func (l *Listings) Event(ctx context.Context, merchantID, id string) (Event, error) {
+	e, err := l.store.MerchantEvent(ctx, merchantID, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Event{}, &Error{Code: CodeNotFound, Message: "event not found"}
+	case err != nil:
+		return Event{}, internal(err)
+	}
+	return e, nil
+}
+
+// EventView is an event as the API renders it.
+type EventView struct {
+	ID         string          `json:"id"`
+	Type       EventType       `json:"type"`
+	ObjectType string          `json:"object_type"`
+	ObjectID   string          `json:"object_id"`
+	Seq        int64           `json:"seq"`
+	CreatedAt  string          `json:"created_at"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// ToEventView renders e for the public API.
+func ToEventView(e Event) EventView {
+	return EventView{
+		ID: e.ID, Type: e.Type, ObjectType: e.ObjectType, ObjectID: e.ObjectID, Seq: e.Seq,
+		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano), Data: e.Data,
+	}
+}

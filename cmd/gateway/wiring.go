@@ -194,19 +194,20 @@ func newNotices(cfg pspConfig, st *store.Store, timeout time.Duration, lc *logCo
 // replica must not act (its clock strays from the database's).
 func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
 	return reconcile.New(store.New(dbx), psps, reconcile.Config{
-		Gate:        gate,
-		Lease:       flow.Lease,
-		PSPTimeout:  flow.PSPTimeout,
-		BatchSize:   rc.Batch,
-		Concurrency: rc.Concurrency,
-		MaxAttempts: rc.MaxAttempts,
-		BackoffBase: rc.Backoff,
-		BackoffMax:  rc.BackoffMax,
-		Retention:   flow.Retention,
-		PurgeBatch:  rc.PurgeBatch,
-		Logger:      log,
-		Observer:    obs,
-		Hasher:      lc.hasher(),
+		Gate:           gate,
+		Lease:          flow.Lease,
+		PSPTimeout:     flow.PSPTimeout,
+		BatchSize:      rc.Batch,
+		Concurrency:    rc.Concurrency,
+		MaxAttempts:    rc.MaxAttempts,
+		BackoffBase:    rc.Backoff,
+		BackoffMax:     rc.BackoffMax,
+		Retention:      flow.Retention,
+		PurgeBatch:     rc.PurgeBatch,
+		EventRetention: flow.EventRetention,
+		Logger:         log,
+		Observer:       obs,
+		Hasher:         lc.hasher(),
 	})
 }
 

@@ -2,11 +2,15 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"gateway/db"
 	"gateway/payments"
 )
 
@@ -57,14 +61,11 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
 	return res.LastInsertId()
 }
 
-// paymentEvent writes the event of the payment's change that tx just
-// made: its event number is bumped (the row stays locked until tx ends, so
-// numbers never repeat) and it is rendered as tx now sees it. It returns
-// the payment so rendered.
+// paymentEvent writes the event of the payment's change that tx just made
+// with an UPDATE that also took its next event number (bumpEventSeq; the
+// row stays locked until tx ends, so numbers never repeat): the payment is
+// rendered as tx now sees it. It returns the payment so rendered.
 func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Payment, error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE payments SET event_seq = event_seq + 1 WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
-		return payments.Payment{}, err
-	}
 	var r struct {
 		paymentRow
 		Seq int64 `db:"event_seq"`
@@ -74,7 +75,13 @@ func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (paym
 	}
 	p, err := r.toDomain()
 	if err != nil {
-		return payments.Payment{}, err
+		// A row whose metadata or next action cannot be decoded (the expiry
+		// cancels such payments all the same) still has its event: with
+		// what can be read of it.
+		r.Metadata, r.NextAction = sql.NullString{}, sql.NullString{}
+		if p, err = r.toDomain(); err != nil {
+			return payments.Payment{}, err
+		}
 	}
 	_, err = InsertEvent(ctx, tx, payments.Event{
 		MerchantID: p.MerchantID, Type: payments.PaymentEventType(p.Status), ObjectType: payments.ObjectPayment,
@@ -85,9 +92,6 @@ func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (paym
 
 // refundEvent is paymentEvent for a refund.
 func refundEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Refund, error) {
-	if _, err := tx.ExecContext(ctx, `UPDATE refunds SET event_seq = event_seq + 1 WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
-		return payments.Refund{}, err
-	}
 	var r struct {
 		refundRow
 		Seq int64 `db:"event_seq"`
@@ -104,4 +108,79 @@ func refundEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payme
 		ObjectID: x.ID, Seq: r.Seq, Data: payments.RefundEventData(x),
 	})
 	return x, err
+}
+
+// bumpEventSeq is the assignment that takes an object's next event number,
+// in the UPDATE that changes its status: paymentEvent or refundEvent then
+// writes the event with it, in the same transaction.
+const bumpEventSeq = `event_seq = event_seq + 1`
+
+// createdEvent writes the first event of an object tx just inserted with
+// event_seq 1, rendered from what tx inserted.
+func createdEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event) error {
+	e.Seq = 1
+	_, err := InsertEvent(ctx, tx, e)
+	return err
+}
+
+// MerchantEvents implements payments.ListStore: a page of the merchant's
+// events in the order they were written (pos), after the cursor's, on the
+// index events_merchant.
+func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (payments.Page[payments.Event], error) {
+	conds, args := []string{"merchant_id = ?"}, []any{q.MerchantID}
+	if q.StartingAfter != "" {
+		var pos int64
+		err := s.db.GetContext(ctx, &pos, `SELECT pos FROM events WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.StartingAfter)
+		if errors.Is(err, sql.ErrNoRows) {
+			return payments.Page[payments.Event]{}, payments.ErrCursorNotFound
+		}
+		if err != nil {
+			return payments.Page[payments.Event]{}, fmt.Errorf("store.MerchantEvents: cursor: %w", db.Classify(err))
+		}
+		conds, args = append(conds, "pos > ?"), append(args, pos)
+	}
+	if q.Type != "" {
+		conds, args = append(conds, "type = ?"), append(args, string(q.Type))
+	}
+	if q.ObjectID != "" {
+		conds, args = append(conds, "object_id = ?"), append(args, q.ObjectID)
+	}
+	var rows []eventRow
+	if err := s.db.SelectContext(ctx, &rows, `SELECT `+eventColumns+` FROM events WHERE `+strings.Join(conds, " AND ")+
+		` ORDER BY pos LIMIT ?`, append(args, q.Limit+1)...); err != nil {
+		return payments.Page[payments.Event]{}, fmt.Errorf("store.MerchantEvents: %w", db.Classify(err))
+	}
+	page := payments.Page[payments.Event]{HasMore: len(rows) > q.Limit, Items: make([]payments.Event, 0, q.Limit)}
+	for _, r := range rows[:min(len(rows), q.Limit)] {
+		page.Items = append(page.Items, r.toDomain())
+	}
+	return page, nil
+}
+
+// MerchantEvent implements payments.ListStore.
+func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (payments.Event, error) {
+	var r eventRow
+	err := s.db.GetContext(ctx, &r, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id = ?`, merchantID, id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Event{}, payments.ErrNotFound
+	}
+	if err != nil {
+		return payments.Event{}, fmt.Errorf("store.MerchantEvent: %w", db.Classify(err))
+	}
+	return r.toDomain(), nil
+}
+
+// PurgeEvents implements reconcile.Store: deletes up to limit events
+// written longer than retention ago by the database's clock.
+func (s *Store) PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	const stmt = `DELETE FROM events WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY created_at LIMIT ?`
+	res, err := s.db.ExecContext(ctx, stmt, micros(retention), limit)
+	if err != nil {
+		return 0, fmt.Errorf("store.PurgeEvents: %w", db.Classify(err))
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("store.PurgeEvents: %w", db.Classify(err))
+	}
+	return n, nil
 }
