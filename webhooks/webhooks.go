@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"slices"
 	"time"
+
+	"gateway/payments"
 )
 
 // EndpointStatus says whether an endpoint receives deliveries.
@@ -100,21 +102,11 @@ type Event struct {
 	CreatedAt  time.Time
 }
 
-// eventBody is an event as it is POSTed, the shape GET /events/{id} answers.
-type eventBody struct {
-	ID         string          `json:"id"`
-	Type       string          `json:"type"`
-	ObjectType string          `json:"object_type"`
-	ObjectID   string          `json:"object_id"`
-	Seq        int64           `json:"seq"`
-	CreatedAt  string          `json:"created_at"`
-	Data       json.RawMessage `json:"data"`
-}
-
-// Body renders ev as a delivery's body.
+// Body renders ev as a delivery's body: exactly what GET /events/{id}
+// answers for it.
 func Body(ev Event) ([]byte, error) {
-	return json.Marshal(eventBody{
-		ID: ev.ID, Type: ev.Type, ObjectType: ev.ObjectType, ObjectID: ev.ObjectID, Seq: ev.Seq,
-		CreatedAt: ev.CreatedAt.UTC().Format(time.RFC3339Nano), Data: ev.Data,
-	})
+	return json.Marshal(payments.ToEventView(payments.Event{
+		ID: ev.ID, MerchantID: ev.MerchantID, Type: payments.EventType(ev.Type), ObjectType: ev.ObjectType,
+		ObjectID: ev.ObjectID, Seq: ev.Seq, Data: ev.Data, CreatedAt: ev.CreatedAt,
+	}))
 }
