@@ -113,7 +113,7 @@ func (noObserver) DeliveryBacklog(Backlog)                  {}
 
 // Config tunes a dispatcher; zero fields take the Default* values.
 type Config struct {
-	// Timeout bounds one attempt; Lease (Timeout plus a margin when zero)
+	// Timeout bounds one attempt; Lease (twice Timeout plus 5s when zero)
 	// must outlast it.
 	Timeout time.Duration
 	Lease   time.Duration
@@ -145,7 +145,7 @@ func (c *Config) defaults() {
 		}
 	}
 	set(&c.Timeout, DefaultTimeout)
-	set(&c.Lease, c.Timeout+30*time.Second)
+	set(&c.Lease, 2*c.Timeout+5*time.Second)
 	set(&c.Interval, DefaultInterval)
 	set(&c.BackoffBase, DefaultBackoffBase)
 	set(&c.BackoffMax, DefaultBackoffMax)

@@ -328,6 +328,11 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	if err != nil {
 		return nil, err
 	}
+	hooksInv, err := e.checkWebhooks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	invs = append(invs, hooksInv)
 	if opts.halfOpen {
 		rep.HalfOpen = x.halfOpenReport(e)
 		invs = append(invs, checkHalfOpen(rep.HalfOpen))
