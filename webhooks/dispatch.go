@@ -32,10 +32,10 @@ type DispatchStore interface {
 	// and it is not due again before the lease ends. found is false when
 	// none is due or every due one is held by another claim.
 	ClaimDelivery(ctx context.Context, ref EndpointRef, lease time.Duration) (c Claimed, found bool, err error)
-	// RecordDelivered marks the claimed delivery delivered and ends its
-	// endpoint's run of failures. recorded is false when the claim had lost
-	// its lease (another claim's record counts).
-	RecordDelivered(ctx context.Context, d Delivery, httpStatus int) (recorded bool, err error)
+	// RecordDelivered marks the claimed delivery delivered and, with
+	// endFailing, ends its endpoint's run of failures. recorded is false
+	// when the claim had lost its lease (another claim's record counts).
+	RecordDelivered(ctx context.Context, d Delivery, httpStatus int, endFailing bool) (recorded bool, err error)
 	// RecordFailed records a failed attempt of the claimed delivery (see Failure).
 	RecordFailed(ctx context.Context, d Delivery, f Failure) (FailureOutcome, error)
 	// DeliveryBacklog measures what is waiting, for metrics.
@@ -300,8 +300,14 @@ func (d *Dispatcher) start(ctx context.Context, ref EndpointRef) {
 	}
 }
 
-// worker attempts the endpoint's due deliveries one by one until none is left.
+// worker attempts the endpoint's due deliveries one by one until none is
+// left. It reads the endpoint again at most every Interval: a rotation, a
+// disabling or a deletion shows within that time.
 func (d *Dispatcher) worker(ctx context.Context, ref EndpointRef) {
+	var (
+		ep     Endpoint
+		readAt time.Time
+	)
 	defer func() {
 		d.mu.Lock()
 		if d.active[ref]--; d.active[ref] <= 0 {
@@ -324,28 +330,33 @@ func (d *Dispatcher) worker(ctx context.Context, ref EndpointRef) {
 		if !found {
 			return
 		}
-		d.attempt(ctx, c)
+		if readAt.IsZero() || time.Since(readAt) >= d.cfg.Interval {
+			if ep, err = d.st.Endpoint(ctx, ref.MerchantID, ref.ID); err != nil {
+				// Deleted meanwhile (its pending deliveries failed with it) or the
+				// database is away: the lease runs out and whoever claims next sees.
+				return
+			}
+			readAt = time.Now()
+		}
+		if delivered := d.attempt(ctx, ep, c); !delivered || !ep.FailingSince.IsZero() {
+			readAt = time.Time{} // the endpoint's run of failures began or ended: read it again
+		}
 	}
 }
 
-// attempt POSTs one claimed delivery and records what happened.
-func (d *Dispatcher) attempt(ctx context.Context, c Claimed) {
+// attempt POSTs one claimed delivery to ep and records what happened; it
+// reports whether the endpoint answered 2xx.
+func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c Claimed) (delivered bool) {
 	claimedAt := time.Now()
 	del := c.Delivery
-	ep, err := d.st.Endpoint(ctx, del.MerchantID, del.EndpointID)
-	if err != nil {
-		// Deleted meanwhile (its pending deliveries failed with it) or the
-		// database is away: the lease runs out and whoever claims next sees.
-		return
-	}
 	start := time.Now()
 	status, sendErr := d.send(ctx, ep, c)
 	if ctx.Err() != nil {
-		return // stopping: nobody records; the delivery is due again after its lease
+		return false // stopping: nobody records; the delivery is due again after its lease
 	}
 	elapsed := time.Since(start)
 	if sendErr == nil && status >= 200 && status < 300 {
-		recorded, err := d.st.RecordDelivered(ctx, del, status)
+		recorded, err := d.st.RecordDelivered(ctx, del, status, !ep.FailingSince.IsZero())
 		switch {
 		case err != nil:
 			d.log.Warn("webhook delivery not recorded", "delivery", del.ID, "err", err)
@@ -357,7 +368,7 @@ func (d *Dispatcher) attempt(ctx context.Context, c Claimed) {
 				d.cfg.Observer.DeliveryLag(c.DBNow.Add(time.Since(claimedAt)).Sub(c.Event.CreatedAt))
 			}
 		}
-		return
+		return true
 	}
 	f := Failure{
 		HTTPStatus: status, Wait: d.backoff(del.Attempts + 1), MaxAge: d.cfg.MaxAge, DisableAfter: d.cfg.DisableAfter,
@@ -384,6 +395,7 @@ func (d *Dispatcher) attempt(ctx context.Context, c Claimed) {
 		d.log.Warn("webhook endpoint disabled", "endpoint", ep.ID, "merchant", ep.MerchantID,
 			"reason", f.DisableReason, "audit", true)
 	}
+	return false
 }
 
 // backoff is the wait after the n-th failed attempt: BackoffBase doubled

@@ -70,8 +70,11 @@ func webhookScenario(sc *scenario, merchantID string) {
 	if err != nil || !found {
 		t.Fatalf("ClaimDelivery again: %v, %v", found, err)
 	}
-	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200); err != nil || !ok {
+	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200, true); err != nil || !ok {
 		t.Fatalf("RecordDelivered: %v, %v", ok, err)
+	}
+	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200, false); err != nil || ok {
+		t.Fatalf("RecordDelivered again (fenced: delivered already): %v, %v", ok, err)
 	}
 	if n, err := s.Resend(ctx, merchantID, ep.ID, time.Now().Add(-time.Hour)); err != nil || n == 0 {
 		t.Fatalf("Resend: %d, %v", n, err)
