@@ -27,11 +27,11 @@ type DispatchStore interface {
 	DueEndpoints(ctx context.Context, limit int) ([]EndpointRef, error)
 	// Endpoint reads one endpoint; payments.ErrNotFound once it is deleted.
 	Endpoint(ctx context.Context, merchantID, id string) (Endpoint, error)
-	// ClaimDelivery takes the endpoint's longest-waiting due delivery for
-	// lease: its token is bumped (the claim's is in the returned Delivery)
-	// and it is not due again before the lease ends. found is false when
-	// none is due or every due one is held by another claim.
-	ClaimDelivery(ctx context.Context, ref EndpointRef, lease time.Duration) (c Claimed, found bool, err error)
+	// ClaimDeliveries takes up to limit of the endpoint's longest-waiting
+	// due deliveries for lease: their tokens are bumped (the claim's is in
+	// each returned Delivery) and they are not due again before the lease
+	// ends. None when none is due or every due one is held by another claim.
+	ClaimDeliveries(ctx context.Context, ref EndpointRef, limit int, lease time.Duration) ([]Claimed, error)
 	// RecordDelivered marks the claimed delivery delivered and, with
 	// endFailing, ends its endpoint's run of failures. recorded is false
 	// when the claim had lost its lease (another claim's record counts).
@@ -181,10 +181,10 @@ func (c *Config) defaults() {
 // receiver then gets it again, with the same event id: delivery is at
 // least once).
 //
-// Each endpoint with due deliveries gets up to Concurrency workers, each
-// claiming and attempting that endpoint's deliveries one at a time until
-// none is due: an endpoint that answers slowly occupies its own workers
-// only, never another endpoint's.
+// Each endpoint with due deliveries gets a runner of its own with
+// Concurrency workers, which attempt that endpoint's deliveries until none
+// is due: an endpoint that answers slowly occupies its own workers only,
+// never another endpoint's.
 type Dispatcher struct {
 	st     DispatchStore
 	cipher *Cipher
@@ -193,7 +193,7 @@ type Dispatcher struct {
 	log    *slog.Logger
 
 	mu     sync.Mutex
-	active map[EndpointRef]int
+	active map[EndpointRef]bool
 	wg     sync.WaitGroup
 	wake   chan struct{}
 }
@@ -217,7 +217,7 @@ func NewDispatcher(st DispatchStore, c *Cipher, g *Guard, cfg Config) *Dispatche
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 	return &Dispatcher{st: st, cipher: c, client: client, cfg: cfg, log: cfg.Logger,
-		active: map[EndpointRef]int{}, wake: make(chan struct{}, 1)}
+		active: map[EndpointRef]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // Run dispatches until ctx ends, then waits for the attempts in flight
@@ -289,68 +289,129 @@ func (d *Dispatcher) lookRefs(ctx context.Context) ([]EndpointRef, error) {
 	return refs, nil
 }
 
-// start tops the endpoint's workers up to Concurrency.
+// start runs the endpoint's runner unless it runs already.
 func (d *Dispatcher) start(ctx context.Context, ref EndpointRef) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for d.active[ref] < d.cfg.Concurrency {
-		d.active[ref]++
-		d.wg.Add(1)
-		go d.worker(ctx, ref)
+	if d.active[ref] {
+		return
 	}
+	d.active[ref] = true
+	d.wg.Add(1)
+	go d.run(ctx, ref)
 }
 
-// worker attempts the endpoint's due deliveries one by one until none is
-// left. It reads the endpoint again at most every Interval: a rotation, a
-// disabling or a deletion shows within that time.
-func (d *Dispatcher) worker(ctx context.Context, ref EndpointRef) {
-	var (
-		ep     Endpoint
-		readAt time.Time
-	)
+// claimed is a claimed delivery and when this process claimed it.
+type claimed struct {
+	Claimed
+	at time.Time
+}
+
+// run is one endpoint's runner: Concurrency workers attempt deliveries
+// from a queue of at most Concurrency claimed ones, which the runner
+// refills in batches (one claim transaction for several deliveries) once
+// it is half empty, until the endpoint has none due. A queued delivery
+// starts within one attempt's time of its claim, so the lease (twice the
+// timeout plus a margin) outlasts its wait and its attempt.
+func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
+	n := d.cfg.Concurrency
+	queue := make(chan claimed, n)
+	took := make(chan struct{}, n)
+	ep := &endpointCache{d: d, ref: ref}
+	var workers sync.WaitGroup
+	for range n {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for c := range queue {
+				select {
+				case took <- struct{}{}:
+				default:
+				}
+				e, err := ep.get(ctx)
+				if err != nil {
+					continue // deleted meanwhile, or the database is away: the lease runs out
+				}
+				if delivered := d.attempt(ctx, e, c); !delivered || !e.FailingSince.IsZero() {
+					ep.forget() // the endpoint's run of failures began or ended: read it again
+				}
+			}
+		}()
+	}
 	defer func() {
+		close(queue)
+		workers.Wait()
 		d.mu.Lock()
-		if d.active[ref]--; d.active[ref] <= 0 {
-			delete(d.active, ref)
-		}
+		delete(d.active, ref)
 		d.mu.Unlock()
 		d.wg.Done()
 	}()
 	for ctx.Err() == nil {
+		if room := n - len(queue); room < max(1, n/2) {
+			select { // refill once half empty, so that claims come in batches
+			case <-took:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
 		if d.cfg.Gate != nil && d.cfg.Gate() != nil {
 			return
 		}
-		c, found, err := d.st.ClaimDelivery(ctx, ref, d.cfg.Lease)
+		cs, err := d.st.ClaimDeliveries(ctx, ref, n-len(queue), d.cfg.Lease)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook claim failed", "endpoint", ref.ID, "err", err)
 			}
 			return
 		}
-		if !found {
+		if len(cs) == 0 {
 			return
 		}
-		if readAt.IsZero() || time.Since(readAt) >= d.cfg.Interval {
-			if ep, err = d.st.Endpoint(ctx, ref.MerchantID, ref.ID); err != nil {
-				// Deleted meanwhile (its pending deliveries failed with it) or the
-				// database is away: the lease runs out and whoever claims next sees.
-				return
-			}
-			readAt = time.Now()
-		}
-		if delivered := d.attempt(ctx, ep, c); !delivered || !ep.FailingSince.IsZero() {
-			readAt = time.Time{} // the endpoint's run of failures began or ended: read it again
+		now := time.Now()
+		for _, c := range cs {
+			queue <- claimed{Claimed: c, at: now} // room was made for them
 		}
 	}
 }
 
+// endpointCache is a runner's copy of its endpoint, read again at most
+// every Interval: a rotation, a disabling or a deletion shows within that time.
+type endpointCache struct {
+	d      *Dispatcher
+	ref    EndpointRef
+	mu     sync.Mutex
+	ep     Endpoint
+	readAt time.Time
+}
+
+func (c *endpointCache) get(ctx context.Context) (Endpoint, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.readAt.IsZero() && time.Since(c.readAt) < c.d.cfg.Interval {
+		return c.ep, nil
+	}
+	ep, err := c.d.st.Endpoint(ctx, c.ref.MerchantID, c.ref.ID)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	c.ep, c.readAt = ep, time.Now()
+	return ep, nil
+}
+
+func (c *endpointCache) forget() {
+	c.mu.Lock()
+	c.readAt = time.Time{}
+	c.mu.Unlock()
+}
+
 // attempt POSTs one claimed delivery to ep and records what happened; it
 // reports whether the endpoint answered 2xx.
-func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c Claimed) (delivered bool) {
-	claimedAt := time.Now()
+func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed) (delivered bool) {
+	claimedAt := c.at
 	del := c.Delivery
 	start := time.Now()
-	status, sendErr := d.send(ctx, ep, c)
+	status, sendErr := d.send(ctx, ep, c.Claimed)
 	if ctx.Err() != nil {
 		return false // stopping: nobody records; the delivery is due again after its lease
 	}

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -138,57 +137,67 @@ func (r deliveryRow) toDomain() webhooks.Delivery {
 	}
 }
 
-// ClaimDelivery implements webhooks.DispatchStore. The endpoint's due
-// delivery that has waited longest is locked (SKIP LOCKED: another
-// dispatcher's claim takes the next), its token bumped and its next attempt
-// pushed to the lease's end, all on the database's clock, in one short
-// transaction; its event is read in the same transaction (an event never
-// changes, and a plain read locks nothing that another claim needs).
-func (s *Store) ClaimDelivery(ctx context.Context, ref webhooks.EndpointRef, lease time.Duration) (webhooks.Claimed, bool, error) {
-	var (
-		c     webhooks.Claimed
-		found bool
-	)
+// ClaimDeliveries implements webhooks.DispatchStore. The endpoint's due
+// deliveries that have waited longest are locked (SKIP LOCKED: another
+// dispatcher's claim takes the next ones), their tokens bumped and their
+// next attempts pushed to the lease's end, all on the database's clock, in
+// one short transaction; their events are read in the same transaction (an
+// event never changes, and a plain read locks nothing another claim needs).
+func (s *Store) ClaimDeliveries(ctx context.Context, ref webhooks.EndpointRef, limit int, lease time.Duration) ([]webhooks.Claimed, error) {
+	var out []webhooks.Claimed
 	err := db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		found = false
-		var r struct {
+		out = nil
+		var rows []struct {
 			deliveryRow
 			DBNow time.Time `db:"db_now"`
 		}
 		const q = `SELECT ` + deliveryColumns + `, NOW(6) AS db_now FROM webhook_deliveries
 WHERE merchant_id = ? AND endpoint_id = ? AND status = 'pending' AND next_attempt_at <= NOW(6)
-ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`
-		err := tx.GetContext(ctx, &r, q, ref.MerchantID, ref.ID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
+ORDER BY next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED`
+		if err := tx.SelectContext(ctx, &rows, q, ref.MerchantID, ref.ID, limit); err != nil || len(rows) == 0 {
 			return err
 		}
+		ids := make([]any, 0, len(rows))
+		evIDs := make([]any, 0, len(rows))
+		marks := make([]string, len(rows))
+		for i, r := range rows {
+			ids, evIDs, marks[i] = append(ids, r.ID), append(evIDs, r.EventID), "?"
+		}
+		in := strings.Join(marks, ", ")
 		const upd = `
 UPDATE webhook_deliveries
 SET lease_token = lease_token + 1, lease_until = NOW(6) + INTERVAL ? MICROSECOND,
     next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND, updated_at = NOW(6)
-WHERE merchant_id = ? AND id = ?`
-		if _, err := tx.ExecContext(ctx, upd, lease.Microseconds(), lease.Microseconds(), r.MerchantID, r.ID); err != nil {
+WHERE merchant_id = ? AND id IN (`
+		args := append([]any{lease.Microseconds(), lease.Microseconds(), ref.MerchantID}, ids...)
+		if _, err := tx.ExecContext(ctx, upd+in+`)`, args...); err != nil {
 			return err
 		}
-		c.DBNow = r.DBNow
-		var ev eventRow
-		if err := tx.GetContext(ctx, &ev, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id = ?`, r.MerchantID, r.EventID); err != nil {
-			return fmt.Errorf("the event %s of delivery %s: %w", r.EventID, r.ID, err)
+		var evs []eventRow
+		if err := tx.SelectContext(ctx, &evs, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id IN (`+in+`)`,
+			append([]any{ref.MerchantID}, evIDs...)...); err != nil {
+			return err
 		}
-		c.Delivery = r.toDomain()
-		c.Delivery.LeaseToken++
-		c.Event = webhooks.Event{ID: ev.ID, MerchantID: ev.MerchantID, Type: ev.Type, ObjectType: ev.ObjectType,
-			ObjectID: ev.ObjectID, Seq: ev.Seq, Data: []byte(ev.Data), CreatedAt: ev.CreatedAt}
-		found = true
+		byID := make(map[string]eventRow, len(evs))
+		for _, ev := range evs {
+			byID[ev.ID] = ev
+		}
+		for _, r := range rows {
+			ev, ok := byID[r.EventID]
+			if !ok {
+				return fmt.Errorf("the event %s of delivery %s is gone", r.EventID, r.ID)
+			}
+			c := webhooks.Claimed{Delivery: r.toDomain(), DBNow: r.DBNow, Event: webhooks.Event{ID: ev.ID, MerchantID: ev.MerchantID,
+				Type: ev.Type, ObjectType: ev.ObjectType, ObjectID: ev.ObjectID, Seq: ev.Seq, Data: []byte(ev.Data), CreatedAt: ev.CreatedAt}}
+			c.Delivery.LeaseToken++
+			out = append(out, c)
+		}
 		return nil
 	})
 	if err != nil {
-		return webhooks.Claimed{}, false, fmt.Errorf("store.ClaimDelivery: %w", err)
+		return nil, fmt.Errorf("store.ClaimDeliveries: %w", err)
 	}
-	return c, found, nil
+	return out, nil
 }
 
 // RecordDelivered implements webhooks.DispatchStore: fenced on the claim's

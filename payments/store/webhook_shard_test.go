@@ -57,19 +57,20 @@ func webhookScenario(sc *scenario, merchantID string) {
 	if len(refs) != 1 {
 		t.Fatalf("DueEndpoints: %v", refs)
 	}
-	c, found, err := s.ClaimDelivery(ctx, refs[0], time.Minute)
-	if err != nil || !found {
-		t.Fatalf("ClaimDelivery: %v, %v", found, err)
+	cs, err := s.ClaimDeliveries(ctx, refs[0], 10, time.Minute)
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("ClaimDeliveries: %d, %v", len(cs), err)
 	}
+	c := cs[0]
 	out, err := s.RecordFailed(ctx, c.Delivery, webhooks.Failure{HTTPStatus: 500, Error: "answered 500", Wait: 0,
 		MaxAge: time.Hour, DisableAfter: time.Hour, DisableReason: "shard check"})
 	if err != nil || !out.Recorded {
 		t.Fatalf("RecordFailed: %+v, %v", out, err)
 	}
-	c, found, err = s.ClaimDelivery(ctx, refs[0], time.Minute)
-	if err != nil || !found {
-		t.Fatalf("ClaimDelivery again: %v, %v", found, err)
+	if cs, err = s.ClaimDeliveries(ctx, refs[0], 10, time.Minute); err != nil || len(cs) != 1 {
+		t.Fatalf("ClaimDeliveries again: %d, %v", len(cs), err)
 	}
+	c = cs[0]
 	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200, true); err != nil || !ok {
 		t.Fatalf("RecordDelivered: %v, %v", ok, err)
 	}
