@@ -192,6 +192,10 @@ type Dispatcher struct {
 	cfg    Config
 	log    *slog.Logger
 
+	// measured is when the backlog gauges were last measured (looks run
+	// one at a time).
+	measured time.Time
+
 	mu     sync.Mutex
 	active map[EndpointRef]bool
 	wg     sync.WaitGroup
@@ -283,8 +287,12 @@ func (d *Dispatcher) lookRefs(ctx context.Context) ([]EndpointRef, error) {
 	for _, ref := range refs {
 		d.start(ctx, ref)
 	}
-	if b, err := d.st.DeliveryBacklog(ctx); err == nil {
-		d.cfg.Observer.DeliveryBacklog(b)
+	if time.Since(d.measured) >= backlogEvery {
+		// Scans of the whole queue: not at every look.
+		d.measured = time.Now()
+		if b, err := d.st.DeliveryBacklog(ctx); err == nil {
+			d.cfg.Observer.DeliveryBacklog(b)
+		}
 	}
 	return refs, nil
 }
@@ -469,6 +477,9 @@ func (d *Dispatcher) backoff(n int) time.Duration {
 	w = min(w, d.cfg.BackoffMax)
 	return w/2 + time.Duration(d.cfg.Jitter()*float64(w/2))
 }
+
+// backlogEvery is how often a dispatcher measures the queue for its gauges.
+const backlogEvery = 5 * time.Second
 
 // maxAnswer is how much of an endpoint's answer is read (and thrown away).
 const maxAnswer = 64 << 10

@@ -170,7 +170,7 @@ func (b *bench) scenarioWebhooks(ctx context.Context, hc *http.Client, rep *repo
 	want := int64(events * hookEndpoints)
 	b.prog.line("6 webhooks · dispatcher: %d deliveries, receivers answering in %s, concurrency %d per endpoint", want, hookLatency, hookConcurrency)
 	start := time.Now()
-	stop := startDispatcher(st, c, g, 100*time.Millisecond)
+	stop := startDispatcher(st, c, g, webhooks.DefaultInterval)
 	tick := time.NewTicker(10 * time.Millisecond)
 	for slow.n.Load() < want && ctx.Err() == nil {
 		<-tick.C
