@@ -95,6 +95,11 @@ func (m *Metrics) ObserveHTTP(route, method string, status int, d time.Duration)
 	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
 }
 
+// PreinitHTTP creates a request series at zero.
+func (m *Metrics) PreinitHTTP(route, method string, status int) {
+	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status))
+}
+
 // MissingKey counts a mutating request without an Idempotency-Key.
 func (m *Metrics) MissingKey() { m.missingKey.Inc() }
 
