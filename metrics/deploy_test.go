@@ -715,7 +715,7 @@ func TestPrometheusConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"127.0.0.1:8080", "metrics_path: /metrics", "- alerts.yml"} {
+	for _, want := range []string{"127.0.0.1:9091", "metrics_path: /metrics", "- alerts.yml"} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("%s does not contain %q", promConfig, want)
 		}

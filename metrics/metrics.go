@@ -84,6 +84,18 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 }
 
+// RegisterBuildInfo registers gateway_build_info{version,revision,goversion},
+// always 1: which release each replica runs, joinable to any other series.
+func RegisterBuildInfo(reg prometheus.Registerer, version, revision, goVersion string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "gateway_build_info",
+		Help:        "The build this process runs: its version, VCS revision and Go version; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
+}
+
 // Handler serves the metrics of g in the Prometheus text format.
 func Handler(g prometheus.Gatherer) http.Handler {
 	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
