@@ -428,3 +428,38 @@ func TestAccessLog(t *testing.T) {
 		}
 	}
 }
+
+// The series alerts count exist at zero before the first event, and the
+// business series count payments by final status and decline code, a PSP's
+// own code as "other".
+func TestBusinessMetricsCountFromZero(t *testing.T) {
+	o := newObservedEnv(t, nil)
+	page := string(o.getAs("", "/metrics").body)
+	for _, zero := range []string{
+		`gateway_idempotency_requests_total{outcome="fresh"} 0`,
+		`gateway_idempotency_requests_total{outcome="mismatch"} 0`,
+		`gateway_payments_total{decline_code="none",status="succeeded"} 0`,
+		`gateway_payments_total{decline_code="card_declined",status="declined"} 0`,
+		`gateway_refunds_total{status="succeeded"} 0`,
+		`gateway_reconcile_settlements_total{outcome="error"} 0`,
+		`gateway_psp_calls_total{adapter="fake",op="charge",outcome="unknown"} 0`,
+	} {
+		if !strings.Contains(page, zero) {
+			t.Errorf("/metrics lacks %s before the first event", zero)
+		}
+	}
+	payments := func(status, code string) float64 {
+		return metricValue(t, o.reg, "gateway_payments_total", map[string]string{"status": status, "decline_code": code})
+	}
+	wantStatus(t, o.post("biz-1", okBody), 201)
+	wantStatus(t, o.post("biz-1", okBody), 201) // a replay records nothing
+	wantStatus(t, o.post("biz-2", strings.Replace(okBody, "pm_card_ok", "pm_card_declined", 1)), 402)
+	wantStatus(t, o.post("biz-3", strings.Replace(okBody, "pm_card_ok", "pm_card_lost", 1)), 402)
+	if payments("succeeded", "none") != 1 || payments("declined", "card_declined") != 1 || payments("declined", "other") != 1 {
+		t.Fatalf("payments by status: succeeded %v, card_declined %v, other %v",
+			payments("succeeded", "none"), payments("declined", "card_declined"), payments("declined", "other"))
+	}
+	if strings.Contains(string(o.getAs("", "/metrics").body), "lost_card") {
+		t.Error("a PSP's own decline code became a label value")
+	}
+}
