@@ -58,9 +58,8 @@ type Options struct {
 	RateBurst     int
 	// Listings answers GET /payments, GET /refunds and a payment's refunds.
 	Listings Lister
-	// Metrics, when set, is served at GET /metrics. A server usually leaves
-	// it nil and serves its metrics on a separate admin listener instead.
-	Metrics  http.Handler
+	// Observer counts the traffic; the metrics are served elsewhere (an
+	// admin listener), never by this handler.
 	Observer Observer
 	// Logger receives the access log (one line per request) and the
 	// failures of requests.
