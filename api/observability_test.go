@@ -461,13 +461,25 @@ func TestBusinessMetricsCountFromZero(t *testing.T) {
 	payments := func(status, code string) float64 {
 		return metricValue(t, o.reg, "gateway_payments_total", map[string]string{"status": status, "decline_code": code})
 	}
-	wantStatus(t, o.post("biz-1", okBody), 201)
+	paid := o.post("biz-1", okBody)
+	wantStatus(t, paid, 201)
 	wantStatus(t, o.post("biz-1", okBody), 201) // a replay records nothing
 	wantStatus(t, o.post("biz-2", strings.Replace(okBody, "pm_card_ok", "pm_card_declined", 1)), 402)
 	wantStatus(t, o.post("biz-3", strings.Replace(okBody, "pm_card_ok", "pm_card_lost", 1)), 402)
 	if payments("succeeded", "none") != 1 || payments("declined", "card_declined") != 1 || payments("declined", "other") != 1 {
 		t.Fatalf("payments by status: succeeded %v, card_declined %v, other %v",
 			payments("succeeded", "none"), payments("declined", "card_declined"), payments("declined", "other"))
+	}
+	for range 2 { // the second is a replay
+		res, err := o.do(t.Context(), http.MethodPost, paid.header.Get("Location")+"/refunds", o.apiKey,
+			map[string]string{"Idempotency-Key": "biz-r1"}, `{"amount": 300}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, res, 201)
+	}
+	if n := metricValue(t, o.reg, "gateway_refunds_total", map[string]string{"status": "succeeded"}); n != 1 {
+		t.Fatalf("refunds succeeded: %v", n)
 	}
 	if strings.Contains(string(scrape(t, o.reg).body), "lost_card") {
 		t.Error("a PSP's own decline code became a label value")
