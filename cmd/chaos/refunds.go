@@ -403,7 +403,11 @@ func (rl *refundLoad) report(ev *refundEvidence, st fakeserver.Stats) *refundRep
 		rec.mu.Unlock()
 	}
 	for _, rf := range ev.refunds {
-		rep.Rows[rf.Status]++
+		status := rf.Status
+		if rf.FailureCode.Valid {
+			status += " (" + rf.FailureCode.String + ")"
+		}
+		rep.Rows[status]++
 	}
 	rep.Ledger = len(ev.ledger.Refunds)
 	refunded := map[string]int64{}
