@@ -1,6 +1,6 @@
 // Command chaos runs the gateway under faults and counts every charge.
 //
-//	go run ./cmd/chaos [--duration 3m] [--seed N] [--replicas 2] [--clients 64] [--json FILE]
+//	go run ./cmd/chaos [--duration 3m] [--seed N] [--replicas 2] [--clients 64] [--refund-clients 8] [--json FILE]
 //
 // It builds the gateway, starts a fresh migrated MariaDB database (a private
 // server in a temporary directory, or a new database on GATEWAY_TEST_DSN's
@@ -8,15 +8,16 @@
 // fault-injecting TCP proxy in front of the database (one per replica) and
 // one in front of the PSP, and N `gateway serve` replicas as child processes
 // with the reconciler running on each. Then, for --duration, many clients
-// pay, retrying with the same key and body as a correct client does, while a
+// pay, and a few refund what was paid (refunds.go), retrying with the same
+// key and body as a correct client does, while a
 // plan drawn from --seed resets and delays database connections, takes the
 // database and the PSP away for a moment, partitions one replica from the
 // database and pauses another, changes the PSP's fault rates, and SIGKILLs
 // and restarts replicas.
 //
 // Afterwards every fault stops, the reconcilers settle what is left, and the
-// invariants of design §7 are checked against the PSP's ledger, the database
-// and every answer a client received. The counts are printed; the exit status
+// invariants of design §7, the refunds' among them, are checked against the
+// PSP's ledger, the database and every answer a client received. The counts are printed; the exit status
 // is 1 when any invariant was violated (2: bad flags, 3: the run itself failed).
 package main
 
