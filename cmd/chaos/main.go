@@ -8,17 +8,17 @@
 // fault-injecting TCP proxy in front of the database (one per replica) and
 // one in front of the PSP, and N `gateway serve` replicas as child processes
 // with the reconciler running on each. Then, for --duration, many clients
-// pay, and a few refund what was paid (refunds.go), retrying with the same
-// key and body as a correct client does, while a
-// plan drawn from --seed resets and delays database connections, takes the
-// database and the PSP away for a moment, partitions one replica from the
-// database and pauses another, changes the PSP's fault rates, and SIGKILLs
-// and restarts replicas.
+// pay and a few refund what was paid (refunds.go), retrying with the same
+// key and body as a correct client does, while a plan drawn from --seed
+// resets and delays database connections, takes the database and the PSP
+// away for a moment, partitions one replica from the database and pauses
+// another, changes the PSP's fault rates, and SIGKILLs and restarts replicas.
 //
 // Afterwards every fault stops, the reconcilers settle what is left, and the
 // invariants of design §7, the refunds' among them, are checked against the
-// PSP's ledger, the database and every answer a client received. The counts are printed; the exit status
-// is 1 when any invariant was violated (2: bad flags, 3: the run itself failed).
+// PSP's ledger, the database and every answer a client received. The counts
+// are printed; the exit status is 1 when any invariant was violated (2: bad
+// flags, 3: the run itself failed).
 package main
 
 import (
