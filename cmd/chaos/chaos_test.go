@@ -36,7 +36,7 @@ func TestChaosShort(t *testing.T) {
 		f["db proxies"]["half_open"] == 0 {
 		t.Fatalf("the run injected too few faults to prove anything: %v", rep.Faults)
 	}
-	if r := rep.Refunds; r == nil || r.Ledger == 0 || r.Rows["succeeded"] == 0 || r.Jobs["concurrent"] == 0 {
+	if r := rep.Refunds; r == nil || r.Ledger == 0 || r.Rows["succeeded"] == 0 || r.Jobs["concurrent"] == 0 || len(r.PSPFaults) == 0 {
 		t.Fatalf("the run refunded too little to prove anything: %+v", rep.Refunds)
 	}
 }
