@@ -104,9 +104,11 @@ func (c *poolConfig) check() []error {
 	return errs
 }
 
-// adminConfig is the separate listener for /metrics.
+// adminConfig is the separate listener for /metrics. The metrics are never
+// served on the public address: they tell an outsider the traffic, the
+// routes and the PSPs, and cost a scrape's work per request.
 type adminConfig struct {
-	AdminAddr string `name:"admin-addr" env:"GATEWAY_ADMIN_ADDR" placeholder:"HOST:PORT" group:"http" help:"serve /metrics on this separate address instead of on GATEWAY_ADDR (unset: on GATEWAY_ADDR)"`
+	AdminAddr string `name:"admin-addr" env:"GATEWAY_ADMIN_ADDR" placeholder:"HOST:PORT" group:"http" help:"serve /metrics (and /healthz, /readyz) on this address, kept off the public one: bind it to loopback or a private network (unset: no metrics are served)"`
 }
 
 func (c *adminConfig) check() []error {
