@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -138,5 +140,26 @@ func TestWebhooksCommands(t *testing.T) {
 	}
 	if _, _, err = runCmd(t, getenv, "webhooks", "delete", "--endpoint", ep.ID); err == nil || !strings.Contains(err.Error(), "no such webhook endpoint") {
 		t.Fatalf("delete twice: %v", err)
+	}
+}
+
+// gateway dev keeps its webhook key beside its data: the endpoints of one
+// run still sign in the next, and the file is the owner's alone.
+func TestDevWebhookKeyIsKept(t *testing.T) {
+	dir := t.TempDir() + "/data/mariadb"
+	first, err := devWebhookKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := webhooks.ParseKey(first); err != nil {
+		t.Fatalf("the generated key does not parse: %v", err)
+	}
+	again, err := devWebhookKey(dir)
+	if err != nil || again != first {
+		t.Fatalf("second run: %q, %v; want the first run's key", again, err)
+	}
+	st, err := os.Stat(filepath.Join(filepath.Dir(dir), "webhook-key"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, %v", st, err)
 	}
 }
