@@ -326,6 +326,18 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 	queue := make(chan claimed, n)
 	took := make(chan struct{}, n)
 	ep := &endpointCache{d: d, ref: ref}
+	// Records run beside the next POSTs, at most n at a time: a slow
+	// database slows the workers down rather than piling records up.
+	var records sync.WaitGroup
+	recordSlots := make(chan struct{}, n)
+	later := func(record func()) {
+		recordSlots <- struct{}{}
+		records.Add(1)
+		go func() {
+			defer func() { <-recordSlots; records.Done() }()
+			record()
+		}()
+	}
 	var workers sync.WaitGroup
 	for range n {
 		workers.Add(1)
@@ -340,7 +352,7 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 				if err != nil {
 					continue // deleted meanwhile, or the database is away: the lease runs out
 				}
-				if delivered := d.attempt(ctx, e, c); !delivered || !e.FailingSince.IsZero() {
+				if delivered := d.attempt(ctx, e, c, later); !delivered || !e.FailingSince.IsZero() {
 					ep.forget() // the endpoint's run of failures began or ended: read it again
 				}
 			}
@@ -349,6 +361,7 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 	defer func() {
 		close(queue)
 		workers.Wait()
+		records.Wait()
 		d.mu.Lock()
 		delete(d.active, ref)
 		d.mu.Unlock()
@@ -413,9 +426,10 @@ func (c *endpointCache) forget() {
 	c.mu.Unlock()
 }
 
-// attempt POSTs one claimed delivery to ep and records what happened; it
-// reports whether the endpoint answered 2xx.
-func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed) (delivered bool) {
+// attempt POSTs one claimed delivery to ep and has later record what
+// happened (so that the worker's next POST need not wait for the database);
+// it reports whether the endpoint answered 2xx.
+func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed, later func(func())) (delivered bool) {
 	claimedAt := c.at
 	del := c.Delivery
 	start := time.Now()
@@ -425,18 +439,20 @@ func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed) (deliv
 	}
 	elapsed := time.Since(start)
 	if sendErr == nil && status >= 200 && status < 300 {
-		recorded, err := d.st.RecordDelivered(ctx, del, status, !ep.FailingSince.IsZero())
-		switch {
-		case err != nil:
-			d.log.Warn("webhook delivery not recorded", "delivery", del.ID, "err", err)
-		case !recorded:
-			d.cfg.Observer.DeliveryAttempted(OutcomeFenced, elapsed)
-		default:
-			d.cfg.Observer.DeliveryAttempted(OutcomeDelivered, elapsed)
-			if del.FirstDeliveredAt.IsZero() {
-				d.cfg.Observer.DeliveryLag(c.DBNow.Add(time.Since(claimedAt)).Sub(c.Event.CreatedAt))
+		later(func() {
+			recorded, err := d.st.RecordDelivered(ctx, del, status, !ep.FailingSince.IsZero())
+			switch {
+			case err != nil:
+				d.log.Warn("webhook delivery not recorded", "delivery", del.ID, "err", err)
+			case !recorded:
+				d.cfg.Observer.DeliveryAttempted(OutcomeFenced, elapsed)
+			default:
+				d.cfg.Observer.DeliveryAttempted(OutcomeDelivered, elapsed)
+				if del.FirstDeliveredAt.IsZero() {
+					d.cfg.Observer.DeliveryLag(c.DBNow.Add(time.Since(claimedAt)).Sub(c.Event.CreatedAt))
+				}
 			}
-		}
+		})
 		return true
 	}
 	f := Failure{
@@ -448,22 +464,24 @@ func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed) (deliv
 	} else {
 		f.Error = fmt.Sprintf("answered %d", status)
 	}
-	out, err := d.st.RecordFailed(ctx, del, f)
-	switch {
-	case err != nil:
-		d.log.Warn("webhook failure not recorded", "delivery", del.ID, "err", err)
-	case !out.Recorded:
-		d.cfg.Observer.DeliveryAttempted(OutcomeFenced, elapsed)
-	case out.Status == Failed:
-		d.cfg.Observer.DeliveryAttempted(OutcomeFailed, elapsed)
-	default:
-		d.cfg.Observer.DeliveryAttempted(OutcomeRetry, elapsed)
-	}
-	if out.Disabled {
-		d.cfg.Observer.EndpointDisabled()
-		d.log.Warn("webhook endpoint disabled", "endpoint", ep.ID, "merchant", ep.MerchantID,
-			"reason", f.DisableReason, "audit", true)
-	}
+	later(func() {
+		out, err := d.st.RecordFailed(ctx, del, f)
+		switch {
+		case err != nil:
+			d.log.Warn("webhook failure not recorded", "delivery", del.ID, "err", err)
+		case !out.Recorded:
+			d.cfg.Observer.DeliveryAttempted(OutcomeFenced, elapsed)
+		case out.Status == Failed:
+			d.cfg.Observer.DeliveryAttempted(OutcomeFailed, elapsed)
+		default:
+			d.cfg.Observer.DeliveryAttempted(OutcomeRetry, elapsed)
+		}
+		if out.Disabled {
+			d.cfg.Observer.EndpointDisabled()
+			d.log.Warn("webhook endpoint disabled", "endpoint", ep.ID, "merchant", ep.MerchantID,
+				"reason", f.DisableReason, "audit", true)
+		}
+	})
 	return false
 }
 
