@@ -113,7 +113,7 @@ func (noObserver) DeliveryBacklog(Backlog)                  {}
 
 // Config tunes a dispatcher; zero fields take the Default* values.
 type Config struct {
-	// Timeout bounds one attempt; Lease (twice Timeout plus 5s when zero)
+	// Timeout bounds one attempt; Lease (three times Timeout plus 5s when zero)
 	// must outlast it.
 	Timeout time.Duration
 	Lease   time.Duration
@@ -145,7 +145,7 @@ func (c *Config) defaults() {
 		}
 	}
 	set(&c.Timeout, DefaultTimeout)
-	set(&c.Lease, 2*c.Timeout+5*time.Second)
+	set(&c.Lease, 3*c.Timeout+5*time.Second)
 	set(&c.Interval, DefaultInterval)
 	set(&c.BackoffBase, DefaultBackoffBase)
 	set(&c.BackoffMax, DefaultBackoffMax)
@@ -316,14 +316,14 @@ type claimed struct {
 }
 
 // run is one endpoint's runner: Concurrency workers attempt deliveries
-// from a queue of at most Concurrency claimed ones, which the runner
+// from a queue of at most twice Concurrency claimed ones, which the runner
 // refills in batches (one claim transaction for several deliveries) once
 // it is half empty, until the endpoint has none due. A queued delivery
-// starts within one attempt's time of its claim, so the lease (twice the
-// timeout plus a margin) outlasts its wait and its attempt.
+// starts within two attempts' time of its claim, so the lease (three times
+// the timeout plus a margin) outlasts its wait and its attempt.
 func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 	n := d.cfg.Concurrency
-	queue := make(chan claimed, n)
+	queue := make(chan claimed, 2*n)
 	took := make(chan struct{}, n)
 	ep := &endpointCache{d: d, ref: ref}
 	// Records run beside the next POSTs, at most n at a time: a slow
@@ -368,7 +368,7 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 		d.wg.Done()
 	}()
 	for ctx.Err() == nil {
-		if room := n - len(queue); room < max(1, n/2) {
+		if room := cap(queue) - len(queue); room < n {
 			select { // refill once half empty, so that claims come in batches
 			case <-took:
 				continue
@@ -379,7 +379,7 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 		if d.cfg.Gate != nil && d.cfg.Gate() != nil {
 			return
 		}
-		cs, err := d.st.ClaimDeliveries(ctx, ref, n-len(queue), d.cfg.Lease)
+		cs, err := d.st.ClaimDeliveries(ctx, ref, cap(queue)-len(queue), d.cfg.Lease)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.log.Warn("webhook claim failed", "endpoint", ref.ID, "err", err)
