@@ -3,12 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"gateway/payments"
+	"gateway/payments/store"
+	"gateway/psp/fake"
 )
 
 // TestEveryScenarioRuns runs the whole benchmark briefly against the test
@@ -47,7 +56,7 @@ func TestEveryScenarioRuns(t *testing.T) {
 	for _, r := range rep.Rows {
 		seen[r.Scenario]++
 	}
-	for sc := scFresh; sc <= scWebhooks; sc++ {
+	for sc := scFresh; sc <= scRefund; sc++ {
 		if seen[sc] == 0 {
 			t.Errorf("scenario %d is missing from the report", sc)
 		}
@@ -74,11 +83,12 @@ func TestParseScenarios(t *testing.T) {
 		want []int
 		bad  bool
 	}{
-		{in: "all", want: []int{1, 2, 3, 4, 5, 6}},
+		{in: "all", want: []int{1, 2, 3, 4, 5, 6, 7}},
 		{in: "webhooks", want: []int{6}},
+		{in: "refund,1", want: []int{1, 7}},
 		{in: "4,1", want: []int{1, 4}},
 		{in: "replay, hammer", want: []int{2, 4}},
-		{in: "7", bad: true},
+		{in: "8", bad: true},
 		{in: "fast", bad: true},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
@@ -91,4 +101,81 @@ func TestParseScenarios(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFloorIssuesTheFlowsStatements runs one fresh payment and one fresh
+// refund through the payment service and through the floor, each over a
+// connection that records what it sends, and fails when the two differ in
+// any statement, its order, its transaction boundaries or the kinds of its
+// arguments: the floor is the flow's own database work, or its ratio means
+// nothing.
+func TestFloorIssuesTheFlowsStatements(t *testing.T) {
+	ctx := context.Background()
+	dbe, err := openDatabase(ctx, os.Getenv, newProgress(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dbe.cleanup() })
+	flowDB, flowRec := openRecorded(t, dbe.dsn)
+	floorDB, floorRec := openRecorded(t, dbe.dsn)
+	st := store.New(flowDB)
+	merchant, key, err := payments.NewMerchant("Floor check", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CreateMerchant(ctx, merchant, key); err != nil {
+		t.Fatal(err)
+	}
+	cfg := serviceConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc := payments.NewService(st, payments.OnePSP(fake.New()), cfg)
+	b := &bench{floor: floorDB, gw: &gateway{merchant: merchant}, floorFP: sha256.Sum256([]byte("floor"))}
+	b.floorResp = floorResponse(merchant.ID)
+	b.floorRefundResp = floorRefundResponse(merchant.ID)
+
+	compare := func(what string, flow, floor []statement) {
+		t.Helper()
+		if !slices.EqualFunc(flow, floor, func(a, b statement) bool { return a.String() == b.String() }) {
+			var sb strings.Builder
+			fmt.Fprintf(&sb, "the floor's %s differs from the flow's.\nflow (%d):\n", what, len(flow))
+			for _, s := range flow {
+				fmt.Fprintf(&sb, "  %s\n", s)
+			}
+			fmt.Fprintf(&sb, "floor (%d):\n", len(floor))
+			for _, s := range floor {
+				fmt.Fprintf(&sb, "  %s\n", s)
+			}
+			t.Error(sb.String())
+		}
+	}
+
+	req := createRequest(merchant.ID, "drift-pay-1")
+	flowRec.take()
+	out, err := svc.Create(ctx, req)
+	if err != nil || out.Replayed || out.Response.Status != 201 {
+		t.Fatalf("fresh payment: %+v, %v", out, err)
+	}
+	flow := flowRec.take()
+	if err := b.floorFresh(ctx, "drift-floor-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	compare("fresh payment", flow, floorRec.take())
+
+	// A refund of that payment (the floor refunds one of its own).
+	rreq := refundRequest(merchant.ID, out.PaymentID, "drift-refund-1")
+	flowRec.take()
+	rout, err := svc.CreateRefund(ctx, rreq)
+	if err != nil || rout.Replayed || rout.Response.Status != 201 {
+		t.Fatalf("fresh refund: %+v, %v", rout, err)
+	}
+	flow = flowRec.take()
+	payID, err := b.floorPaymentID(ctx, "drift-floor-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	floorRec.take()
+	if err := b.floorRefund(ctx, payID, "drift-floor-refund-1"); err != nil {
+		t.Fatal(err)
+	}
+	compare("fresh refund", flow, floorRec.take())
 }

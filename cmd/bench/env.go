@@ -64,6 +64,8 @@ type bench struct {
 	floor *sqlx.DB // the raw-SQL loops' own pool, opened like the gateway's
 	// floorResp is the response body the floor stores, of the gateway's size.
 	floorResp idemkeys.Response
+	// floorRefundResp is a refund's, of the gateway's size.
+	floorRefundResp idemkeys.Response
 	// floorFP stands in for a request's fingerprint: 32 bytes, like every one.
 	floorFP [32]byte
 	nonce   string // keeps keys of this run apart from any other run's
@@ -111,6 +113,10 @@ func setup(ctx context.Context, opts options, getenv func(string) string, prog *
 		return fail(err)
 	}
 	b.floorResp = floorResponse(b.gw.merchant.ID)
+	b.floorRefundResp = floorRefundResponse(b.gw.merchant.ID)
+	if _, err := b.floor.ExecContext(ctx, floorMinimalTable); err != nil {
+		return fail(err)
+	}
 	b.floorFP = sha256.Sum256([]byte("floor"))
 	return b, nil
 }

@@ -70,6 +70,7 @@ const (
 	scHammer
 	scReconcile
 	scWebhooks
+	scRefund
 )
 
 const usageText = `Usage: go run ./cmd/bench [flags]
@@ -82,6 +83,7 @@ Scenarios (--scenarios takes numbers or names, comma-separated; default all):
   5 reconcile    reconciler settling stale rows, lookup 20 ms, 1 and 3 reconcilers (rows/s, no goal)
   6 webhooks     fresh payments with an endpoint delivered to              goal >= 0.90 x without one
                  dispatcher vs receivers answering in 20 ms               goal >= 0.80 x endpoints x concurrency / 20 ms
+  7 refund       fresh partial refunds of succeeded payments, 64 clients   goal >= 0.80 x floor
 
 Environment:
   GATEWAY_BENCH_DSN, GATEWAY_TEST_DSN  a MySQL/MariaDB server DSN to create a throwaway database on
@@ -146,26 +148,26 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 
 func parseScenarios(s string) ([]int, error) {
 	if s == "" || s == "all" {
-		return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks}, nil
+		return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks, scRefund}, nil
 	}
 	seen := map[int]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(strings.ToLower(f))
 		n, ok := map[string]int{
 			"fresh": scFresh, "replay": scReplay, "psp-latency": scSlowPSP, "hammer": scHammer, "reconcile": scReconcile,
-			"webhooks": scWebhooks,
+			"webhooks": scWebhooks, "refund": scRefund,
 		}[f]
 		if !ok {
 			var err error
 			n, err = strconv.Atoi(f)
-			if err != nil || n < scFresh || n > scWebhooks {
-				return nil, fmt.Errorf("unknown scenario %q: use 1-6 or fresh, replay, psp-latency, hammer, reconcile, webhooks", f)
+			if err != nil || n < scFresh || n > scRefund {
+				return nil, fmt.Errorf("unknown scenario %q: use 1-7 or fresh, replay, psp-latency, hammer, reconcile, webhooks, refund", f)
 			}
 		}
 		seen[n] = true
 	}
 	var out []int
-	for n := scFresh; n <= scWebhooks; n++ {
+	for n := scFresh; n <= scRefund; n++ {
 		if seen[n] {
 			out = append(out, n)
 		}

@@ -57,6 +57,8 @@ func (b *bench) runAll(ctx context.Context) (*report, error) {
 			err = b.scenarioReconcile(ctx, rep)
 		case scWebhooks:
 			err = b.scenarioWebhooks(ctx, hc, rep)
+		case scRefund:
+			err = b.scenarioRefund(ctx, hc, rep)
 		}
 		if err != nil {
 			rep.PeakRSSBytes = b.rss.overall()
@@ -94,12 +96,23 @@ func (b *bench) floorFreshGroup(phase string, clients int, pspWait time.Duration
 // gatewayPhase runs groups against the gateway, tagging its goroutines and
 // measuring the process's peak RSS during the phase.
 func (b *bench) gatewayPhase(ctx context.Context, title, scenario string, groups ...group) ([]stats, int64, error) {
+	return b.gatewayPhaseAfter(ctx, title, scenario, nil, groups...)
+}
+
+// gatewayPhaseAfter is gatewayPhase with prepare run first, once the PSP's
+// ledger is emptied (what it creates stays in the ledger for the phase).
+func (b *bench) gatewayPhaseAfter(ctx context.Context, title, scenario string, prepare func() error, groups ...group) ([]stats, int64, error) {
 	b.gw.scenario.Store(&scenario)
 	// Connections of earlier phases go: each phase dials its own (in its
 	// warm-up), so that profile labels name the phase that uses them.
 	b.hc.CloseIdleConnections()
 	b.gw.fake.Reset()
 	b.gw.fake.SetLatency(b.gw.pspLatency)
+	if prepare != nil {
+		if err := prepare(); err != nil {
+			return nil, 0, err
+		}
+	}
 	b.rss.reset()
 	st, err := b.runPhase(ctx, title, labels("client", scenario), groups...)
 	return st, b.rss.peak(), err
@@ -142,6 +155,28 @@ func (b *bench) scenarioFresh(ctx context.Context, hc *http.Client, rep *report)
 	rep.add(row{Scenario: scFresh, Name: "fresh payments, 64 clients, PSP 0 ms", Unit: "req/s",
 		Gateway: gw, Floor: &fl, FloorLabel: "raw SQL", Reference: fl.Throughput,
 		Goal: 0.80, GoalText: ">= 0.80 x floor", PeakRSSBytes: rss})
+	return b.minimalRow(ctx, rep, scFresh, "f1m", freshClients, 0, gw)
+}
+
+// minimalRow measures the minimal durable work (two commits of the
+// smallest row) with the scenario's clients and PSP time, and reports the
+// gateway's throughput gw against it.
+func (b *bench) minimalRow(ctx context.Context, rep *report, sc int, phase string, clients int, pspWait time.Duration, gw stats) error {
+	var ms []stats
+	for r := range b.opts.rounds {
+		p := fmt.Sprintf("%sr%d", phase, r)
+		m, err := b.runPhase(ctx, b.roundTitle(fmt.Sprintf("%d · minimal durable work", sc), r), labels("floor", "minimal"),
+			group{name: "minimal", clients: clients, op: func(ctx context.Context, c *client) error {
+				return b.floorMinimal(ctx, b.key(p, c), pspWait)
+			}})
+		if err != nil {
+			return err
+		}
+		ms = append(ms, m[0])
+	}
+	m := mergeStats(ms)
+	rep.add(row{Scenario: sc, Name: "  same gateway run vs minimal durable work (2 commits, smallest row)", Unit: "req/s",
+		Gateway: gw, Floor: &m, FloorLabel: "minimal", Reference: m.Throughput, GoalText: "(info)", NoLatency: true})
 	return nil
 }
 
