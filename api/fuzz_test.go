@@ -88,7 +88,15 @@ func parse(e *echo.Echo, s *Server, key string, body []byte) (payments.CreateReq
 	r.Header["Idempotency-Key"] = []string{key}
 	c := e.NewContext(r, httptest.NewRecorder())
 	c.Set(merchantKey, payments.Merchant{ID: "mer_fuzz"})
-	req, err := s.parseCreate(c)
+	k, err := s.idempotencyKey(c, "")
+	if err != nil {
+		return payments.CreateRequest{}, err
+	}
+	raw, err := s.readBody(c)
+	if err != nil {
+		return payments.CreateRequest{}, err
+	}
+	req, err := s.parseCreate(c, k, raw)
 	if err != nil {
 		return req, err
 	}

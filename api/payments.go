@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,10 +68,25 @@ type createPaymentBody struct {
 }
 
 func (s *Server) handleCreatePayment(c echo.Context) error {
-	req, err := s.parseCreate(c)
+	key, err := s.idempotencyKey(c, "a UUID is a good choice")
 	if err != nil {
 		return err
 	}
+	raw, err := s.readBody(c)
+	if err != nil {
+		return err
+	}
+	// A replay of bytes this process answered already is answered from its
+	// cache, unparsed (authenticated and paced all the same).
+	digest := sha256.Sum256(raw)
+	if out, ok := s.svc.ReplayBody(c.Request().Context(), merchantOf(c).ID, key, digest); ok {
+		return answer(c, out)
+	}
+	req, err := s.parseCreate(c, key, raw)
+	if err != nil {
+		return err
+	}
+	req.BodyDigest = digest
 	// The client's context: a wait ends when the client goes away, while a
 	// payment already claimed is finished anyway (the flow detaches it).
 	out, err := s.svc.Create(c.Request().Context(), req)
@@ -113,13 +129,9 @@ func (s *Server) idempotencyKey(c echo.Context, hint string) (string, error) {
 
 // parseCreate turns the request into the command, or a 4xx *payments.Error
 // (or *http.MaxBytesError) naming what to fix. It reads no state.
-func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
-	key, err := s.idempotencyKey(c, "a UUID is a good choice")
-	if err != nil {
-		return payments.CreateRequest{}, err
-	}
-	body, err := s.decodeCreate(c)
-	if err != nil {
+func (s *Server) parseCreate(c echo.Context, key string, raw []byte) (payments.CreateRequest, error) {
+	var body createPaymentBody
+	if err := decodeRaw(raw, &body); err != nil {
 		return payments.CreateRequest{}, err
 	}
 	req := payments.CreateRequest{
@@ -153,26 +165,35 @@ func (s *Server) parseCreate(c echo.Context) (payments.CreateRequest, error) {
 	return req, nil
 }
 
-// decodeCreate reads the body of POST /payments.
-func (s *Server) decodeCreate(c echo.Context) (createPaymentBody, error) {
-	var body createPaymentBody
-	return body, s.decodeBody(c, &body)
-}
-
 // decodeBody reads one JSON object into body, refusing unknown fields,
 // trailing data and bodies over the limit: every request body is read so.
 func (s *Server) decodeBody(c echo.Context, body any) error {
+	raw, err := s.readBody(c)
+	if err != nil {
+		return err
+	}
+	return decodeRaw(raw, body)
+}
+
+// readBody reads a JSON request's body, refusing other media types and
+// bodies over the limit.
+func (s *Server) readBody(c echo.Context) ([]byte, error) {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
+			return nil, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
 		}
 	}
 	r := http.MaxBytesReader(c.Response(), c.Request().Body, s.opts.MaxBodyBytes)
 	raw, err := io.ReadAll(r)
 	if err != nil {
-		return err // *http.MaxBytesError → 413
+		return nil, err // *http.MaxBytesError → 413
 	}
+	return raw, nil
+}
+
+// decodeRaw reads one JSON object from raw into body.
+func decodeRaw(raw []byte, body any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(body); err != nil {

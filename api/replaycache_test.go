@@ -30,3 +30,25 @@ func TestReplayCache(t *testing.T) {
 	wantProblem(t, e.post("k", okBody), http.StatusConflict, "idempotency-key-reused")
 	e.wantCounts(counts{payments: 1, keys: 0, completed: 0, charges: 1, chargeCalls: 1})
 }
+
+// A replay whose bytes equal a request already answered is answered from
+// memory unparsed; any other bytes go the whole way: the same command in
+// other bytes is a replay, another command is refused, a bad API key is
+// refused before anything, and another merchant's same key is its own.
+func TestReplayOfTheSameBytes(t *testing.T) {
+	e := newEnv(t, func(s *envSetup) { s.cfg.ReplayCacheSize, s.cfg.Retention = 100, time.Hour })
+	first := e.post("k", okBody)
+	wantStatus(t, first, http.StatusCreated)
+	respaced := strings.Replace(okBody, `"amount": 1000`, `"amount":1000`, 1)
+	for _, body := range []string{okBody, respaced, okBody, respaced} {
+		again := e.post("k", body)
+		if again.status != http.StatusCreated || !bytes.Equal(again.body, first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay of %s: %d %s", body, again.status, again.body)
+		}
+	}
+	wantProblem(t, e.post("k", strings.Replace(okBody, "1000", "1", 1)), http.StatusUnprocessableEntity, "idempotency-key-mismatch")
+	if r := e.postAs("sk_test_wrong", "k", okBody); r.status != http.StatusUnauthorized {
+		t.Fatalf("wrong API key: %d %s", r.status, r.body)
+	}
+	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 1})
+}

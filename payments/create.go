@@ -34,6 +34,10 @@ type CreateRequest struct {
 	// checkout: "confirm": false): POST /payments/{id}/confirm charges it.
 	// PaymentMethod may then be left empty and given to the confirm.
 	ConfirmLater bool
+	// BodyDigest is the SHA-256 of the request's body as received, when the
+	// caller has it (zero otherwise). Not part of the command: it lets
+	// ReplayBody answer the same bytes again without parsing them.
+	BodyDigest [32]byte
 }
 
 // Normalize makes equal commands equal field by field (currency codes are

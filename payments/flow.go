@@ -53,6 +53,9 @@ const (
 type attempt struct {
 	ref idemkeys.Ref
 	fp  [32]byte
+	// raw is the digest of the request's bytes as received (zero when
+	// unknown), kept with its answer for ReplayBody.
+	raw [32]byte
 	// client ends when the client goes away: waits and paced replays stop
 	// then. Work on a claimed key runs on work, which the client cannot cancel.
 	client context.Context
@@ -149,7 +152,7 @@ func (s *Service) join(a attempt) (Outcome, error) {
 			waited()
 			// Cached no longer than the key replays: its age is the database's to tell.
 			left := s.cfg.Retention - rec.DBNow.Sub(rec.CompletedAt)
-			s.replays.put(a.ref, cachedReplay{fp: rec.Fingerprint, paymentID: rec.PaymentID, resp: rec.Response, expires: s.cfg.Now().Add(left)})
+			s.replays.put(a.ref, cachedReplay{fp: rec.Fingerprint, raw: a.raw, paymentID: rec.PaymentID, resp: rec.Response, expires: s.cfg.Now().Add(left)})
 			return s.replay(a, rec.PaymentID, rec.Response), nil
 		}
 		if !rec.LeaseActive() {
@@ -280,7 +283,7 @@ func (s *Service) write(a attempt, h holding, id string, status string, resp ide
 	}
 	switch {
 	case err == nil:
-		s.replays.put(a.ref, cachedReplay{fp: a.fp, paymentID: id, resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)})
+		s.replays.put(a.ref, cachedReplay{fp: a.fp, raw: a.raw, paymentID: id, resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)})
 		s.finish(a)
 		recorded()
 		s.log.InfoContext(a.client, settledEvent(id), s.hash.Attr(a.ref), "object_id", id, "status", status, "grant", h.token.Grant())

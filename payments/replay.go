@@ -24,7 +24,10 @@ type replayCache struct {
 }
 
 type cachedReplay struct {
-	fp        [32]byte
+	fp [32]byte
+	// raw is the digest of the bytes of a request answered with resp
+	// (zero when unknown): the same bytes again are the same command.
+	raw       [32]byte
 	paymentID string
 	resp      idemkeys.Response
 	// expires is on this process's clock.
@@ -46,6 +49,24 @@ func (c *replayCache) get(ref idemkeys.Ref, now time.Time) (cachedReplay, bool) 
 		return cachedReplay{}, false
 	}
 	return e, true
+}
+
+// ReplayBody answers a POST /payments from this process's cache when the
+// request's body, as received (digest: its SHA-256), is byte for byte one
+// already answered for the key: the same bytes are the same command, so
+// parsing, validating and fingerprinting them again would only repeat what
+// was decided. The replay is paced and logged as any other. ok is false
+// when the caller must go the whole way (Create).
+func (s *Service) ReplayBody(ctx context.Context, merchantID, key string, digest [32]byte) (out Outcome, ok bool) {
+	if digest == ([32]byte{}) {
+		return Outcome{}, false
+	}
+	ref := idemkeys.Ref{MerchantID: merchantID, Endpoint: EndpointCreatePayment, Key: key}
+	e, ok := s.replays.get(ref, s.cfg.Now())
+	if !ok || e.raw != digest {
+		return Outcome{}, false
+	}
+	return s.replay(attempt{ref: ref, client: ctx}, e.paymentID, e.resp), true
 }
 
 func (c *replayCache) put(ref idemkeys.Ref, e cachedReplay) {
