@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"gateway/webhooks"
 	"net"
 	"net/url"
 	"strings"
@@ -161,6 +162,9 @@ func (c *flowConfig) check() []error {
 	errs = positiveDuration(errs, "GATEWAY_PSP_TIMEOUT", c.PSPTimeout)
 	errs = positiveDuration(errs, "GATEWAY_IDEMPOTENCY_RETENTION", c.Retention)
 	errs = positiveDuration(errs, "GATEWAY_EVENT_RETENTION", c.EventRetention)
+	if c.EventRetention > 0 && c.EventRetention <= webhooks.DefaultMaxAge {
+		errs = append(errs, fmt.Errorf("GATEWAY_EVENT_RETENTION (%s) must exceed how long a webhook delivery is retried (%s): an event purged before its last attempt could not be delivered", c.EventRetention, webhooks.DefaultMaxAge))
+	}
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
 	}
