@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"gateway/webhooks"
 	"net"
 	"net/url"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/reconcile"
+	"gateway/webhooks"
 )
 
 // The configuration is made of groups of flags, each flag also read from its
