@@ -157,7 +157,8 @@ func (s *Server) decodeCreate(c echo.Context) (createPaymentBody, error) {
 }
 
 // decodeBody reads one JSON object into body, refusing unknown fields,
-// trailing data and bodies over the limit: every request body is read so.
+// keys said twice or in another case, invalid UTF-8, trailing data and
+// bodies over the limit: every request body is read so.
 func (s *Server) decodeBody(c echo.Context, body any) error {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -169,6 +170,9 @@ func (s *Server) decodeBody(c echo.Context, body any) error {
 	raw, err := io.ReadAll(r)
 	if err != nil {
 		return err // *http.MaxBytesError → 413
+	}
+	if err := strictJSON(raw, body); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
