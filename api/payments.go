@@ -166,10 +166,9 @@ func (s *Server) decodeBody(c echo.Context, body any) error {
 			return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
 		}
 	}
-	r := http.MaxBytesReader(c.Response(), c.Request().Body, s.opts.MaxBodyBytes)
-	raw, err := io.ReadAll(r)
+	raw, err := readBody(c, s.opts.MaxBodyBytes)
 	if err != nil {
-		return err // *http.MaxBytesError → 413
+		return err // *http.MaxBytesError → 413, *bodyUnreadable → 400
 	}
 	if err := strictJSON(raw, body); err != nil {
 		return err

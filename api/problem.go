@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -82,8 +83,20 @@ func (s *Server) handleError(err error, c echo.Context) {
 		pe *payments.Error
 		he *echo.HTTPError
 		mb *http.MaxBytesError
+		bu *bodyUnreadable
 	)
 	switch {
+	case errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil:
+		// The client went away (or its connection broke) before the answer:
+		// nothing of ours failed, and nobody reads this answer.
+		s.log.InfoContext(c.Request().Context(), "client went away", "err", err, "path", c.Path())
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+		s.writeProblem(c, problems[payments.CodeInvalid], problem{Detail: "the client closed the request before its answer"})
+	case errors.As(err, &bu):
+		s.log.InfoContext(c.Request().Context(), "request body unreadable", "err", bu.err, "path", c.Path())
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+		s.writeProblem(c, problems[payments.CodeInvalid], problem{
+			Detail: "the request body could not be read: it ended early, came too slowly or was malformed; send it again whole"})
 	case errors.As(err, &pe):
 		kind, ok := problems[pe.Code]
 		if !ok {
@@ -134,6 +147,7 @@ func (s *Server) writeProblem(c echo.Context, kind problemKind, p problem) {
 		body = []byte(`{"type":"` + ProblemTypeBase + `internal","status":500}`)
 	}
 	if err := c.Blob(kind.status, "application/problem+json", body); err != nil {
-		s.log.Error("write problem", "err", err)
+		// The client went away: nothing the server could do better.
+		s.log.InfoContext(c.Request().Context(), "write problem", "err", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"gateway/api"
 	"gateway/db"
 	"gateway/idemkeys"
 	"gateway/payments"
@@ -42,6 +43,7 @@ func defaultVars() map[string]string {
 		"purge_batch":            fmt.Sprint(reconcile.DefaultPurgeBatch),
 		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
 		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
+		"idle_timeout":           durationDefault(api.DefaultIdleTimeout),
 	}
 }
 
@@ -120,6 +122,7 @@ type httpConfig struct {
 	RateBurst       int           `name:"rate-burst" env:"GATEWAY_RATE_BURST" default:"200" group:"http" help:"requests a merchant may send at once above the rate"`
 	InFlightWait    time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"${inflight_wait}" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
 	MaxBodyBytes    int64         `name:"max-body-bytes" env:"GATEWAY_MAX_BODY_BYTES" default:"65536" group:"http" help:"largest accepted request body"`
+	IdleTimeout     time.Duration `name:"idle-timeout" env:"GATEWAY_IDLE_TIMEOUT" default:"${idle_timeout}" group:"http" help:"how long an idle keep-alive connection is kept open (behind a load balancer: above the balancer's own idle timeout)"`
 	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"30s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM; at least twice GATEWAY_PSP_TIMEOUT plus 5s"`
 }
 
@@ -136,6 +139,7 @@ func (c *httpConfig) check() []error {
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, problem("GATEWAY_MAX_BODY_BYTES", "must be an integer ≥ 1024"))
 	}
+	errs = positiveDuration(errs, "GATEWAY_IDLE_TIMEOUT", c.IdleTimeout)
 	return positiveDuration(errs, "GATEWAY_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
 }
 

@@ -105,16 +105,12 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 			return err
 		}
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
+	srv := api.NewHTTPServer(handler, api.ServerOptions{
 		// A request may wait for the PSP and for a duplicate in flight.
-		WriteTimeout:   cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout + 5*time.Second,
-		IdleTimeout:    90 * time.Second,
-		MaxHeaderBytes: 32 << 10,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+		WriteTimeout: cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout + 5*time.Second,
+		IdleTimeout:  cfg.HTTP.IdleTimeout,
+		Logger:       log,
+	})
 	log.Info("gateway listening", "addr", ln.Addr().String(), "psp", cfg.PSP.adapter(),
 		"database", maskDSN(cfg.DB.DSN), "version", build.Version)
 	if ready != nil {

@@ -1,0 +1,113 @@
+package api_test
+
+import (
+	"bufio"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"gateway/api"
+)
+
+// rawConn is one client speaking HTTP/1.1 over TCP by hand.
+type rawConn struct {
+	t *testing.T
+	c net.Conn
+	r *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &rawConn{t: t, c: c, r: bufio.NewReader(c)}
+}
+
+func (rc *rawConn) send(s string) {
+	rc.t.Helper()
+	if _, err := rc.c.Write([]byte(s)); err != nil {
+		rc.t.Fatal(err)
+	}
+}
+
+// response reads one answer; nil when the server closed the connection
+// without one.
+func (rc *rawConn) response() *http.Response {
+	rc.t.Helper()
+	_ = rc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	res, err := http.ReadResponse(rc.r, nil)
+	if err != nil {
+		return nil
+	}
+	body := new(strings.Builder)
+	_, _ = bufio.NewReader(res.Body).WriteTo(body)
+	_ = res.Body.Close()
+	res.Header.Set("X-Test-Body", body.String())
+	return res
+}
+
+// closed reports whether the server closed the connection (reading gives EOF).
+func (rc *rawConn) closed() bool {
+	_ = rc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := rc.r.ReadByte()
+	return err != nil && !isTimeout(err)
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+// A body the client fails to deliver (cut short, too slow for the read
+// timeout, in broken chunked encoding) is the client's doing: a 400 (or no
+// answer, the connection being gone), logged at INFO, never a 500 logged
+// at ERROR that would feed the server-error alerts; nothing is stored.
+func TestUnreadableBodiesAreClientErrors(t *testing.T) {
+	var logs syncBuffer
+	log := slog.New(api.LogHandler(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	e := newEnv(t, func(s *envSetup) {
+		s.cfg.Logger = log
+		s.api = func(o *api.Options) { o.Logger = log }
+	})
+	addr := e.serve(api.ServerOptions{ReadTimeout: 300 * time.Millisecond, Logger: log}, api.ListenOptions{})
+	head := "POST /payments HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + e.apiKey + "\r\nContent-Type: application/json\r\nIdempotency-Key: k\r\n"
+
+	cases := []struct {
+		name string
+		send func(rc *rawConn)
+	}{
+		{"truncated", func(rc *rawConn) {
+			rc.send(head + "Content-Length: 100\r\n\r\n" + okBody[:20])
+			_ = rc.c.(*net.TCPConn).CloseWrite()
+		}},
+		{"slow body cut at the read timeout", func(rc *rawConn) {
+			rc.send(head + "Content-Length: 100\r\n\r\n" + okBody[:20]) // and the rest never comes
+		}},
+		{"malformed chunked encoding", func(rc *rawConn) {
+			rc.send(head + "Transfer-Encoding: chunked\r\n\r\n14\r\n" + okBody[:20] + "\r\nzz\r\n")
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := dialRaw(t, addr)
+			tc.send(rc)
+			if res := rc.response(); res != nil && res.StatusCode != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400 or no answer: %s", res.StatusCode, res.Header.Get("X-Test-Body"))
+			}
+		})
+	}
+	e.wantCounts(counts{})
+	text := logs.text()
+	if strings.Contains(text, `"level":"ERROR"`) {
+		t.Fatalf("a client's broken body was logged as an error:\n%s", text)
+	}
+	if n := strings.Count(text, "request body unreadable"); n != len(cases) {
+		t.Fatalf("%d INFO lines about unreadable bodies, want %d:\n%s", n, len(cases), text)
+	}
+}

@@ -1,0 +1,73 @@
+package api
+
+import (
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// The HTTP server the API runs in, with the limits that keep careless and
+// hostile clients from holding it: how long a request's header and body may
+// take to arrive, how long an idle keep-alive connection is kept.
+
+// Defaults of the HTTP server: the one place they are written.
+const (
+	// DefaultReadHeaderTimeout bounds the arrival of a request's header.
+	DefaultReadHeaderTimeout = 5 * time.Second
+	// DefaultReadTimeout bounds the arrival of a whole request, body
+	// included: a body still coming then is cut, answered 400.
+	DefaultReadTimeout = 15 * time.Second
+	// DefaultIdleTimeout is how long an idle keep-alive connection is kept.
+	DefaultIdleTimeout = 30 * time.Second
+	// DefaultMaxHeaderBytes bounds a request's header.
+	DefaultMaxHeaderBytes = 32 << 10
+)
+
+// ServerOptions are the HTTP server's limits; zero values take the defaults.
+type ServerOptions struct {
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	// WriteTimeout bounds a request from its header to its answer: it must
+	// outlast a payment's PSP call and a duplicate's wait.
+	WriteTimeout   time.Duration
+	IdleTimeout    time.Duration
+	MaxHeaderBytes int
+	// Logger receives the server's own complaints, at WARN.
+	Logger *slog.Logger
+}
+
+// NewHTTPServer returns the server for handler (the API's, or one wrapping
+// it).
+func NewHTTPServer(handler http.Handler, o ServerOptions) *http.Server {
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if o.ReadTimeout <= 0 {
+		o.ReadTimeout = DefaultReadTimeout
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		ReadTimeout:       o.ReadTimeout,
+		WriteTimeout:      o.WriteTimeout,
+		IdleTimeout:       o.IdleTimeout,
+		MaxHeaderBytes:    o.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// ListenOptions shape the listener the server accepts on.
+type ListenOptions struct{}
+
+// Listen wraps ln for the server NewHTTPServer returns.
+func Listen(ln net.Listener, o ListenOptions) net.Listener { return ln }
