@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -109,5 +110,49 @@ func TestUnreadableBodiesAreClientErrors(t *testing.T) {
 	}
 	if n := strings.Count(text, "request body unreadable"); n != len(cases) {
 		t.Fatalf("%d INFO lines about unreadable bodies, want %d:\n%s", n, len(cases), text)
+	}
+}
+
+// A request with both Content-Length and Transfer-Encoding (where request
+// smuggling starts) is refused with 400 and its connection closed, before
+// anything is read or stored; the same connection's earlier requests, with
+// one framing each, are served.
+func TestAmbiguousFramingIsRefusedAndClosed(t *testing.T) {
+	e := newEnv(t)
+	addr := e.serve(api.ServerOptions{}, api.ListenOptions{})
+	head := "POST /payments HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + e.apiKey + "\r\nContent-Type: application/json\r\n"
+	chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(okBody), okBody)
+
+	rc := dialRaw(t, addr)
+	// Two well-framed requests on one connection, one of each kind, then the ambiguous one.
+	rc.send(head + "Idempotency-Key: a\r\nContent-Length: " + fmt.Sprint(len(okBody)) + "\r\n\r\n" + okBody)
+	if res := rc.response(); res == nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("a request with Content-Length: %v", res)
+	}
+	rc.send(head + "Idempotency-Key: b\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+	if res := rc.response(); res == nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("a chunked request: %v", res)
+	}
+	rc.send(head + "Idempotency-Key: c\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+	res := rc.response()
+	if res == nil || res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("both Content-Length and Transfer-Encoding: %v", res)
+	}
+	if !strings.Contains(res.Header.Get("X-Test-Body"), "not both") {
+		t.Fatalf("the refusal does not say why: %s", res.Header.Get("X-Test-Body"))
+	}
+	if !rc.closed() {
+		t.Fatal("the connection stayed open after an ambiguously framed request")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'c'`); n != 0 {
+		t.Fatalf("the refused request stored %d key(s)", n)
+	}
+	e.wantCounts(counts{payments: 2, keys: 2, completed: 2, charges: 2, chargeCalls: 2})
+
+	// The order of the two headers does not matter, nor their case.
+	rc = dialRaw(t, addr)
+	rc.send(head + "Idempotency-Key: d\r\ntransfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n" + chunked)
+	if res := rc.response(); res == nil || res.StatusCode != http.StatusBadRequest || !rc.closed() {
+		t.Fatalf("TE before CL: %v", res)
 	}
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 )
@@ -38,7 +37,8 @@ type ServerOptions struct {
 }
 
 // NewHTTPServer returns the server for handler (the API's, or one wrapping
-// it).
+// it). Serve it on a listener from Listen: that is where request framing is
+// watched.
 func NewHTTPServer(handler http.Handler, o ServerOptions) *http.Server {
 	if o.ReadHeaderTimeout <= 0 {
 		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
@@ -56,7 +56,8 @@ func NewHTTPServer(handler http.Handler, o ServerOptions) *http.Server {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &http.Server{
-		Handler:           handler,
+		Handler:           refuseAmbiguousFraming(handler),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		ReadTimeout:       o.ReadTimeout,
 		WriteTimeout:      o.WriteTimeout,
@@ -65,9 +66,3 @@ func NewHTTPServer(handler http.Handler, o ServerOptions) *http.Server {
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 }
-
-// ListenOptions shape the listener the server accepts on.
-type ListenOptions struct{}
-
-// Listen wraps ln for the server NewHTTPServer returns.
-func Listen(ln net.Listener, o ListenOptions) net.Listener { return ln }

@@ -120,7 +120,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, psps, guard.Err, log, m), log)
 	defer stopReconciler()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(api.Listen(ln, api.ListenOptions{})) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
