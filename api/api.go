@@ -105,6 +105,7 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	e.JSONSerializer = jsonSerializer{}
 	e.Use(withRequestID)
 	e.Use(s.observe)
 	e.Use(s.recoverer)

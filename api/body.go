@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -30,4 +31,18 @@ func readBody(c echo.Context, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	return nil, &bodyUnreadable{err: err}
+}
+
+// jsonSerializer writes answers as the payments package stores them:
+// without HTML escaping (an answer is JSON, never embedded in HTML), so that
+// a text holding <, > or & is answered at its own size.
+type jsonSerializer struct{ echo.DefaultJSONSerializer }
+
+func (jsonSerializer) Serialize(c echo.Context, v any, indent string) error {
+	enc := json.NewEncoder(c.Response())
+	enc.SetEscapeHTML(false)
+	if indent != "" {
+		enc.SetIndent("", indent)
+	}
+	return enc.Encode(v)
 }

@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"gateway/api"
+	"gateway/payments"
 )
 
 // rawConn is one client speaking HTTP/1.1 over TCP by hand.
@@ -155,4 +158,63 @@ func TestAmbiguousFramingIsRefusedAndClosed(t *testing.T) {
 	if res := rc.response(); res == nil || res.StatusCode != http.StatusBadRequest || !rc.closed() {
 		t.Fatalf("TE before CL: %v", res)
 	}
+}
+
+// Answers are stored and sent without HTML escaping (<, > and & each took
+// six bytes), so a stored answer is about the size of the text it holds,
+// and that text is capped as a whole: a request whose text fields
+// together exceed payments.MaxTextBytes is refused, nothing stored.
+func TestStoredAnswersAreNotInflated(t *testing.T) {
+	e := newEnv(t, func(s *envSetup) { s.api = func(o *api.Options) { o.MaxBodyBytes = 64 << 10 } })
+	md := map[string]string{}
+	for i := range payments.MaxMetadataKeys {
+		md[fmt.Sprintf("k%02d", i)] = strings.Repeat("<&>", 150)
+	}
+	body := map[string]any{"amount": 1000, "currency": "KRW", "payment_method": "pm_card_ok",
+		"description": strings.Repeat("<b>Tom & Jerry</b>", 50), "metadata": md}
+	raw := encodeUnescaped(t, body)
+	res := e.post("html", string(raw))
+	wantStatus(t, res, http.StatusCreated)
+	var stored []byte
+	if err := e.db.Get(&stored, `SELECT response_body FROM idempotency_keys WHERE idem_key = 'html'`); err != nil {
+		t.Fatal(err)
+	}
+	text := len(body["description"].(string)) + len(md)*(3+450)
+	if len(stored) > text+1024 {
+		t.Fatalf("%d bytes of text stored as %d bytes", text, len(stored))
+	}
+	for _, b := range [][]byte{stored, res.body, e.get("/payments/" + decodeView(t, res.body).ID).body} {
+		if !bytes.Contains(b, []byte("<b>Tom & Jerry</b>")) || bytes.Contains(b, []byte(`\u003c`)) {
+			t.Fatalf("HTML-escaped answer: %.200s", b)
+		}
+	}
+	if again := e.post("html", string(raw)); !bytes.Equal(again.body, res.body) {
+		t.Fatal("the replay differs")
+	}
+	before := e.counts()
+
+	// Within every per-field limit, too much text all together.
+	for k := range md {
+		md[k] = strings.Repeat("é", payments.MaxMetadataValueLen)
+	}
+	raw = encodeUnescaped(t, body)
+	res = e.post("too-much", string(raw))
+	wantProblem(t, res, http.StatusBadRequest, "invalid-request")
+	if !strings.Contains(string(res.body), fmt.Sprint(payments.MaxTextBytes)) {
+		t.Fatalf("the refusal does not name the limit: %s", res.body)
+	}
+	if got := e.counts(); got != before {
+		t.Fatalf("a refused request changed state: %+v → %+v", before, got)
+	}
+}
+
+func encodeUnescaped(t *testing.T, v any) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -142,7 +143,11 @@ func (s *Server) writeProblem(c echo.Context, kind problemKind, p problem) {
 	p.Status = kind.status
 	p.Instance = c.Request().URL.Path
 	p.RequestID = requestID(c)
-	body, err := json.Marshal(p)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(p)
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if err != nil {
 		body = []byte(`{"type":"` + ProblemTypeBase + `internal","status":500}`)
 	}
