@@ -15,8 +15,9 @@ const (
 	DefaultRetention = 7 * 24 * time.Hour
 	// DefaultAuthCacheTTL is how long a replica trusts a verified API key.
 	DefaultAuthCacheTTL = 10 * time.Second
-	// DefaultReplayCacheSize is how many final answers a replica keeps for replays.
-	DefaultReplayCacheSize = 10_000
+	// DefaultReplayCacheBytes bounds the final answers a replica keeps for
+	// replays (one merchant may hold a quarter of it).
+	DefaultReplayCacheBytes = 32 << 20
 	// ReviewFirstLook is how soon after a payment enters review the review
 	// queue first asks its PSP again.
 	ReviewFirstLook = 5 * time.Minute

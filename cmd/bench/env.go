@@ -45,11 +45,11 @@ func poolOptions() db.PoolOptions {
 // serviceConfig is the flow's settings at their defaults, as serve has them.
 func serviceConfig() payments.Config {
 	return payments.Config{
-		Lease:           payments.DefaultLease,
-		PSPTimeout:      payments.DefaultPSPTimeout,
-		InFlightWait:    payments.DefaultInFlightWait,
-		ReplayCacheSize: payments.DefaultReplayCacheSize,
-		Retention:       payments.DefaultRetention,
+		Lease:            payments.DefaultLease,
+		PSPTimeout:       payments.DefaultPSPTimeout,
+		InFlightWait:     payments.DefaultInFlightWait,
+		ReplayCacheBytes: payments.DefaultReplayCacheBytes,
+		Retention:        payments.DefaultRetention,
 	}
 }
 

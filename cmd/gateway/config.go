@@ -43,6 +43,7 @@ func defaultVars() map[string]string {
 		"purge_batch":            fmt.Sprint(reconcile.DefaultPurgeBatch),
 		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
 		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
+		"replay_cache_bytes":     fmt.Sprint(payments.DefaultReplayCacheBytes),
 		"idle_timeout":           durationDefault(api.DefaultIdleTimeout),
 	}
 }
@@ -307,10 +308,15 @@ type serverConfig struct {
 	PSP          pspConfig       `embed:""`
 	Reconcile    reconcileConfig `embed:""`
 	Log          logConfig       `embed:""`
+	// ReplayCacheBytes bounds the answers kept in memory for replays.
+	ReplayCacheBytes int64 `name:"replay-cache-bytes" env:"GATEWAY_REPLAY_CACHE_BYTES" default:"${replay_cache_bytes}" group:"flow" help:"bytes of final answers this replica keeps in memory to replay without a database read (one merchant holds at most a quarter); 0 keeps none"`
 }
 
 func (c *serverConfig) check() []error {
 	errs := positiveDuration(nil, "GATEWAY_MAX_CLOCK_SKEW", c.MaxClockSkew)
+	if c.ReplayCacheBytes < 0 {
+		errs = append(errs, problem("GATEWAY_REPLAY_CACHE_BYTES", "must be an integer ≥ 0 (bytes)"))
+	}
 	if least := 2*c.Flow.PSPTimeout + 5*time.Second; c.HTTP.ShutdownTimeout < least {
 		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.HTTP.ShutdownTimeout, least))
 	}
