@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
 	"time"
 
@@ -51,6 +52,14 @@ type Options struct {
 	// of 0 turns rate limiting off.
 	RatePerSecond float64
 	RateBurst     int
+	// AuthFailureRate and AuthFailureBurst shape each client address's
+	// bucket of failed authentications (authlimit.go); a rate of 0 turns
+	// the limit off.
+	AuthFailureRate  float64
+	AuthFailureBurst int
+	// TrustedProxies are the load balancers and proxies in front: from
+	// them, the client's address is read from X-Forwarded-For.
+	TrustedProxies []*net.IPNet
 	// Listings answers GET /payments, GET /refunds and a payment's refunds.
 	Listings Lister
 	// Metrics, when set, is served at GET /metrics.
@@ -73,13 +82,14 @@ type Options struct {
 
 // Server holds what the handlers need.
 type Server struct {
-	svc    *payments.Service
-	auth   Authenticator
-	db     Pinger
-	opts   Options
-	log    *slog.Logger
-	obs    Observer
-	limits *limiters
+	svc       *payments.Service
+	auth      Authenticator
+	db        Pinger
+	opts      Options
+	log       *slog.Logger
+	obs       Observer
+	limits    *limiters
+	authFails *authFailures
 }
 
 // NewHandler returns the gateway's HTTP API.
@@ -100,12 +110,13 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 		opts.FlowTimeout = time.Minute
 	}
 	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
-		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1))}
+		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst)}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	e.JSONSerializer = jsonSerializer{}
+	e.IPExtractor = ipExtractor(opts.TrustedProxies)
 	e.Use(withRequestID)
 	e.Use(s.observe)
 	e.Use(s.recoverer)

@@ -102,9 +102,12 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.opts.Browser == nil {
 			return &payments.Error{Code: payments.CodeUnauthorized, Message: "publishable keys are not accepted here"}
 		}
+		if err := s.checkAuthFailures(c); err != nil {
+			return err
+		}
 		m, origins, err := s.opts.Browser.AuthenticatePublishable(ctx, key)
 		if err != nil {
-			return err
+			return s.countAuthFailure(c, err)
 		}
 		if origin != "" && !payments.AllowsOrigin(origins, origin) {
 			return &payments.Error{Code: codeOriginNotAllowed,

@@ -72,6 +72,8 @@ type envSetup struct {
 	api func(*api.Options)
 	// authTTL is how long a verified API key is trusted without a read.
 	authTTL time.Duration
+	// authStore, when set, decorates what authentication reads (to count its reads, say).
+	authStore func(payments.AuthStore) payments.AuthStore
 	// notices, when set, receives the PSPs' notifications (webhooks).
 	notices func(*store.Store) api.NoticeReceiver
 }
@@ -119,7 +121,11 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	// checked against the published OpenAPI document; a finding fails the test.
 	var tally exchangeTally
 	t.Cleanup(func() { t.Logf("OpenAPI contract checked %s", tally.String()) }) // after srv.Close: all served
-	e.raw = api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now}), st, apiOpts)
+	var authStore payments.AuthStore = st
+	if setup.authStore != nil {
+		authStore = setup.authStore(st)
+	}
+	e.raw = api.NewHandler(svc, payments.NewAuth(authStore, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now}), st, apiOpts)
 	e.handler = contract.checked(e.raw, func(x exchange, findings []string) {
 		tally.add(x.status)
 		if len(findings) > 0 {

@@ -3,12 +3,18 @@ package api_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -217,4 +223,127 @@ func encodeUnescaped(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// countingAuthStore counts the key lookups authentication sends to the database.
+type countingAuthStore struct {
+	payments.AuthStore
+	reads atomic.Int64
+}
+
+func (s *countingAuthStore) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]payments.StoredKey, []payments.Merchant, error) {
+	s.reads.Add(1)
+	return s.AuthStore.ActiveKeysByPrefix(ctx, prefix)
+}
+
+// A flood of bad API keys costs the database almost nothing and leaves a
+// good merchant served: malformed keys never reach the database, a
+// repeated unknown prefix is remembered, and an address that keeps failing
+// gets 429 with Retry-After after a burst, before its key is looked at.
+func TestBadKeyFloodLeavesGoodMerchantServed(t *testing.T) {
+	const burst = 5
+	counting := &countingAuthStore{}
+	_, proxy, _ := net.ParseCIDR("127.0.0.1/32")
+	e := newEnv(t, func(s *envSetup) {
+		s.authTTL = 10 * time.Second
+		s.authStore = func(st payments.AuthStore) payments.AuthStore { counting.AuthStore = st; return counting }
+		s.api = func(o *api.Options) {
+			// Refills so slowly that the test's own duration never matters.
+			o.AuthFailureRate, o.AuthFailureBurst = 1e-6, burst
+			o.TrustedProxies = []*net.IPNet{proxy}
+		}
+	})
+	wantStatus(t, e.post("good-0", okBody), http.StatusCreated)
+	// Unchecked against the contract, which would take most of the time.
+	plain := httptest.NewServer(e.raw)
+	defer plain.Close()
+	get := func(apiKey, from string) response {
+		req, err := http.NewRequest(http.MethodGet, plain.URL+"/payments?idempotency_key=good-0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		req.Header.Set("X-Forwarded-For", from)
+		res, err := plain.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return response{status: res.StatusCode, header: res.Header, body: b}
+	}
+	randomKey := func() string {
+		b := make([]byte, 32)
+		for i := range b {
+			b[i] = "abcdefghijklmnopqrstuvwxyz234567"[rand.IntN(32)]
+		}
+		return "sk_" + string(b)
+	}
+
+	// Malformed keys: refused without a read, however many addresses send them.
+	before := counting.reads.Load()
+	for i, k := range []string{"sk_short", "sk_" + strings.Repeat("A", 32), "sk_" + strings.Repeat("a", 33), "xk_" + strings.Repeat("a", 32), "sk_" + strings.Repeat("a", 31) + "!"} {
+		wantProblem(t, get(k, fmt.Sprintf("192.0.2.%d", i+1)), http.StatusUnauthorized, "unauthorized")
+	}
+	// One unknown key sent from five addresses: one read.
+	repeated := randomKey()
+	for i := range 5 {
+		wantProblem(t, get(repeated, fmt.Sprintf("198.51.100.%d", i+1)), http.StatusUnauthorized, "unauthorized")
+	}
+	if n := counting.reads.Load() - before; n != 1 {
+		t.Fatalf("malformed and repeated keys cost %d database reads, want 1", n)
+	}
+
+	// The flood: 2,000 random well-formed keys from one address, while the
+	// good merchant keeps asking from another.
+	before = counting.reads.Load()
+	var (
+		wg                        sync.WaitGroup
+		unauthorized, limited, ok atomic.Int64
+	)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 250 {
+				res := get(randomKey(), "203.0.113.7")
+				switch res.status {
+				case http.StatusUnauthorized:
+					unauthorized.Add(1)
+				case http.StatusTooManyRequests:
+					if res.header.Get("Retry-After") == "" {
+						t.Error("429 without Retry-After")
+					}
+					limited.Add(1)
+				}
+			}
+		}()
+		if w == 0 {
+			for range 200 {
+				if res := get(e.apiKey, "198.51.100.200"); res.status == http.StatusOK {
+					ok.Add(1)
+				}
+			}
+		}
+	}
+	wg.Wait()
+	floodReads := counting.reads.Load() - before
+	t.Logf("flood: %d refused 401, %d refused 429, %d database reads; good merchant: %d of 200 served",
+		unauthorized.Load(), limited.Load(), floodReads, ok.Load())
+	if ok.Load() != 200 {
+		t.Fatalf("the good merchant was served %d of 200 requests during the flood", ok.Load())
+	}
+	if unauthorized.Load() > burst || floodReads > burst {
+		t.Fatalf("the flooding address got %d answers 401 and cost %d reads; the limit is a burst of %d", unauthorized.Load(), floodReads, burst)
+	}
+	if limited.Load() < 2000-burst {
+		t.Fatalf("%d of 2000 flood requests were limited", limited.Load())
+	}
+	// The good merchant's own address was never limited, nor the good key.
+	wantStatus(t, get(e.apiKey, "198.51.100.200"), http.StatusOK)
+	// The flooding address is refused even with a good key until its bucket refills.
+	wantProblem(t, get(e.apiKey, "203.0.113.7"), http.StatusTooManyRequests, "rate-limited")
 }

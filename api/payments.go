@@ -21,14 +21,17 @@ const merchantKey = "merchant"
 // authenticate resolves the bearer API key to a merchant.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if err := s.checkAuthFailures(c); err != nil {
+			return err
+		}
 		h := c.Request().Header.Get(echo.HeaderAuthorization)
 		scheme, key, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
-			return &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"}
+			return s.countAuthFailure(c, &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"})
 		}
 		m, err := s.auth.Authenticate(c.Request().Context(), strings.TrimSpace(key))
 		if err != nil {
-			return err
+			return s.countAuthFailure(c, err)
 		}
 		c.Set(merchantKey, m)
 		return next(c)

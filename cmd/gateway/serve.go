@@ -71,13 +71,18 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	go guard.Run(guardCtx, clockCheckEvery)
 	svc := newService(cfg, st, psps, log, m, guard.Err)
 	apiOpts := api.Options{
-		MaxBodyBytes:  cfg.HTTP.MaxBodyBytes,
-		RatePerSecond: cfg.HTTP.RateLimit,
-		RateBurst:     cfg.HTTP.RateBurst,
-		FlowTimeout:   cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout,
-		Observer:      m,
-		Logger:        log,
-		Listings:      payments.NewListings(st),
+		MaxBodyBytes:     cfg.HTTP.MaxBodyBytes,
+		RatePerSecond:    cfg.HTTP.RateLimit,
+		RateBurst:        cfg.HTTP.RateBurst,
+		AuthFailureRate:  cfg.HTTP.AuthFailureRate,
+		AuthFailureBurst: cfg.HTTP.AuthFailureBurst,
+		FlowTimeout:      cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout,
+		Observer:         m,
+		Logger:           log,
+		Listings:         payments.NewListings(st),
+	}
+	if apiOpts.TrustedProxies, err = cfg.HTTP.trustedProxies(); err != nil {
+		return err
 	}
 	if cfg.HTTP.Admin.AdminAddr == "" {
 		apiOpts.Metrics = metrics.Handler(reg)
