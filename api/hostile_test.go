@@ -347,3 +347,27 @@ func TestBadKeyFloodLeavesGoodMerchantServed(t *testing.T) {
 	// The flooding address is refused even with a good key until its bucket refills.
 	wantProblem(t, get(e.apiKey, "203.0.113.7"), http.StatusTooManyRequests, "rate-limited")
 }
+
+// A revoked key stops working on every replica within the auth cache's
+// TTL (2 s by default), not only in the process that revoked it: two API
+// servers on one database, each having trusted the key, refuse it once
+// that much time has passed on their clock.
+func TestRevocationReachesEveryReplica(t *testing.T) {
+	e := newEnv(t, func(s *envSetup) { s.authTTL = payments.DefaultAuthCacheTTL })
+	other := httptest.NewServer(api.NewHandler(e.svc,
+		payments.NewAuth(e.store, payments.AuthConfig{CacheTTL: payments.DefaultAuthCacheTTL, Now: e.clock.Now}), e.store, api.Options{Listings: payments.NewListings(e.store)}))
+	defer other.Close()
+	second := &env{t: t, srv: other, db: e.db}
+	for _, r := range []*env{e, second} {
+		wantStatus(t, r.getAs(e.apiKey, "/payments"), http.StatusOK) // each replica now trusts the key
+	}
+	if err := e.admin().RevokeAPIKey(context.Background(), e.merch.ID, payments.KeyPrefix(e.apiKey)); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Second) // the bound the README documents
+	for i, r := range []*env{e, second} {
+		if res := r.getAs(e.apiKey, "/payments"); res.status != http.StatusUnauthorized {
+			t.Fatalf("replica %d still accepts the revoked key %s after its revocation: %d", i+1, 2*time.Second, res.status)
+		}
+	}
+}

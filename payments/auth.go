@@ -109,7 +109,7 @@ func (c *authCache) get(hash [32]byte, now time.Time) (Merchant, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[hash]
-	if !ok || now.After(e.expires) {
+	if !ok || !now.Before(e.expires) {
 		return Merchant{}, false
 	}
 	return e.merchant, true

@@ -262,7 +262,7 @@ func (c *ttlCache[K, V]) get(k K, now time.Time) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[k]
-	if !ok || now.After(e.expires) {
+	if !ok || !now.Before(e.expires) {
 		return zero, false
 	}
 	return e.v, true

@@ -13,8 +13,13 @@ const (
 	DefaultInFlightWait = 2 * time.Second
 	// DefaultRetention is how long a completed key replays its answer.
 	DefaultRetention = 7 * 24 * time.Hour
-	// DefaultAuthCacheTTL is how long a replica trusts a verified API key.
-	DefaultAuthCacheTTL = 10 * time.Second
+	// DefaultAuthCacheTTL is how long a replica trusts a verified API key
+	// (or publishable key, or a merchant's browser origins) without a
+	// database read: the bound within which a revocation reaches every
+	// replica. One read per active key per replica every two seconds.
+	DefaultAuthCacheTTL = 2 * time.Second
+	// MaxAuthCacheTTL is the most that bound may be configured to.
+	MaxAuthCacheTTL = 5 * time.Second
 	// DefaultReplayCacheBytes bounds the final answers a replica keeps for
 	// replays (one merchant may hold a quarter of it).
 	DefaultReplayCacheBytes = 32 << 20

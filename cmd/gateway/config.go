@@ -120,7 +120,7 @@ func (c *adminConfig) check() []error {
 type httpConfig struct {
 	Addr             string        `name:"addr" env:"GATEWAY_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" group:"http" help:"HTTP listen address"`
 	Admin            adminConfig   `embed:""`
-	AuthCacheTTL     time.Duration `name:"auth-cache-ttl" env:"GATEWAY_AUTH_CACHE_TTL" default:"${auth_cache_ttl}" group:"http" help:"how long a replica trusts a verified API key without reading the database (a revoked key works that much longer); 0s reads every time"`
+	AuthCacheTTL     time.Duration `name:"auth-cache-ttl" env:"GATEWAY_AUTH_CACHE_TTL" default:"${auth_cache_ttl}" group:"http" help:"how long a replica trusts a verified API key without reading the database: a revoked key stops working on every replica within this time (at most 5s); 0s reads every time"`
 	RateLimit        float64       `name:"rate-limit" env:"GATEWAY_RATE_LIMIT" default:"100" group:"http" help:"requests per second each merchant may send to one replica; 0 turns the limit off"`
 	RateBurst        int           `name:"rate-burst" env:"GATEWAY_RATE_BURST" default:"200" group:"http" help:"requests a merchant may send at once above the rate"`
 	AuthFailureRate  float64       `name:"auth-failure-rate" env:"GATEWAY_AUTH_FAILURE_RATE" default:"${auth_failure_rate}" group:"http" help:"failed authentications per second one client address may make in the long run before it is answered 429; 0 turns the limit off"`
@@ -134,8 +134,8 @@ type httpConfig struct {
 
 func (c *httpConfig) check() []error {
 	errs := hostPort(nil, "GATEWAY_ADDR", c.Addr)
-	if c.AuthCacheTTL < 0 {
-		errs = append(errs, problem("GATEWAY_AUTH_CACHE_TTL", "must be a duration ≥ 0 such as 0s or 10s"))
+	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > payments.MaxAuthCacheTTL {
+		errs = append(errs, problem("GATEWAY_AUTH_CACHE_TTL", "must be a duration from 0s to %s (a revoked key works that long on every replica)", payments.MaxAuthCacheTTL))
 	}
 	if c.RateLimit < 0 {
 		errs = append(errs, problem("GATEWAY_RATE_LIMIT", "must be a number ≥ 0"))
