@@ -72,6 +72,10 @@ type Options struct {
 	// does: database calls may not hang forever. One minute when zero; set it
 	// above the lease plus the in-flight wait.
 	FlowTimeout time.Duration
+	// LookupTimeout bounds the database reads outside the payment flow:
+	// authentication, lookups and listings (DefaultLookupTimeout when
+	// zero). The flow keeps its own deadlines.
+	LookupTimeout time.Duration
 	// Notices receives the PSPs' notifications (POST /psp/{psp}/webhook);
 	// nil answers them 404.
 	Notices NoticeReceiver
@@ -108,6 +112,9 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	}
 	if opts.FlowTimeout <= 0 {
 		opts.FlowTimeout = time.Minute
+	}
+	if opts.LookupTimeout <= 0 {
+		opts.LookupTimeout = DefaultLookupTimeout
 	}
 	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
 		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst)}
@@ -221,3 +228,23 @@ func requestID(c echo.Context) string {
 
 // readyTimeout bounds the database ping of /readyz.
 const readyTimeout = 2 * time.Second
+
+// DefaultLookupTimeout bounds the database reads of authentication, lookups
+// and listings: a stalled database answers 503, it does not hold the
+// request (and its connection) for the driver's read timeout.
+const DefaultLookupTimeout = 5 * time.Second
+
+// lookupCtx bounds a request's database reads outside the payment flow.
+func (s *Server) lookupCtx(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), s.opts.LookupTimeout)
+}
+
+// bounded runs a read-only request under the lookup deadline.
+func (s *Server) bounded(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, cancel := s.lookupCtx(c)
+		defer cancel()
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
+}

@@ -82,7 +82,8 @@ func (s *Server) refusePublishable(next echo.HandlerFunc) echo.HandlerFunc {
 // browser: no Origin).
 func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ctx := c.Request().Context()
+		ctx, cancel := s.lookupCtx(c)
+		defer cancel()
 		origin := c.Request().Header.Get(echo.HeaderOrigin)
 		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 		c.Response().Header().Add(echo.HeaderVary, echo.HeaderOrigin)
@@ -166,7 +167,10 @@ func (s *Server) handlePreflight(method string) echo.HandlerFunc {
 		allowed := false
 		if s.opts.Browser != nil {
 			var err error
-			if allowed, err = s.opts.Browser.OriginAllowed(req.Context(), origin); err != nil {
+			ctx, cancel := s.lookupCtx(c)
+			allowed, err = s.opts.Browser.OriginAllowed(ctx, origin)
+			cancel()
+			if err != nil {
 				return err
 			}
 		}

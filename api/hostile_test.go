@@ -371,3 +371,39 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 		}
 	}
 }
+
+// stalledAuthStore is a database that accepted the query and never answers
+// (until the caller gives up).
+type stalledAuthStore struct{ payments.AuthStore }
+
+func (stalledAuthStore) ActiveKeysByPrefix(ctx context.Context, _ string) ([]payments.StoredKey, []payments.Merchant, error) {
+	<-ctx.Done()
+	return nil, nil, ctx.Err()
+}
+
+// A stalled database does not hold requests outside the payment flow:
+// authentication and lookups run under a deadline of their own and answer
+// 503 with Retry-After when it passes.
+func TestStalledDatabaseReadsHaveADeadline(t *testing.T) {
+	e := newEnv(t, func(s *envSetup) {
+		s.authStore = func(st payments.AuthStore) payments.AuthStore { return stalledAuthStore{st} }
+		s.api = func(o *api.Options) { o.LookupTimeout = 200 * time.Millisecond }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodGet, "/payments", ""},
+		{http.MethodGet, "/refunds", ""},
+		{http.MethodPost, "/payments", okBody},
+	} {
+		res, err := e.do(ctx, tc.method, tc.path, e.apiKey, map[string]string{"Idempotency-Key": "k"}, tc.body)
+		if err != nil {
+			t.Fatalf("%s %s: no answer: %v", tc.method, tc.path, err)
+		}
+		wantProblem(t, res, http.StatusServiceUnavailable, "service-unavailable")
+		if res.header.Get("Retry-After") == "" {
+			t.Fatalf("%s %s: 503 without Retry-After", tc.method, tc.path)
+		}
+	}
+	e.wantCounts(counts{})
+}

@@ -29,7 +29,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
 			return s.countAuthFailure(c, &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"})
 		}
-		m, err := s.auth.Authenticate(c.Request().Context(), strings.TrimSpace(key))
+		ctx, cancel := s.lookupCtx(c)
+		m, err := s.auth.Authenticate(ctx, strings.TrimSpace(key))
+		cancel()
 		if err != nil {
 			return s.countAuthFailure(c, err)
 		}

@@ -17,13 +17,15 @@ func (s *Server) routes(e *echo.Echo) {
 
 	// Middleware per route, not per group: an echo group with middleware
 	// catches every unmatched path, which would turn 404s and 405s into 401s.
+	// Reads run under the lookup deadline; commands keep the flow's own.
 	merchant := []echo.MiddlewareFunc{s.refusePublishable, s.authenticate, s.rateLimit}
+	reading := append([]echo.MiddlewareFunc{s.bounded}, merchant...)
 	e.POST("/payments", s.handleCreatePayment, merchant...)
-	e.GET("/payments", s.handleFindPayment, merchant...)
+	e.GET("/payments", s.handleFindPayment, reading...)
 	e.POST("/payments/:id/refunds", s.handleCreateRefund, merchant...)
-	e.GET("/payments/:id/refunds", s.handleListRefunds, merchant...)
-	e.GET("/refunds", s.handleListRefunds, merchant...)
-	e.GET("/refunds/:id", s.handleGetRefund, merchant...)
+	e.GET("/payments/:id/refunds", s.handleListRefunds, reading...)
+	e.GET("/refunds", s.handleListRefunds, reading...)
+	e.GET("/refunds/:id", s.handleGetRefund, reading...)
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).
@@ -35,7 +37,7 @@ func (s *Server) routes(e *echo.Echo) {
 	// origin its merchant allows, reads and confirms one payment; the CORS
 	// preflights of those two paths, before any authentication.
 	browser := []echo.MiddlewareFunc{s.authenticateBrowser, s.rateLimit}
-	e.GET("/payments/:id", s.handleGetPayment, browser...)
+	e.GET("/payments/:id", s.handleGetPayment, append([]echo.MiddlewareFunc{s.bounded}, browser...)...)
 	e.POST("/payments/:id/confirm", s.handleConfirmPayment, browser...)
 	e.OPTIONS("/payments/:id", s.handlePreflight(http.MethodGet))
 	e.OPTIONS("/payments/:id/confirm", s.handlePreflight(http.MethodPost))
