@@ -407,3 +407,73 @@ func TestStalledDatabaseReadsHaveADeadline(t *testing.T) {
 	}
 	e.wantCounts(counts{})
 }
+
+// OPTIONS on a merchant route tells its methods to a merchant only; the
+// browser routes' CORS preflights still work without a key. Answers that
+// carry payment data (refusals too) are never stored by caches, and a
+// client's X-Request-Id is kept only when short and plain.
+func TestMerchantRoutesTellNothingWithoutAKey(t *testing.T) {
+	e := newEnv(t)
+	created := decodeView(t, e.post("k", okBody).body)
+	refund, err := e.do(t.Context(), http.MethodPost, "/payments/"+created.ID+"/refunds", e.apiKey, map[string]string{"Idempotency-Key": "r1"}, `{"amount": 100}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, refund, http.StatusCreated)
+	opts := func(apiKey, path string) response {
+		res, err := e.do(context.Background(), http.MethodOptions, path, apiKey, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for path, allow := range map[string]string{
+		"/payments":                            "GET, POST, OPTIONS",
+		"/payments/" + created.ID + "/refunds": "GET, POST, OPTIONS",
+		"/refunds":                             "GET, OPTIONS",
+		"/refunds/re_x":                        "GET, OPTIONS",
+	} {
+		wantProblem(t, opts("", path), http.StatusUnauthorized, "unauthorized")
+		res := opts(e.apiKey, path)
+		wantStatus(t, res, http.StatusNoContent)
+		if got := res.header.Get("Allow"); got != allow {
+			t.Fatalf("OPTIONS %s: Allow %q, want %q", path, got, allow)
+		}
+	}
+	// The browser routes' preflights are answered before any key, as browsers need.
+	e.newBrowserSide(e.merch, shopOrigin)
+	pre, err := e.do(context.Background(), http.MethodOptions, "/payments/"+created.ID+"/confirm", "",
+		map[string]string{"Origin": shopOrigin, "Access-Control-Request-Method": http.MethodPost}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, pre, http.StatusNoContent)
+
+	for _, res := range []response{
+		e.get("/payments"), e.get("/payments?idempotency_key=k"), e.get("/payments/" + created.ID),
+		e.get("/refunds"), e.get("/payments/" + created.ID + "/refunds"), e.post("k", okBody), refund,
+		e.getAs("", "/payments"), e.getAs("", "/refunds"),
+	} {
+		if cc := res.header.Get("Cache-Control"); cc != "no-store" {
+			t.Fatalf("an answer (%d %.80s) carries Cache-Control %q, want no-store", res.status, res.body, cc)
+		}
+	}
+
+	for sent, kept := range map[string]bool{
+		"order-42_retry.1":          true,
+		strings.Repeat("a", 64):     true,
+		strings.Repeat("a", 65):     false,
+		"<script>alert(1)</script>": false,
+		"id with spaces":            false,
+		"ünïcode":                   false,
+	} {
+		res, err := e.do(context.Background(), http.MethodGet, "/healthz", "", map[string]string{"X-Request-Id": sent}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := res.header.Get("X-Request-Id")
+		if kept && got != sent || !kept && (got == sent || !strings.HasPrefix(got, "req_")) {
+			t.Fatalf("X-Request-Id %q sent, %q answered", sent, got)
+		}
+	}
+}

@@ -18,7 +18,7 @@ func (s *Server) routes(e *echo.Echo) {
 	// Middleware per route, not per group: an echo group with middleware
 	// catches every unmatched path, which would turn 404s and 405s into 401s.
 	// Reads run under the lookup deadline; commands keep the flow's own.
-	merchant := []echo.MiddlewareFunc{s.refusePublishable, s.authenticate, s.rateLimit}
+	merchant := []echo.MiddlewareFunc{noStore, s.refusePublishable, s.authenticate, s.rateLimit}
 	reading := append([]echo.MiddlewareFunc{s.bounded}, merchant...)
 	e.POST("/payments", s.handleCreatePayment, merchant...)
 	e.GET("/payments", s.handleFindPayment, reading...)
@@ -26,6 +26,12 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/payments/:id/refunds", s.handleListRefunds, reading...)
 	e.GET("/refunds", s.handleListRefunds, reading...)
 	e.GET("/refunds/:id", s.handleGetRefund, reading...)
+	// OPTIONS of these paths tells their methods to a merchant only (echo
+	// would answer anyone); browsers never come here.
+	e.OPTIONS("/payments", s.handleOptions("GET, POST, OPTIONS"), reading...)
+	e.OPTIONS("/payments/:id/refunds", s.handleOptions("GET, POST, OPTIONS"), reading...)
+	e.OPTIONS("/refunds", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/refunds/:id", s.handleOptions("GET, OPTIONS"), reading...)
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).
@@ -47,4 +53,21 @@ func (s *Server) routes(e *echo.Echo) {
 	// "payment not found" for a path that does not exist. Claim them here so
 	// they are an unknown route, before any authentication.
 	e.RouteNotFound("/payments/:id/*", func(echo.Context) error { return echo.ErrNotFound })
+}
+
+// handleOptions answers OPTIONS with the methods a path takes.
+func (s *Server) handleOptions(allow string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderAllow, allow)
+		return c.NoContent(http.StatusNoContent)
+	}
+}
+
+// noStore keeps every answer of a merchant route, refusals included, out of
+// caches: they carry payment data.
+func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+		return next(c)
+	}
 }
