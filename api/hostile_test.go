@@ -477,3 +477,76 @@ func TestMerchantRoutesTellNothingWithoutAKey(t *testing.T) {
 		}
 	}
 }
+
+// Connections are capped: at the cap an idle keep-alive connection is
+// closed to make room for a new client; when every connection is busy the
+// next one waits until one finishes, and is then served.
+func TestConnectionCap(t *testing.T) {
+	e := newEnv(t)
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			entered <- struct{}{}
+			<-release
+		}
+		e.raw.ServeHTTP(w, r)
+	})
+	full := make(chan struct{}, 16)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := api.NewHTTPServer(h, api.ServerOptions{})
+	go func() { _ = srv.Serve(api.Listen(ln, api.ListenOptions{MaxConns: 2, OnFull: func() { full <- struct{}{} }})) }()
+	defer srv.Close()
+	addr := ln.Addr().String()
+	health := "GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n"
+	served := func(rc *rawConn) bool {
+		rc.send(health)
+		res := rc.response()
+		return res != nil && res.StatusCode == http.StatusOK
+	}
+
+	// Two idle keep-alive connections fill the cap; a third client is
+	// served, and one of the idle ones was closed for it.
+	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	if !served(a) || !served(b) {
+		t.Fatal("the first two connections were not served")
+	}
+	c := dialRaw(t, addr)
+	if !served(c) {
+		t.Fatal("a new client was not served while the cap was held by idle connections")
+	}
+	<-full
+	var survivor *rawConn
+	switch sa, sb := served(a), served(b); {
+	case sa && !sb:
+		survivor = a
+	case sb && !sa:
+		survivor = b
+	default:
+		t.Fatalf("idle connections still served: %v, %v; want exactly one closed", sa, sb)
+	}
+
+	// Both connections busy: the next client waits, then is served.
+	for _, rc := range []*rawConn{c, survivor} {
+		rc.send("GET /block HTTP/1.1\r\nHost: gw\r\n\r\n")
+		<-entered
+	}
+	d := dialRaw(t, addr)
+	d.send(health)
+	<-full // its connection waits for a slot
+	_ = d.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := d.r.Peek(1); err == nil || !isTimeout(err) {
+		t.Fatalf("a client beyond the cap was answered while every connection was busy: %v", err)
+	}
+	close(release)
+	for _, rc := range []*rawConn{c, survivor} {
+		if res := rc.response(); res == nil {
+			t.Fatal("a busy connection was dropped")
+		}
+	}
+	if res := d.response(); res == nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("the waiting client was not served once a slot freed: %v", res)
+	}
+}

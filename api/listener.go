@@ -21,16 +21,39 @@ import (
 // refuses such a request with 400 and closes the connection.
 
 // ListenOptions shape the listener the server accepts on.
-type ListenOptions struct{}
+type ListenOptions struct {
+	// MaxConns caps the connections open at once (0: no cap). At the cap,
+	// an idle keep-alive connection is closed to make room; when none is
+	// idle, the next connection waits in the kernel's backlog until one
+	// closes, so the process never runs out of descriptors for its
+	// database pool. DefaultMaxConns derives one from the descriptor limit.
+	MaxConns int
+	// OnFull, when set, is called each time a new connection has to wait
+	// for a free slot (for tests and logs).
+	OnFull func()
+}
 
 // Listen wraps ln for the server NewHTTPServer returns: every connection's
-// request framing is watched.
+// request framing is watched, and connections are capped.
 func Listen(ln net.Listener, o ListenOptions) net.Listener {
-	return &listener{Listener: ln}
+	l := &listener{Listener: ln, onFull: o.OnFull, idle: map[*watchedConn]struct{}{},
+		idleNow: make(chan struct{}, 1), done: make(chan struct{})}
+	if o.MaxConns > 0 {
+		l.slots = make(chan struct{}, o.MaxConns)
+	}
+	return l
 }
 
 type listener struct {
 	net.Listener
+	slots  chan struct{} // one per open connection; nil: no cap
+	onFull func()
+	mu     sync.Mutex
+	idle   map[*watchedConn]struct{}
+	// idleNow is signalled when a connection goes idle.
+	idleNow chan struct{}
+	done    chan struct{}
+	once    sync.Once
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -38,14 +61,76 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &watchedConn{Conn: c, frames: &framing{}}, nil
+	wc := &watchedConn{Conn: c, frames: &framing{}, l: l}
+	if l.slots == nil {
+		return wc, nil
+	}
+	select {
+	case l.slots <- struct{}{}:
+		return wc, nil
+	default:
+	}
+	l.closeIdle()
+	if l.onFull != nil {
+		l.onFull()
+	}
+	for {
+		select {
+		case l.slots <- struct{}{}:
+			return wc, nil
+		case <-l.idleNow: // a busy connection went idle: its slot is wanted
+			l.closeIdle()
+		case <-l.done:
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+func (l *listener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// closeIdle closes one idle keep-alive connection, if there is one: its
+// client reconnects when it has something to send, a new client is
+// waiting now.
+func (l *listener) closeIdle() {
+	l.mu.Lock()
+	var victim *watchedConn
+	for c := range l.idle {
+		victim = c
+		break
+	}
+	delete(l.idle, victim)
+	l.mu.Unlock()
+	if victim != nil {
+		_ = victim.Close()
+	}
+}
+
+// setIdle records whether c waits idle for its next request.
+func (l *listener) setIdle(c *watchedConn, idle bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if idle {
+		l.idle[c] = struct{}{}
+		select {
+		case l.idleNow <- struct{}{}:
+		default:
+		}
+	} else {
+		delete(l.idle, c)
+	}
 }
 
 // watchedConn is an accepted connection whose bytes read are parsed for
-// their framing.
+// their framing, and which gives its slot back when closed.
 type watchedConn struct {
 	net.Conn
 	frames *framing
+	l      *listener
+	once   sync.Once
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
@@ -54,6 +139,24 @@ func (c *watchedConn) Read(p []byte) (int, error) {
 		c.frames.feed(p[:n])
 	}
 	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.setIdle(c, false)
+		if c.l.slots != nil {
+			<-c.l.slots
+		}
+	})
+	return err
+}
+
+// connState tells the listener which connections sit idle.
+func connState(c net.Conn, st http.ConnState) {
+	if wc, ok := c.(*watchedConn); ok {
+		wc.l.setIdle(wc, st == http.StateIdle)
+	}
 }
 
 type framingKey struct{}

@@ -58,6 +58,7 @@ func NewHTTPServer(handler http.Handler, o ServerOptions) *http.Server {
 	return &http.Server{
 		Handler:           refuseAmbiguousFraming(handler),
 		ConnContext:       connContext,
+		ConnState:         connState,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		ReadTimeout:       o.ReadTimeout,
 		WriteTimeout:      o.WriteTimeout,
@@ -65,4 +66,31 @@ func NewHTTPServer(handler http.Handler, o ServerOptions) *http.Server {
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
+}
+
+// The connection cap's default, from the descriptor limit.
+const (
+	// descriptorReserve is what the process keeps for itself besides the
+	// database pool and client connections: PSP connections, the admin
+	// listener, log files, the binary's own files.
+	descriptorReserve = 128
+	// minConns and maxConns bound the derived cap.
+	minConns = 16
+	maxConns = 10_000
+	// fallbackConns is the cap when the descriptor limit cannot be read.
+	fallbackConns = 1024
+)
+
+// DefaultMaxConns is the connection cap derived from the process's
+// descriptor limit (RLIMIT_NOFILE), leaving room for a database pool of
+// dbPool connections and descriptorReserve more: at most 10,000, at least 16.
+func DefaultMaxConns(dbPool int) int {
+	return maxConnsFor(descriptorLimit(), dbPool)
+}
+
+func maxConnsFor(limit, dbPool int) int {
+	if limit <= 0 {
+		return fallbackConns
+	}
+	return min(max(limit-dbPool-descriptorReserve, minConns), maxConns)
 }

@@ -128,6 +128,7 @@ type httpConfig struct {
 	TrustedProxies   []string      `name:"trusted-proxies" env:"GATEWAY_TRUSTED_PROXIES" sep:"," placeholder:"CIDR,…" group:"http" help:"addresses (CIDR) of the load balancers in front, whose X-Forwarded-For names the client (unset: the peer is the client)"`
 	InFlightWait     time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"${inflight_wait}" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
 	MaxBodyBytes     int64         `name:"max-body-bytes" env:"GATEWAY_MAX_BODY_BYTES" default:"65536" group:"http" help:"largest accepted request body"`
+	MaxConns         int           `name:"max-conns" env:"GATEWAY_MAX_CONNS" default:"0" group:"http" help:"most client connections open at once; at the cap an idle one is closed, or the next waits (0: derived from the open-files limit, leaving room for the database pool)"`
 	IdleTimeout      time.Duration `name:"idle-timeout" env:"GATEWAY_IDLE_TIMEOUT" default:"${idle_timeout}" group:"http" help:"how long an idle keep-alive connection is kept open (behind a load balancer: above the balancer's own idle timeout)"`
 	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"30s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM; at least twice GATEWAY_PSP_TIMEOUT plus 5s"`
 }
@@ -153,6 +154,9 @@ func (c *httpConfig) check() []error {
 		errs = append(errs, problem("GATEWAY_MAX_BODY_BYTES", "must be an integer ≥ 1024"))
 	}
 	errs = positiveDuration(errs, "GATEWAY_IDLE_TIMEOUT", c.IdleTimeout)
+	if c.MaxConns < 0 {
+		errs = append(errs, problem("GATEWAY_MAX_CONNS", "must be an integer ≥ 0 (0: derived from the open-files limit)"))
+	}
 	return positiveDuration(errs, "GATEWAY_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
 }
 

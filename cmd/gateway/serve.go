@@ -116,7 +116,11 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		IdleTimeout:  cfg.HTTP.IdleTimeout,
 		Logger:       log,
 	})
-	log.Info("gateway listening", "addr", ln.Addr().String(), "psp", cfg.PSP.adapter(),
+	maxConns := cfg.HTTP.MaxConns
+	if maxConns == 0 {
+		maxConns = api.DefaultMaxConns(cfg.Pool.MaxOpenConns)
+	}
+	log.Info("gateway listening", "addr", ln.Addr().String(), "max_conns", maxConns, "psp", cfg.PSP.adapter(),
 		"database", maskDSN(cfg.DB.DSN), "version", build.Version)
 	if ready != nil {
 		ready(ln.Addr().String())
@@ -125,7 +129,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, psps, guard.Err, log, m), log)
 	defer stopReconciler()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(api.Listen(ln, api.ListenOptions{})) }()
+	go func() { errc <- srv.Serve(api.Listen(ln, api.ListenOptions{MaxConns: maxConns})) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
