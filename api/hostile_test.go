@@ -497,7 +497,9 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := api.NewHTTPServer(h, api.ServerOptions{})
-	go func() { _ = srv.Serve(api.Listen(ln, api.ListenOptions{MaxConns: 2, OnFull: func() { full <- struct{}{} }})) }()
+	go func() {
+		_ = srv.Serve(api.Listen(ln, api.ListenOptions{MaxConns: 2, OnFull: func() { full <- struct{}{} }}))
+	}()
 	defer srv.Close()
 	addr := ln.Addr().String()
 	health := "GET /healthz HTTP/1.1\r\nHost: gw\r\n\r\n"
