@@ -56,15 +56,18 @@ func NewHTTPServer(handler http.Handler, o ServerOptions) *http.Server {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &http.Server{
-		Handler:           refuseAmbiguousFraming(handler),
-		ConnContext:       connContext,
-		ConnState:         connState,
-		ReadHeaderTimeout: o.ReadHeaderTimeout,
-		ReadTimeout:       o.ReadTimeout,
-		WriteTimeout:      o.WriteTimeout,
-		IdleTimeout:       o.IdleTimeout,
-		MaxHeaderBytes:    o.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+		Handler:     refuseAmbiguousFraming(handler),
+		ConnContext: connContext,
+		ConnState:   connState,
+		// Every request reaches the handler, "OPTIONS *" included: the
+		// framing watcher's verdicts are taken one per request, in order.
+		DisableGeneralOptionsHandler: true,
+		ReadHeaderTimeout:            o.ReadHeaderTimeout,
+		ReadTimeout:                  o.ReadTimeout,
+		WriteTimeout:                 o.WriteTimeout,
+		IdleTimeout:                  o.IdleTimeout,
+		MaxHeaderBytes:               o.MaxHeaderBytes,
+		ErrorLog:                     slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
 }
 
