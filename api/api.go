@@ -10,10 +10,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"gateway/idemkeys"
 	"gateway/payments"
 )
 
@@ -34,6 +36,8 @@ type Authenticator interface {
 // Observer is told about HTTP traffic, for metrics.
 type Observer interface {
 	ObserveHTTP(route, method string, status int, d time.Duration)
+	// PreinitHTTP creates a series at zero.
+	PreinitHTTP(route, method string, status int)
 	MissingKey()
 	RateLimited()
 }
@@ -41,6 +45,7 @@ type Observer interface {
 type noObserver struct{}
 
 func (noObserver) ObserveHTTP(string, string, int, time.Duration) {}
+func (noObserver) PreinitHTTP(string, string, int)                {}
 func (noObserver) MissingKey()                                    {}
 func (noObserver) RateLimited()                                   {}
 
@@ -60,12 +65,16 @@ type Options struct {
 	// TrustedProxies are the load balancers and proxies in front: from
 	// them, the client's address is read from X-Forwarded-For.
 	TrustedProxies []*net.IPNet
-	// Listings answers GET /payments, GET /refunds and a payment's refunds.
+	// Listings answers GET /payments, GET /refunds, a payment's refunds and GET /events.
 	Listings Lister
-	// Metrics, when set, is served at GET /metrics.
-	Metrics  http.Handler
+	// Observer counts the traffic; the metrics are served elsewhere (an
+	// admin listener), never by this handler.
 	Observer Observer
-	Logger   *slog.Logger
+	// Logger receives the access log (one line per request) and the
+	// failures of requests.
+	Logger *slog.Logger
+	// Hasher names merchants in the access log; a random key when nil.
+	Hasher *idemkeys.Hasher
 	// Now is the rate limiter's clock; time.Now when nil.
 	Now func() time.Time
 	// FlowTimeout bounds a create request once claimed, whatever its client
@@ -86,14 +95,19 @@ type Options struct {
 
 // Server holds what the handlers need.
 type Server struct {
-	svc       *payments.Service
-	auth      Authenticator
-	db        Pinger
-	opts      Options
-	log       *slog.Logger
-	obs       Observer
-	limits    *limiters
+	svc    *payments.Service
+	auth   Authenticator
+	db     Pinger
+	opts   Options
+	log    *slog.Logger
+	obs    Observer
+	limits *limiters
+	// authFails counts failed authentications per client address.
 	authFails *authFailures
+	hash      *idemkeys.Hasher
+	// routes are the templates of the routes served, the only values of
+	// the route label besides "other".
+	routeSet map[string]bool
 }
 
 // NewHandler returns the gateway's HTTP API.
@@ -116,8 +130,12 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	if opts.LookupTimeout <= 0 {
 		opts.LookupTimeout = DefaultLookupTimeout
 	}
+	if opts.Hasher == nil {
+		opts.Hasher = idemkeys.NewHasher(nil)
+	}
 	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
-		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst)}
+		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), hash: opts.Hasher, routeSet: map[string]bool{},
+		authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst)}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -128,6 +146,14 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	e.Use(s.observe)
 	e.Use(s.recoverer)
 	s.routes(e)
+	var served []*echo.Route
+	for _, r := range e.Routes() {
+		if methodLabel(r.Method) != labelOther {
+			s.routeSet[r.Path] = true
+			served = append(served, r)
+		}
+	}
+	s.preinitHTTP(served)
 	return e
 }
 
@@ -136,7 +162,7 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
-				s.log.ErrorContext(c.Request().Context(), "panic in handler", "panic", r, "path", c.Path())
+				s.log.ErrorContext(c.Request().Context(), "panic in handler", "panic", r, "route", s.routeLabel(c))
 				err = &payments.Error{Code: payments.CodeInternal, Message: "internal error"}
 			}
 		}()
@@ -162,22 +188,108 @@ func withRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// observe counts and times every request by route (the pattern, never the raw
-// path, so ids do not explode the label set).
+// observe counts, times and logs every request. Every label comes from a
+// fixed set, whatever the client sends: the route is the template of a
+// route served (never the raw path), anything else is "other", and so is a
+// method outside the standard ones; the status is one the server wrote.
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		note := &accessNote{}
+		c.SetRequest(c.Request().WithContext(context.WithValue(c.Request().Context(), accessNoteKey{}, note)))
 		err := next(c)
 		if err != nil {
 			c.Error(err) // write the problem now, so its status is what is counted
 		}
-		route := c.Path()
-		if route == "" {
-			route = "unmatched"
-		}
-		s.obs.ObserveHTTP(route, c.Request().Method, c.Response().Status, time.Since(start))
+		d := time.Since(start)
+		route, method, status := s.routeLabel(c), methodLabel(c.Request().Method), c.Response().Status
+		s.obs.ObserveHTTP(route, method, status, d)
+		s.accessLog(c, note, route, method, status, d)
 		return nil
 	}
+}
+
+// labelOther stands for every route and method outside the fixed sets.
+const labelOther = "other"
+
+// standardMethods are the methods that keep their own label.
+var standardMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+	http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+func methodLabel(m string) string {
+	for _, sm := range standardMethods {
+		if m == sm {
+			return sm
+		}
+	}
+	return labelOther
+}
+
+func (s *Server) routeLabel(c echo.Context) string {
+	if p := c.Path(); s.routeSet[p] {
+		return p
+	}
+	return labelOther
+}
+
+// preinitHTTP creates the 5xx series the alerts count, at zero, so that
+// rate() and increase() see a route's first failure.
+func (s *Server) preinitHTTP(served []*echo.Route) {
+	for _, r := range served {
+		for _, status := range []int{http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable} {
+			s.obs.PreinitHTTP(r.Path, r.Method, status)
+		}
+	}
+}
+
+// accessNote collects what the handlers learn about a request for its
+// access log line: the payment once known, and the problem of an error
+// answer. The merchant is the one authentication set.
+type accessNote struct {
+	paymentID string
+	problem   string // the problem type's slug of an error answer
+}
+
+type accessNoteKey struct{}
+
+// noteOf returns the request's access note (a throwaway one outside observe).
+func noteOf(c echo.Context) *accessNote {
+	if n, ok := c.Request().Context().Value(accessNoteKey{}).(*accessNote); ok {
+		return n
+	}
+	return &accessNote{}
+}
+
+// accessLog writes the request's line: INFO below 500, WARN for a 5xx (the
+// cause of an internal error has its own ERROR line), so that the 5xx stand
+// out. The merchant is hashed; the path's own text is never logged, only its
+// route template and a payment id that looks like one.
+func (s *Server) accessLog(c echo.Context, note *accessNote, route, method string, status int, d time.Duration) {
+	level := slog.LevelInfo
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	ctx := c.Request().Context()
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 6)
+	attrs = append(attrs, slog.String("method", method), slog.String("route", route), slog.Int("status", status),
+		slog.Float64("duration_seconds", d.Seconds()))
+	if merchant := merchantOf(c).ID; merchant != "" {
+		attrs = append(attrs, s.hash.MerchantAttr(merchant))
+	}
+	payment := note.paymentID
+	if payment == "" && strings.HasPrefix(route, "/payments/:id") {
+		payment = c.Param("id")
+	}
+	if strings.HasPrefix(payment, "pay_") && plainID(payment) {
+		attrs = append(attrs, slog.String("payment_id", payment))
+	}
+	if note.problem != "" {
+		attrs = append(attrs, slog.String("problem", note.problem))
+	}
+	s.log.LogAttrs(ctx, level, "request", attrs...)
 }
 
 type requestIDKey struct{}

@@ -334,11 +334,7 @@ func reportFindings(t testing.TB, x exchange, findings []string) {
 // OpenAPI 3.1, every route of api/routes.go documented and nothing else, and
 // the problem types consistent.
 func TestOpenAPIDocument(t *testing.T) {
-	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_, _ = io.WriteString(w, "# no metrics\n")
-	})
-	h := api.NewHandler(nil, nil, nil, api.Options{Metrics: metrics})
+	h := api.NewHandler(nil, nil, nil, api.Options{})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
@@ -406,8 +402,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			return
 		}
 		mt := resp.Content.Get("application/problem+json")
-		if mt == nil || (len(resp.Content) != 1 && !strings.HasPrefix(where, "GET /metrics ")) {
-			// Only the Prometheus handler may also answer an error in plain text.
+		if mt == nil || len(resp.Content) != 1 {
 			t.Errorf("%s: an error must be application/problem+json only", where)
 			return
 		}
@@ -583,6 +578,11 @@ func TestOpenAPIUnroutedRequests(t *testing.T) {
 		{http.MethodGet, "/payments/pay_x/anything", false, []int{http.StatusNotFound}},
 		{http.MethodGet, "/payments/pay_x/", true, []int{http.StatusNotFound}},
 		{http.MethodPost, "/payments/pay_x/refunds/x", true, []int{http.StatusNotFound}},
+		{http.MethodGet, "/refunds/re_x/anything", true, []int{http.StatusNotFound}},
+		{http.MethodGet, "/metrics", false, []int{http.StatusNotFound}},
+		// A sub-route of a payment asked with another method: 405, as elsewhere.
+		{http.MethodDelete, "/payments/pay_x/confirm", true, []int{http.StatusMethodNotAllowed}},
+		{http.MethodPut, "/payments/pay_x/refunds", false, []int{http.StatusMethodNotAllowed}},
 	} {
 		key := ""
 		if tc.withKey {
@@ -598,6 +598,9 @@ func TestOpenAPIUnroutedRequests(t *testing.T) {
 		// An unknown route has no detail; "payment not found" would mean a handler ran.
 		if res.status == http.StatusNotFound && strings.Contains(string(res.body), `"detail"`) {
 			t.Errorf("%s %s: %s, want the route's 404 without detail", tc.method, tc.path, res.body)
+		}
+		if res.status == http.StatusMethodNotAllowed && res.header.Get("Allow") == "" {
+			t.Errorf("%s %s: 405 without Allow", tc.method, tc.path)
 		}
 	}
 }

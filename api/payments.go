@@ -97,6 +97,9 @@ func answer(c echo.Context, out payments.Outcome) error {
 	if out.Replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
+	if c.Path() == "/payments" {
+		noteOf(c).paymentID = out.PaymentID
+	}
 	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
 }
 

@@ -104,13 +104,20 @@ func (s *Server) handleError(err error, c echo.Context) {
 			kind = problems[payments.CodeInternal]
 		}
 		detail := pe.Message
-		if kind.status >= 500 {
-			s.log.ErrorContext(c.Request().Context(), "request failed", "code", string(pe.Code), "err", pe.Err,
-				"path", c.Path())
-			if pe.Code == payments.CodeInternal {
-				detail = "" // the cause is logged, never shown
-			}
+		if pe.PaymentID != "" {
+			noteOf(c).paymentID = pe.PaymentID
 		}
+		switch {
+		case kind.status < 500:
+		case pe.Code == payments.CodeInternal || !ok:
+			s.log.ErrorContext(c.Request().Context(), "request failed", "code", string(pe.Code), "err", pe.Err,
+				"route", s.routeLabel(c))
+			detail = "" // the cause is logged, never shown
+		}
+		// Any other 5xx is an answer the flow chose (the PSP's outcome
+		// unknown, a database that cannot take the write yet): the client
+		// retries, the flow has logged what it knows, and the access line,
+		// at WARN, says which payment and which problem.
 		if pe.RetryAfter > 0 {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(int((pe.RetryAfter+time.Second-1)/time.Second)))
 		}
@@ -128,16 +135,17 @@ func (s *Server) handleError(err error, c echo.Context) {
 			s.writeProblem(c, problemMethod, problem{})
 		default:
 			// No route of ours raises any other echo error; should one appear, it is a bug.
-			s.log.ErrorContext(c.Request().Context(), "unexpected echo error", "err", err, "path", c.Path())
+			s.log.ErrorContext(c.Request().Context(), "unexpected echo error", "err", err, "route", s.routeLabel(c))
 			s.writeProblem(c, problems[payments.CodeInternal], problem{})
 		}
 	default:
-		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "path", c.Path())
+		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "route", s.routeLabel(c))
 		s.writeProblem(c, problems[payments.CodeInternal], problem{})
 	}
 }
 
 func (s *Server) writeProblem(c echo.Context, kind problemKind, p problem) {
+	noteOf(c).problem = kind.slug
 	p.Type = ProblemTypeBase + kind.slug
 	p.Title = kind.title
 	p.Status = kind.status

@@ -19,6 +19,11 @@ type Lister interface {
 	// CodeNotFound for a refunds listing of an unknown payment).
 	Payments(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Payment], error)
 	Refunds(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Refund], error)
+	// Events returns a page of q.MerchantID's events, oldest first, or an
+	// *payments.Error (CodeInvalid for a bad query or cursor); Event one of
+	// the merchant's events, or CodeNotFound.
+	Events(ctx context.Context, q payments.EventQuery) (payments.Page[payments.Event], error)
+	Event(ctx context.Context, merchantID, id string) (payments.Event, error)
 }
 
 // createRefundBody is the POST /payments/{id}/refunds body; every field is

@@ -39,4 +39,11 @@ func TestReviewAnswersThenResolution(t *testing.T) {
 		t.Fatalf("GET after resolution: %s", got.Status)
 	}
 	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 0, chargeCalls: 1})
+	// Its life in events: created, sent to review by the reconciler,
+	// resolved by ops, each once, numbered in order.
+	evs := e.pageAll(e.apiKey, "&object_id="+v.ID, 10)
+	if len(evs) != 3 || evs[0].Type != "payment.processing" || evs[1].Type != "payment.requires_review" || evs[2].Type != "payment.failed" ||
+		evs[2].Seq != 3 || evs[2].Data["status"] != "failed" {
+		t.Fatalf("events: %+v", evs)
+	}
 }

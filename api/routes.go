@@ -2,6 +2,8 @@ package api
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 )
@@ -11,9 +13,8 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/healthz", s.handleHealthz)
 	e.GET("/readyz", s.handleReadyz)
 	e.GET("/openapi.json", s.handleOpenAPI)
-	if s.opts.Metrics != nil {
-		e.GET("/metrics", echo.WrapHandler(s.opts.Metrics))
-	}
+	// No /metrics here: the serving process exposes them on its admin
+	// address only (GATEWAY_ADMIN_ADDR), never beside the public API.
 
 	// Middleware per route, not per group: an echo group with middleware
 	// catches every unmatched path, which would turn 404s and 405s into 401s.
@@ -26,12 +27,16 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/payments/:id/refunds", s.handleListRefunds, reading...)
 	e.GET("/refunds", s.handleListRefunds, reading...)
 	e.GET("/refunds/:id", s.handleGetRefund, reading...)
+	e.GET("/events", s.handleListEvents, reading...)
+	e.GET("/events/:id", s.handleGetEvent, reading...)
 	// OPTIONS of these paths tells their methods to a merchant only (echo
 	// would answer anyone); browsers never come here.
 	e.OPTIONS("/payments", s.handleOptions("GET, POST, OPTIONS"), reading...)
 	e.OPTIONS("/payments/:id/refunds", s.handleOptions("GET, POST, OPTIONS"), reading...)
 	e.OPTIONS("/refunds", s.handleOptions("GET, OPTIONS"), reading...)
 	e.OPTIONS("/refunds/:id", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/events", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/events/:id", s.handleOptions("GET, OPTIONS"), reading...)
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).
@@ -48,11 +53,39 @@ func (s *Server) routes(e *echo.Echo) {
 	e.OPTIONS("/payments/:id", s.handlePreflight(http.MethodGet))
 	e.OPTIONS("/payments/:id/confirm", s.handlePreflight(http.MethodPost))
 
-	// Echo hands a path below a payment (/payments/{id}/anything) to the
-	// route above with the rest folded into the id, which would answer
-	// "payment not found" for a path that does not exist. Claim them here so
-	// they are an unknown route, before any authentication.
-	e.RouteNotFound("/payments/:id/*", func(echo.Context) error { return echo.ErrNotFound })
+	// Echo hands a path below a payment or a refund (/payments/{id}/anything)
+	// to the route above with the rest folded into the id, which would
+	// answer "payment not found" (after authentication) for a path that does
+	// not exist, and a sub-route asked with another method would be a 404.
+	// Claim them here, before any authentication: an unknown route is a
+	// 404, a known one with another method a 405 with Allow.
+	for _, parent := range []string{"/payments/:id", "/refunds/:id"} {
+		e.RouteNotFound(parent+"/*", s.belowRoute(e, parent))
+	}
+}
+
+// belowRoute answers a path below parent that no route took: 405 (or, for
+// OPTIONS, 204) with Allow when some route has that path with other
+// methods, as echo answers its other paths, else 404.
+func (s *Server) belowRoute(e *echo.Echo, parent string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		path := parent + "/" + c.Param("*")
+		allow := []string{http.MethodOptions}
+		for _, r := range e.Routes() {
+			if r.Path == path && r.Method != http.MethodOptions && methodLabel(r.Method) != labelOther {
+				allow = append(allow, r.Method)
+			}
+		}
+		if len(allow) == 1 {
+			return echo.ErrNotFound
+		}
+		slices.Sort(allow[1:])
+		c.Response().Header().Set(echo.HeaderAllow, strings.Join(allow, ", "))
+		if c.Request().Method == http.MethodOptions {
+			return c.NoContent(http.StatusNoContent)
+		}
+		return echo.ErrMethodNotAllowed
+	}
 }
 
 // handleOptions answers OPTIONS with the methods a path takes.

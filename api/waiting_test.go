@@ -37,11 +37,13 @@ func (w waitEnds) InFlightWaited(d time.Duration) { w.ended <- d }
 
 type nopObserver struct{}
 
-func (nopObserver) KeyOutcome(payments.KeyOutcome) {}
-func (nopObserver) InFlightWaited(time.Duration)   {}
-func (nopObserver) LeaseTakenOver()                {}
-func (nopObserver) FencingRefused()                {}
-func (nopObserver) UnconfiguredPSP()               {}
+func (nopObserver) KeyOutcome(payments.KeyOutcome)          {}
+func (nopObserver) InFlightWaited(time.Duration)            {}
+func (nopObserver) LeaseTakenOver()                         {}
+func (nopObserver) FencingRefused()                         {}
+func (nopObserver) UnconfiguredPSP()                        {}
+func (nopObserver) PaymentRecorded(payments.Status, string) {}
+func (nopObserver) RefundRecorded(payments.RefundStatus)    {}
 
 // Waiting for a payment in flight is cheap and ends with its client:
 // duplicates on the replica running the payment are woken by it and never

@@ -37,8 +37,8 @@ var (
 )
 
 // routes are the route patterns api.Server reports (see api/routes.go), plus
-// "unmatched" for requests no route matched.
-var routes = []string{"/healthz", "/readyz", "/openapi.json", "/metrics", "/payments", "/payments/:id", "unmatched"}
+// "other" for every request outside them.
+var routes = []string{"/healthz", "/readyz", "/openapi.json", "/payments", "/payments/:id", "other"}
 
 // series is what the gateway exports under one sample name.
 type series struct {
@@ -74,6 +74,14 @@ func exported(t *testing.T) map[string]series {
 	m.PassDone(payments.Backlog{NeedsReview: 2, OldestUnfinished: 5 * time.Minute, Quarantined: 1, OldestReview: time.Hour})
 	m.UnconfiguredPSP()
 	m.ClockSkew(30 * time.Millisecond)
+	for _, st := range []payments.Status{payments.Succeeded, payments.Declined, payments.Failed, payments.Canceled, payments.RequiresReview} {
+		m.PaymentRecorded(st, "")
+	}
+	m.PaymentRecorded(payments.Declined, "card_declined")
+	m.PaymentRecorded(payments.Declined, "some PSP's own code")
+	for _, st := range []payments.RefundStatus{payments.RefundSucceeded, payments.RefundFailed, payments.RefundRequiresReview} {
+		m.RefundRecorded(st)
+	}
 
 	// PSP calls go through the real wrapper, so the op and outcome label
 	// values are the ones its classification produces.
@@ -151,7 +159,10 @@ func (fakePSP) Lookup(ctx context.Context, _ string) (psp.Charge, error) {
 // gateway's own.
 var (
 	targetLabels = []string{"job", "instance"}
-	otherSeries  = map[string][]string{"up": nil}
+	otherSeries  = map[string][]string{"up": nil,
+		// Registered beside the Metrics by the serving process (cmd/gateway).
+		"go_sql_in_use_connections": nil, "go_sql_idle_connections": nil, "go_sql_max_open_connections": nil,
+		"go_sql_wait_count_total": nil, "go_sql_wait_duration_seconds_total": nil, "gateway_build_info": {"version", "revision", "goversion"}}
 )
 
 var (
@@ -308,6 +319,11 @@ func splitMatchers(body string) []string {
 func anyHasLabel(exp map[string]series, label string) bool {
 	if slices.Contains(targetLabels, label) {
 		return true
+	}
+	for _, labels := range otherSeries {
+		if slices.Contains(labels, label) {
+			return true
+		}
 	}
 	for _, s := range exp {
 		if _, ok := s.labels[label]; ok {
@@ -715,7 +731,7 @@ func TestPrometheusConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"127.0.0.1:8080", "metrics_path: /metrics", "- alerts.yml"} {
+	for _, want := range []string{"127.0.0.1:9091", "metrics_path: /metrics", "- alerts.yml"} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("%s does not contain %q", promConfig, want)
 		}

@@ -6,6 +6,7 @@ package metrics
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"gateway/payments"
+	"gateway/psp"
 	"gateway/reconcile"
 )
 
@@ -38,6 +40,8 @@ type Metrics struct {
 	oldestReview  prometheus.Gauge
 	unconfigured  prometheus.Counter
 	clockSkew     prometheus.Gauge
+	payments      *prometheus.CounterVec
+	refunds       *prometheus.CounterVec
 }
 
 var (
@@ -48,7 +52,7 @@ var (
 // New creates the collectors and registers them with reg.
 func New(reg prometheus.Registerer) *Metrics {
 	f := promauto{reg}
-	return &Metrics{
+	m := &Metrics{
 		httpRequests: f.counterVec("gateway_http_requests_total", "HTTP requests by route, method and status.", "route", "method", "status"),
 		// Up to a minute: a create may wait for the PSP, a lookup and a duplicate in flight.
 		httpDuration: f.histogramVec("gateway_http_request_duration_seconds", "HTTP request latency by route and method.",
@@ -81,7 +85,81 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Requests that could not resume a payment because its PSP is not configured on this replica."),
 		clockSkew: f.gauge("gateway_clock_skew_seconds",
 			"This replica's clock minus the database's, as last measured."),
+		payments: f.counterVec("gateway_payments_total",
+			"Payments the request flow recorded final or in review, by status and decline code (none, a shared code, or other).",
+			"status", "decline_code"),
+		refunds: f.counterVec("gateway_refunds_total", "Refunds the request flow recorded final or in review, by status.", "status"),
 	}
+	m.preinit()
+	return m
+}
+
+// declineNone and declineOther are the decline_code of a payment without a
+// decline code and of one whose code is not in declineCodes.
+const (
+	declineNone  = "none"
+	declineOther = "other"
+)
+
+// declineCodes are the decline codes with a label value of their own: the
+// shared vocabulary of the PSP adapters and the gateway's own. A PSP's raw
+// code becomes "other", so no PSP can grow the series.
+var declineCodes = []string{psp.DeclineCardDeclined, psp.DeclineInsufficientFunds, psp.DeclineInvalidPaymentMethod,
+	payments.DeclineNotProcessed, payments.DeclineRejected, payments.DeclineExpired}
+
+func declineLabel(code string) string {
+	switch {
+	case code == "":
+		return declineNone
+	case slices.Contains(declineCodes, code):
+		return code
+	}
+	return declineOther
+}
+
+// preinit creates every series an alert or a dashboard counts, at zero, so
+// that increase() and rate() count the first event of each.
+func (m *Metrics) preinit() {
+	for _, o := range payments.KeyOutcomes {
+		m.keyOutcomes.WithLabelValues(string(o))
+	}
+	for _, o := range reconcile.Outcomes {
+		m.settlements.WithLabelValues(string(o))
+	}
+	m.payments.WithLabelValues(string(payments.Succeeded), declineNone)
+	for _, code := range append([]string{declineOther}, declineCodes...) {
+		m.payments.WithLabelValues(string(payments.Declined), code)
+	}
+	for _, code := range []string{declineNone, payments.DeclineNotProcessed, payments.DeclineRejected} {
+		m.payments.WithLabelValues(string(payments.Failed), code)
+	}
+	m.payments.WithLabelValues(string(payments.Canceled), payments.DeclineExpired)
+	m.payments.WithLabelValues(string(payments.RequiresReview), declineNone)
+	for _, st := range []payments.RefundStatus{payments.RefundSucceeded, payments.RefundFailed, payments.RefundRequiresReview} {
+		m.refunds.WithLabelValues(string(st))
+	}
+}
+
+// PaymentRecorded implements payments.Observer.
+func (m *Metrics) PaymentRecorded(status payments.Status, declineCode string) {
+	m.payments.WithLabelValues(string(status), declineLabel(declineCode)).Inc()
+}
+
+// RefundRecorded implements payments.Observer.
+func (m *Metrics) RefundRecorded(status payments.RefundStatus) {
+	m.refunds.WithLabelValues(string(status)).Inc()
+}
+
+// RegisterBuildInfo registers gateway_build_info{version,revision,goversion},
+// always 1: which release each replica runs, joinable to any other series.
+func RegisterBuildInfo(reg prometheus.Registerer, version, revision, goVersion string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "gateway_build_info",
+		Help:        "The build this process runs: its version, VCS revision and Go version; always 1.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
 }
 
 // Handler serves the metrics of g in the Prometheus text format.
@@ -93,6 +171,11 @@ func Handler(g prometheus.Gatherer) http.Handler {
 func (m *Metrics) ObserveHTTP(route, method string, status int, d time.Duration) {
 	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	m.httpDuration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// PreinitHTTP creates a request series at zero.
+func (m *Metrics) PreinitHTTP(route, method string, status int) {
+	m.httpRequests.WithLabelValues(route, method, strconv.Itoa(status))
 }
 
 // MissingKey counts a mutating request without an Idempotency-Key.

@@ -11,7 +11,13 @@ import (
 // InstrumentPSP wraps an adapter so that every call is counted by outcome
 // class and timed. The wrapper changes no result.
 func InstrumentPSP(a psp.Adapter, m *Metrics) psp.Adapter {
-	return &instrumented{Adapter: a, m: m, name: a.Capabilities().Name}
+	name := a.Capabilities().Name
+	for _, op := range []string{"charge", "lookup", "refund", "lookup_refund"} {
+		for _, outcome := range []string{"result", "not_found", "not_processed", "rejected", "unknown"} {
+			m.pspCalls.WithLabelValues(name, op, outcome)
+		}
+	}
+	return &instrumented{Adapter: a, m: m, name: name}
 }
 
 type instrumented struct {

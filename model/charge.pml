@@ -320,13 +320,14 @@ end_clock:
 #define WSKEW 0
 #endif
 
-/* paymentSubject.settle → write → Service.write → Store.Settle: UPDATE
- * idempotency_keys k JOIN payments p
- * SET k.state = 'COMPLETED', k.response_… = …, p.status = … WHERE … AND
- * k.state = 'IN_PROGRESS' AND k.lease_version = mine AND p.status =
- * 'processing'. 0 rows → re-read and answer what the record says (join). A
- * lost ack re-reads the key and settles again while it is still ours: a
- * delay, already explored. */
+/* paymentSubject.settle → write → Service.write → Store.Settle, one
+ * transaction (atomic, so one step here): UPDATE idempotency_keys SET
+ * state = 'COMPLETED', response_… = … WHERE … AND state = 'IN_PROGRESS' AND
+ * lease_version = mine; UPDATE payments SET status = …, event_seq + 1 WHERE
+ * … AND status = 'processing'; INSERT INTO events. 0 rows in either UPDATE →
+ * rollback, re-read and answer what the record says (join). A lost ack
+ * re-reads the key and settles again while it is still ours: a delay,
+ * already explored. */
 inline w_settle(st) {
   if
 #ifdef MUT_NOFENCE

@@ -146,12 +146,13 @@ inline fresh(k, t) {
   }
 }
 
-/* The refund completes: refundSubject.write → Store.SettleRefund: UPDATE
- * idempotency_keys k JOIN refunds r JOIN payments p SET k.state =
- * 'COMPLETED', k.response_… = …, p.amount_refunded = p.amount_refunded +
- * IF(succeeded, r.amount, 0), p.amount_reserved = p.amount_reserved -
- * IF(failed, r.amount, 0), r.status = … WHERE … AND k.lease_version = mine
- * AND r.status = 'pending'. */
+/* The refund completes: refundSubject.write → Store.SettleRefund, one
+ * transaction (atomic, so one step here): UPDATE idempotency_keys SET
+ * state = 'COMPLETED', response_… = … WHERE … AND lease_version = mine;
+ * UPDATE refunds SET status = … WHERE … AND status = 'pending'; its event;
+ * UPDATE payments SET amount_refunded = amount_refunded + (succeeded ?
+ * amount : 0), amount_reserved = amount_reserved - (failed ? amount : 0).
+ * 0 rows in a fenced UPDATE → rollback. */
 inline complete(k, st) {
   kstate[k] = K_DONE; rstatus[k] = st;
 #ifndef MUT_R_NORETURN

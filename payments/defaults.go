@@ -13,6 +13,9 @@ const (
 	DefaultInFlightWait = 2 * time.Second
 	// DefaultRetention is how long a completed key replays its answer.
 	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultEventRetention is how long an event stays listed by GET /events
+	// before the purge deletes it.
+	DefaultEventRetention = 30 * 24 * time.Hour
 	// DefaultAuthCacheTTL is how long a replica trusts a verified API key
 	// (or publishable key, or a merchant's browser origins) without a
 	// database read: the bound within which a revocation reaches every

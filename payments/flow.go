@@ -259,7 +259,8 @@ func (s *Service) load(a attempt, rec idemkeys.Record) (subject, error) {
 // write stores a subject's final state (or its review) and the answer for
 // replay with settle, fenced on h's token, under a deadline of its own: the
 // PSP's answer must reach the database whatever the request's remaining time.
-func (s *Service) write(a attempt, h holding, id string, status string, resp idemkeys.Response, settle func(context.Context) error) (Outcome, error) {
+// recorded runs once the write is known to have landed.
+func (s *Service) write(a attempt, h holding, id string, status string, resp idemkeys.Response, settle func(context.Context) error, recorded func()) (Outcome, error) {
 	err := settle(s.writeCtx(a))
 	if errors.Is(err, ErrWriteUnknown) {
 		// The write's fate is unknown: read what is there and go on from it.
@@ -281,6 +282,7 @@ func (s *Service) write(a attempt, h holding, id string, status string, resp ide
 	case err == nil:
 		s.replays.put(a.ref, cachedReplay{fp: a.fp, paymentID: id, resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)})
 		s.finish(a)
+		recorded()
 		s.log.InfoContext(a.client, settledEvent(id), s.hash.Attr(a.ref), "object_id", id, "status", status, "grant", h.token.Grant())
 		return Outcome{Response: resp, PaymentID: id}, nil
 	case errors.Is(err, idemkeys.ErrFenced):

@@ -80,6 +80,11 @@ type ListStore interface {
 	// MerchantRefunds does the same for refunds; ErrNotFound when
 	// q.PaymentID names none of the merchant's payments.
 	MerchantRefunds(ctx context.Context, q ListQuery) (Page[Refund], error)
+	// MerchantEvents reads a page of q.MerchantID's events, oldest first.
+	// ErrCursorNotFound when the cursor names none of the merchant's.
+	MerchantEvents(ctx context.Context, q EventQuery) (Page[Event], error)
+	// MerchantEvent reads one of the merchant's events; ErrNotFound otherwise.
+	MerchantEvent(ctx context.Context, merchantID, id string) (Event, error)
 }
 
 // PaymentStatuses lists every payment status, for validation.
@@ -94,7 +99,7 @@ var PaymentStatuses = func() []string {
 // RefundStatuses lists every refund status, for validation.
 var RefundStatuses = []string{string(RefundPending), string(RefundSucceeded), string(RefundFailed), string(RefundRequiresReview)}
 
-// Listings answers GET /payments and GET /refunds: a merchant's own objects only.
+// Listings answers GET /payments, GET /refunds and GET /events: a merchant's own objects only.
 type Listings struct{ store ListStore }
 
 // NewListings returns listings over store.

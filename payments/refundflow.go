@@ -245,6 +245,10 @@ func (rs refundSubject) write(a attempt, h holding, r Refund) (Outcome, error) {
 	resp := RenderRefund(r)
 	return rs.s.write(a, h, r.ID, string(r.Status), resp, func(ctx context.Context) error {
 		return rs.s.store.SettleRefund(ctx, a.ref, h.token, r, resp)
+	}, func() {
+		if r.Status != RefundPending {
+			rs.s.obs.RefundRecorded(r.Status)
+		}
 	})
 }
 

@@ -68,6 +68,12 @@ type Observer interface {
 	// UnconfiguredPSP counts payments this replica could not resume because
 	// the PSP they were sent to is not configured here.
 	UnconfiguredPSP()
+	// PaymentRecorded counts a payment the flow recorded final or in
+	// review (once per payment: the write that recorded it), with its
+	// decline code ("" when none).
+	PaymentRecorded(status Status, declineCode string)
+	// RefundRecorded counts a refund the flow recorded final or in review.
+	RefundRecorded(status RefundStatus)
 }
 
 // KeyOutcome is how a request used its idempotency key.
@@ -92,11 +98,13 @@ var KeyOutcomes = []KeyOutcome{OutcomeFresh, OutcomeReplayed, OutcomeMismatch, O
 
 type noObserver struct{}
 
-func (noObserver) KeyOutcome(KeyOutcome)        {}
-func (noObserver) InFlightWaited(time.Duration) {}
-func (noObserver) LeaseTakenOver()              {}
-func (noObserver) FencingRefused()              {}
-func (noObserver) UnconfiguredPSP()             {}
+func (noObserver) KeyOutcome(KeyOutcome)          {}
+func (noObserver) InFlightWaited(time.Duration)   {}
+func (noObserver) LeaseTakenOver()                {}
+func (noObserver) FencingRefused()                {}
+func (noObserver) UnconfiguredPSP()               {}
+func (noObserver) PaymentRecorded(Status, string) {}
+func (noObserver) RefundRecorded(RefundStatus)    {}
 
 // Service runs the idempotent payment flow.
 type Service struct {
@@ -494,6 +502,10 @@ func (ps paymentSubject) write(a attempt, h holding, p Payment) (Outcome, error)
 	resp := Render(p)
 	return ps.s.write(a, h, p.ID, string(p.Status), resp, func(ctx context.Context) error {
 		return ps.s.store.Settle(ctx, a.ref, h.token, p, resp)
+	}, func() {
+		if p.Status.Final() || p.Status == RequiresReview {
+			ps.s.obs.PaymentRecorded(p.Status, p.DeclineCode)
+		}
 	})
 }
 

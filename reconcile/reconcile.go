@@ -36,6 +36,8 @@ type Store interface {
 	Reschedule(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Reschedule) error
 	// PurgeKeys deletes up to limit completed keys older than retention.
 	PurgeKeys(ctx context.Context, retention time.Duration, limit int) (int64, error)
+	// PurgeEvents deletes up to limit events older than retention.
+	PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error)
 	// Backlog reports what is left unfinished and in review.
 	Backlog(ctx context.Context) (payments.Backlog, error)
 	// ClaimReview marks up to limit payments in review, due for a look, as
@@ -95,6 +97,8 @@ type Config struct {
 	ActionBackoffMax  time.Duration
 	// Retention is how long a completed key keeps its stored response.
 	Retention time.Duration
+	// EventRetention is how long an event is kept (and listed).
+	EventRetention time.Duration
 	// PurgeBatch is how many keys one DELETE removes; PurgePause is the rest
 	// between two, so that a large purge never crowds out payments.
 	PurgeBatch int
@@ -184,6 +188,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Retention == 0 {
 		c.Retention = payments.DefaultRetention
+	}
+	if c.EventRetention == 0 {
+		c.EventRetention = payments.DefaultEventRetention
 	}
 	if c.PurgeBatch == 0 {
 		c.PurgeBatch = DefaultPurgeBatch
@@ -679,17 +686,29 @@ func (r *Reconciler) logged(ref idemkeys.Ref, token idemkeys.Token, res Result) 
 	return res
 }
 
-// Purge deletes completed keys past retention in small batches, resting
-// between them.
+// Purge deletes completed keys past retention, then events past theirs,
+// in small batches, resting between them. It returns the keys it deleted.
 func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
+	keys, err := r.purge(ctx, "idempotency keys", r.cfg.Retention, r.store.PurgeKeys, r.cfg.Observer.Purged)
+	if err != nil {
+		return keys, err
+	}
+	_, err = r.purge(ctx, "events", r.cfg.EventRetention, r.store.PurgeEvents, func(int64) {})
+	return keys, err
+}
+
+// purge runs one batch of del after another until one deletes less than
+// a batch.
+func (r *Reconciler) purge(ctx context.Context, what string, retention time.Duration,
+	del func(context.Context, time.Duration, int) (int64, error), counted func(int64)) (int64, error) {
 	var total int64
 	for {
-		n, err := r.store.PurgeKeys(ctx, r.cfg.Retention, r.cfg.PurgeBatch)
+		n, err := del(ctx, retention, r.cfg.PurgeBatch)
 		total += n
-		r.cfg.Observer.Purged(n)
+		counted(n)
 		if err != nil || n < int64(r.cfg.PurgeBatch) {
 			if total > 0 {
-				r.log.Info("purged idempotency keys", "count", total, "retention", r.cfg.Retention.String())
+				r.log.Info("purged "+what, "count", total, "retention", retention.String())
 			}
 			return total, err
 		}

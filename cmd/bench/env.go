@@ -283,7 +283,6 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 		MaxBodyBytes: maxBodyBytes,
 		Observer:     m,
 		Logger:       log,
-		Metrics:      metrics.Handler(reg),
 	})
 	for _, m := range []struct {
 		name     string

@@ -15,8 +15,9 @@ import (
 
 // The floor's statements are exactly those the payment flow issues, column
 // for column (idemkeys.Insert, store.Claim's payment insert, idemkeys.Complete,
-// store.Settle's payment update, and a primary-key read of the stored
-// response), with values of the same shape and size.
+// store.Settle's payment update, the outbox's read of the changed payment and
+// its event inserts, and a primary-key read of the stored response), with
+// values of the same shape and size.
 const (
 	floorInsertKey = `
 INSERT INTO idempotency_keys
@@ -25,8 +26,8 @@ INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	floorInsertPayment = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp_reference, decline_code, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    payment_method, description, metadata, psp_reference, decline_code, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 	floorCompleteKey = `
 UPDATE idempotency_keys
 SET state = 'COMPLETED', response_status = ?, response_body = ?, locked_until = NULL,
@@ -35,8 +36,17 @@ WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?
   AND state = 'IN_PROGRESS' AND lease_version = ?`
 	floorSettlePayment = `
 UPDATE payments
-SET status = ?, psp_reference = ?, decline_code = ?, updated_at = ?
+SET status = ?, psp_reference = ?, decline_code = ?, event_seq = event_seq + 1, updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'processing'`
+	floorReadPayment = `
+SELECT merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
+    payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
+    review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
+    client_secret_hash, created_at, updated_at, event_seq
+FROM payments WHERE merchant_id = ? AND id = ?`
+	floorInsertEvent = `
+INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
 	floorReadResponse = `
 SELECT response_status, response_body FROM idempotency_keys
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
@@ -56,9 +66,12 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 			"IN_PROGRESS", id, 1, until, until, until, now, now); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, floorInsertPayment, merchantID, id, key, order, "processing",
+		if _, err := tx.ExecContext(ctx, floorInsertPayment, merchantID, id, key, order, "processing",
 			int64(12500), "USD", "pm_card_ok", "Order "+key, `{"channel":"web","order":"`+key+`"}`,
-			nil, nil, now, now)
+			nil, nil, now, now); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, floorInsertEvent, payments.NewEventID(), merchantID, "payment.processing", "payment", id, 1, b.floorResp.Body)
 		return err
 	})
 	if err != nil {
@@ -74,7 +87,20 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 			merchantID, payments.EndpointCreatePayment, key, 1)); err != nil {
 			return err
 		}
-		return affected(tx.ExecContext(ctx, floorSettlePayment, "succeeded", "fake_ch_floor", nil, done, merchantID, id))
+		if err := affected(tx.ExecContext(ctx, floorSettlePayment, "succeeded", "fake_ch_floor", nil, done, merchantID, id)); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, floorReadPayment, merchantID, id)
+		if err != nil {
+			return err
+		}
+		for rows.Next() { // the columns are read as the store reads them; their values matter not
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, floorInsertEvent, payments.NewEventID(), merchantID, "payment.succeeded", "payment", id, 2, resp.Body)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("floor settle: %w", err)

@@ -36,6 +36,9 @@ func TestChaosShort(t *testing.T) {
 		f["db proxies"]["half_open"] == 0 {
 		t.Fatalf("the run injected too few faults to prove anything: %v", rep.Faults)
 	}
+	if r := rep.Refunds; r == nil || r.Ledger == 0 || r.Rows["succeeded"] == 0 || r.Jobs["concurrent"] == 0 || len(r.PSPFaults) == 0 {
+		t.Fatalf("the run refunded too little to prove anything: %+v", rep.Refunds)
+	}
 }
 
 // logWriter sends progress lines to the test log.

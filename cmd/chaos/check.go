@@ -168,7 +168,11 @@ func (c *checker) check(ctx context.Context, settled bool, inProgress, processin
 		}
 		invs = append(invs, inv)
 	}
-	return invs, nil
+	events, err := c.checkEvents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(invs, events), nil
 }
 
 // checkCharges: invariants 1 and 2 against the ledger.

@@ -434,9 +434,14 @@ func (w *workload) post(ctx context.Context, replica int, apiKey, key string, bo
 }
 
 func doPost(ctx context.Context, c *http.Client, base, apiKey, key string, body []byte, timeout time.Duration) (answer, error) {
+	return postKeyed(ctx, c, base+"/payments", apiKey, key, body, timeout)
+}
+
+// postKeyed sends one POST with an Idempotency-Key and reads its answer.
+func postKeyed(ctx context.Context, c *http.Client, url, apiKey, key string, body []byte, timeout time.Duration) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/payments", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}

@@ -186,7 +186,7 @@ func TestProxyHalfOpenCutsOnlyTheClientSideMidTransaction(t *testing.T) {
 func TestHalfOpenLabelsAndGreeting(t *testing.T) {
 	for q, want := range map[string]string{
 		"INSERT INTO idempotency_keys\n (merchant_id) VALUES ('m')": "INSERT INTO idempotency_keys",
-		"UPDATE idempotency_keys k JOIN payments p ON 1 SET x = 1":  "UPDATE idempotency_keys",
+		"UPDATE idempotency_keys SET x = 1 WHERE y = 2":             "UPDATE idempotency_keys",
 		"DELETE FROM idempotency_keys WHERE 1":                      "DELETE FROM idempotency_keys",
 		"SELECT a, b FROM payments WHERE id = 'x' FOR UPDATE":       "SELECT … FROM payments … FOR UPDATE",
 	} {

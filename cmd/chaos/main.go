@@ -1,6 +1,6 @@
 // Command chaos runs the gateway under faults and counts every charge.
 //
-//	go run ./cmd/chaos [--duration 3m] [--seed N] [--replicas 2] [--clients 64] [--json FILE]
+//	go run ./cmd/chaos [--duration 3m] [--seed N] [--replicas 2] [--clients 64] [--refund-clients 8] [--json FILE]
 //
 // It builds the gateway, starts a fresh migrated MariaDB database (a private
 // server in a temporary directory, or a new database on GATEWAY_TEST_DSN's
@@ -8,16 +8,17 @@
 // fault-injecting TCP proxy in front of the database (one per replica) and
 // one in front of the PSP, and N `gateway serve` replicas as child processes
 // with the reconciler running on each. Then, for --duration, many clients
-// pay, retrying with the same key and body as a correct client does, while a
-// plan drawn from --seed resets and delays database connections, takes the
-// database and the PSP away for a moment, partitions one replica from the
-// database and pauses another, changes the PSP's fault rates, and SIGKILLs
-// and restarts replicas.
+// pay and a few refund what was paid (refunds.go), retrying with the same
+// key and body as a correct client does, while a plan drawn from --seed
+// resets and delays database connections, takes the database and the PSP
+// away for a moment, partitions one replica from the database and pauses
+// another, changes the PSP's fault rates, and SIGKILLs and restarts replicas.
 //
 // Afterwards every fault stops, the reconcilers settle what is left, and the
-// invariants of design §7 are checked against the PSP's ledger, the database
-// and every answer a client received. The counts are printed; the exit status
-// is 1 when any invariant was violated (2: bad flags, 3: the run itself failed).
+// invariants of design §7, the refunds' among them, are checked against the
+// PSP's ledger, the database and every answer a client received. The counts
+// are printed; the exit status is 1 when any invariant was violated (2: bad
+// flags, 3: the run itself failed).
 package main
 
 import (
@@ -70,6 +71,7 @@ type options struct {
 	seed           uint64
 	replicas       int
 	clients        int
+	refundClients  int
 	merchants      int
 	settle         time.Duration
 	jsonPath       string
@@ -106,6 +108,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the fault plan and the clients (0: a random one, printed)")
 	fs.IntVar(&o.replicas, "replicas", 2, "gateway replicas (child processes)")
 	fs.IntVar(&o.clients, "clients", 64, "concurrent clients")
+	fs.IntVar(&o.refundClients, "refund-clients", 8, "concurrent clients refunding the payments that succeeded (0: no refunds)")
 	fs.IntVar(&o.merchants, "merchants", 3, "merchants (2 or 3 keep key sharing between merchants frequent)")
 	fs.DurationVar(&o.settle, "settle", 60*time.Second, "longest wait, after the faults stop, for the reconcilers to finish every payment")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to `FILE`")
@@ -153,6 +156,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{errors.New("--nodes must be 1 to 9")}
 	case o.replicas < 1 || o.clients < 1 || o.merchants < 1:
 		return o, usageError{errors.New("--replicas, --clients and --merchants must be at least 1")}
+	case o.refundClients < 0:
+		return o, usageError{errors.New("--refund-clients must not be negative")}
 	case o.lease <= o.pspTimeout:
 		return o, usageError{errors.New("--lease must exceed --psp-timeout")}
 	case o.reconcileEvery < time.Second || o.reconcileEvery%time.Second != 0:
@@ -190,6 +195,7 @@ type report struct {
 	Keys           int            `json:"idempotency_keys"`
 	RequiresReview int            `json:"requires_review"`
 
+	Refunds  *refundReport   `json:"refunds,omitempty"`
 	Cluster  *clusterReport  `json:"cluster,omitempty"`
 	HalfOpen *halfOpenReport `json:"half_open,omitempty"`
 
@@ -251,6 +257,7 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		urls = append(urls, r.url())
 	}
 	w := newWorkload(opts, e.merchants, urls)
+	rl := newRefundLoad(w, opts.refundClients)
 	x := newInjector(ctx, e, plan)
 
 	say("chaos for %s", opts.duration)
@@ -274,7 +281,10 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 			}
 		}
 	}()
+	refunded := make(chan struct{})
+	go func() { rl.run(chaosCtx); close(refunded) }()
 	w.run(chaosCtx)
+	<-refunded
 	<-injected
 	<-progressDone
 	if ctx.Err() != nil {
@@ -317,7 +327,13 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		return nil, err
 	}
 	rep.Settled, rep.SettleTime = settled, time.Since(settleStart).Round(10*time.Millisecond).String()
-	say("settled=%v after %s (%d keys IN_PROGRESS, %d payments processing); checking the invariants", settled, rep.SettleTime, inProgress, processing)
+	refundsSettled, refundsInProgress, refundsPending, err := waitRefundsSettled(ctx, e.db, max(opts.settle-time.Since(settleStart), 5*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	rep.SettleTime = time.Since(settleStart).Round(10 * time.Millisecond).String()
+	say("settled=%v after %s (%d keys IN_PROGRESS, %d payments processing, %d refunds pending); checking the invariants",
+		settled && refundsSettled, rep.SettleTime, inProgress, processing, refundsPending)
 
 	pspStats, err := fetchStats(ctx, e.pspURL)
 	if err != nil {
@@ -328,6 +344,11 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	if err != nil {
 		return nil, err
 	}
+	refundInvs, refundEv, err := rl.check(ctx, c, refundsSettled, refundsInProgress, refundsPending)
+	if err != nil {
+		return nil, err
+	}
+	invs = append(invs, refundInvs...)
 	if opts.halfOpen {
 		rep.HalfOpen = x.halfOpenReport(e)
 		invs = append(invs, checkHalfOpen(rep.HalfOpen))
@@ -337,6 +358,7 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		rep.Violations += inv.Violations
 	}
 	rep.fill(w, x, e, c, pspStats)
+	rep.Refunds = rl.report(refundEv, pspStats)
 	if e.cc != nil {
 		rep.Cluster = e.clusterFigures(w, len(c.payments))
 	}
@@ -477,6 +499,9 @@ func (rep *report) print(out io.Writer) {
 	fmt.Fprintf(tw, "settled\t%v after %s\n", rep.Settled, rep.SettleTime)
 	line := func(label, format string, args ...any) {
 		fmt.Fprintf(tw, "%s\t%s\n", label, fmt.Sprintf(format, args...))
+	}
+	if rep.Refunds != nil {
+		rep.Refunds.print(line)
 	}
 	if rep.HalfOpen != nil {
 		rep.HalfOpen.print(line)

@@ -20,7 +20,7 @@ func TestComposeFile(t *testing.T) {
 	}
 	file := string(b)
 	composeEnv := env("GATEWAY_DATABASE_DSN", "gateway:gateway@tcp(mariadb:3306)/gateway", "GATEWAY_PSP", "fake",
-		"GATEWAY_LOG_FORMAT", "json", "GATEWAY_ADDR", "0.0.0.0:8080")
+		"GATEWAY_LOG_FORMAT", "json", "GATEWAY_ADDR", "0.0.0.0:8080", "GATEWAY_ADMIN_ADDR", "0.0.0.0:9091")
 	lists := regexp.MustCompile(`(?m)^\s+(command|test): (\[.*\])\s*$`).FindAllStringSubmatch(file, -1)
 	var commands []string
 	for _, m := range lists {

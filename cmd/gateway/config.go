@@ -32,6 +32,7 @@ func defaultVars() map[string]string {
 		"psp_timeout":            durationDefault(payments.DefaultPSPTimeout),
 		"inflight_wait":          durationDefault(payments.DefaultInFlightWait),
 		"retention":              durationDefault(payments.DefaultRetention),
+		"event_retention":        durationDefault(payments.DefaultEventRetention),
 		"auth_cache_ttl":         durationDefault(payments.DefaultAuthCacheTTL),
 		"max_clock_skew":         durationDefault(db.DefaultMaxClockSkew),
 		"reconcile_schedule":     reconcile.DefaultSchedule,
@@ -104,9 +105,11 @@ func (c *poolConfig) check() []error {
 	return errs
 }
 
-// adminConfig is the separate listener for /metrics.
+// adminConfig is the separate listener for /metrics. The metrics are never
+// served on the public address: they tell an outsider the traffic, the
+// routes and the PSPs, and cost a scrape's work per request.
 type adminConfig struct {
-	AdminAddr string `name:"admin-addr" env:"GATEWAY_ADMIN_ADDR" placeholder:"HOST:PORT" group:"http" help:"serve /metrics on this separate address instead of on GATEWAY_ADDR (unset: on GATEWAY_ADDR)"`
+	AdminAddr string `name:"admin-addr" env:"GATEWAY_ADMIN_ADDR" placeholder:"HOST:PORT" group:"http" help:"serve /metrics (and /healthz, /readyz) on this address, kept off the public one: bind it to loopback or a private network (unset: no metrics are served)"`
 }
 
 func (c *adminConfig) check() []error {
@@ -190,6 +193,8 @@ type flowConfig struct {
 	Lease      time.Duration `name:"lease" env:"GATEWAY_LEASE" default:"${lease}" group:"flow" help:"how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT"`
 	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"${psp_timeout}" group:"flow" help:"deadline of each PSP call"`
 	Retention  time.Duration `name:"idempotency-retention" env:"GATEWAY_IDEMPOTENCY_RETENTION" default:"${retention}" group:"flow" help:"how long a completed key replays its response before it is purged"`
+	// EventRetention is how long GET /events lists an event before the purge deletes it.
+	EventRetention time.Duration `name:"event-retention" env:"GATEWAY_EVENT_RETENTION" default:"${event_retention}" group:"flow" help:"how long an event is kept and listed by GET /events before it is purged"`
 }
 
 func (c *flowConfig) check() []error {
@@ -197,6 +202,7 @@ func (c *flowConfig) check() []error {
 	errs = positiveDuration(errs, "GATEWAY_LEASE", c.Lease)
 	errs = positiveDuration(errs, "GATEWAY_PSP_TIMEOUT", c.PSPTimeout)
 	errs = positiveDuration(errs, "GATEWAY_IDEMPOTENCY_RETENTION", c.Retention)
+	errs = positiveDuration(errs, "GATEWAY_EVENT_RETENTION", c.EventRetention)
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
 	}

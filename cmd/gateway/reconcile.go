@@ -59,10 +59,10 @@ func (c *reconcileCmd) Run(ctx context.Context, a *app) error {
 	var obs reconcile.Observer
 	instrument := noInstrument
 	if c.Admin.AdminAddr != "" {
-		reg := newRegistry()
+		reg := newRegistry(dbx)
 		m := metrics.New(reg)
 		instrument, obs = func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) }, m
-		stopAdmin, err := serveAdmin(c.Admin.AdminAddr, metrics.Handler(reg), log)
+		stopAdmin, err := serveAdmin(c.Admin.AdminAddr, metrics.Handler(reg), nil, log)
 		if err != nil {
 			return err
 		}

@@ -29,11 +29,11 @@ func (c *serveCmd) Run(ctx context.Context, a *app) error {
 	return serve(ctx, &c.Server, c.AutoMigrate, newLogger(c.Server.Log, a.stderr), nil)
 }
 
-// serve runs the API until ctx ends, then drains in-flight requests. ready,
-// when not nil, receives the bound address once the listener is open;
+// serve runs the API until ctx ends, then drains in-flight requests.
+// listening, when not nil, receives the bound address once the listener is open;
 // mounts, given the API and that address, return what is served instead
 // (dev adds its checkout demo).
-func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.Logger, ready func(addr string),
+func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.Logger, listening func(addr string),
 	mounts ...func(api http.Handler, addr string) (http.Handler, error)) error {
 	build := readBuildInfo()
 	log.Info("gateway starting", "version", build.Version, "revision", build.Revision, "go", build.GoVersion)
@@ -54,7 +54,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	if err := st.CausalReads(ctx); err != nil {
 		return err
 	}
-	reg := newRegistry()
+	reg := newRegistry(dbx)
 	m := metrics.New(reg)
 	psps, err := newPSPs(cfg.PSP, func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) })
 	if err != nil {
@@ -72,6 +72,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	svc := newService(cfg, st, psps, log, m, guard.Err)
 	apiOpts := api.Options{
 		MaxBodyBytes:     cfg.HTTP.MaxBodyBytes,
+		Hasher:           cfg.Log.hasher(),
 		RatePerSecond:    cfg.HTTP.RateLimit,
 		RateBurst:        cfg.HTTP.RateBurst,
 		AuthFailureRate:  cfg.HTTP.AuthFailureRate,
@@ -85,20 +86,22 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		return err
 	}
 	if cfg.HTTP.Admin.AdminAddr == "" {
-		apiOpts.Metrics = metrics.Handler(reg)
-	} else {
-		stopAdmin, err := serveAdmin(cfg.HTTP.Admin.AdminAddr, metrics.Handler(reg), log)
-		if err != nil {
-			return err
-		}
-		defer stopAdmin()
+		log.Info("metrics not served: set GATEWAY_ADMIN_ADDR to serve /metrics on an address of their own")
 	}
 	if apiOpts.Notices, err = newNotices(cfg.PSP, st, cfg.Flow.PSPTimeout, &cfg.Log, log); err != nil {
 		return err
 	}
 	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
 	apiOpts.Browser = payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
-	handler := api.NewHandler(svc, auth, readiness{st: st, guard: guard}, apiOpts)
+	ready := readiness{st: st, guard: guard}
+	handler := api.NewHandler(svc, auth, ready, apiOpts)
+	if cfg.HTTP.Admin.AdminAddr != "" {
+		stopAdmin, err := serveAdmin(cfg.HTTP.Admin.AdminAddr, metrics.Handler(reg), handler, log)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
@@ -122,8 +125,8 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	}
 	log.Info("gateway listening", "addr", ln.Addr().String(), "max_conns", maxConns, "psp", cfg.PSP.adapter(),
 		"database", maskDSN(cfg.DB.DSN), "version", build.Version)
-	if ready != nil {
-		ready(ln.Addr().String())
+	if listening != nil {
+		listening(ln.Addr().String())
 	}
 	stopReconciler := startReconciler(cfg.Reconcile.Schedule,
 		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, psps, guard.Err, log, m), log)

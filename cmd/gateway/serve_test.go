@@ -160,12 +160,9 @@ func TestReadyzAndHealthcheckFollowTheSchema(t *testing.T) {
 		t.Fatalf("readyz after migrate up: %d", status)
 	}
 
-	// The build is in the logs and in the metrics.
+	// The build is in the logs.
 	if l := s.log("gateway starting"); l == nil || l["version"] == nil || l["go"] == nil {
 		t.Errorf("no version logged at start: %v", l)
-	}
-	if _, body := get(t, "http://"+s.addr+"/metrics"); !strings.Contains(body, "go_build_info{") {
-		t.Errorf("/metrics lacks go_build_info")
 	}
 
 	// Nothing listens: the healthcheck fails; a wildcard address is probed on loopback.
@@ -250,5 +247,47 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 		}
 	default:
 		t.Fatalf("in-flight request during shutdown: %+v", r)
+	}
+}
+
+// /metrics is served on GATEWAY_ADMIN_ADDR only, never on the public
+// address; /healthz and /readyz answer on both without credentials.
+func TestMetricsOnlyOnTheAdminAddress(t *testing.T) {
+	dsn := dbtest.MustDSN(t)
+	if _, _, err := runCmd(t, env("GATEWAY_DATABASE_DSN", dsn), "migrate", "up"); err != nil {
+		t.Fatal(err)
+	}
+	plain := startServe(t, env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0"))
+	if status, body := get(t, "http://"+plain.addr+"/metrics"); status != http.StatusNotFound {
+		t.Errorf("/metrics on the API address without an admin address: %d %.200s", status, body)
+	}
+	if plain.log("metrics not served: set GATEWAY_ADMIN_ADDR to serve /metrics on an address of their own") == nil {
+		t.Error("serve does not say that no metrics are served")
+	}
+
+	s := startServe(t, env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0", "GATEWAY_ADMIN_ADDR", "127.0.0.1:0"))
+	l := s.log("admin listening")
+	if l == nil {
+		t.Fatal("no admin listener")
+	}
+	admin := l["addr"].(string)
+	if status, _ := get(t, "http://"+s.addr+"/metrics"); status != http.StatusNotFound {
+		t.Errorf("/metrics on the API address: %d", status)
+	}
+	status, body := get(t, "http://"+admin+"/metrics")
+	for _, want := range []string{"go_build_info{", "gateway_build_info{", "go_sql_open_connections", "gateway_http_requests_total{"} {
+		if status != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("/metrics on the admin address: %d, no %s", status, want)
+		}
+	}
+	for _, addr := range []string{s.addr, admin} {
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if status, body := get(t, "http://"+addr+path); status != http.StatusOK {
+				t.Errorf("%s%s: %d %s", addr, path, status, body)
+			}
+		}
+	}
+	if status, _ := get(t, "http://"+admin+"/payments"); status != http.StatusNotFound {
+		t.Errorf("the admin address serves the API: %d", status)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"gateway/api"
 	"gateway/db"
+	"gateway/metrics"
 	"gateway/payments"
 	"gateway/payments/store"
 	"gateway/psp"
@@ -40,26 +41,37 @@ func newLogger(cfg logConfig, w io.Writer) *slog.Logger {
 	return slog.New(api.LogHandler(h))
 }
 
-// newRegistry is a registry with the Go runtime, process and build collectors.
-func newRegistry() *prometheus.Registry {
+// newRegistry is a registry with the Go runtime, process and build
+// collectors, and the pool statistics of dbx.
+func newRegistry(dbx *sqlx.DB) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
+	b := readBuildInfo()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		// go_build_info{path, version, checksum}: which build each replica runs.
 		collectors.NewBuildInfoCollector(),
+		// go_sql_*{db_name="gateway"}: connections open, in use, idle, waits.
+		collectors.NewDBStatsCollector(dbx.DB, "gateway"),
 	)
+	metrics.RegisterBuildInfo(reg, b.Version, b.Revision, b.GoVersion)
 	return reg
 }
 
-// serveAdmin serves the metrics on their own listener, kept off the public address.
-func serveAdmin(addr string, metricsHandler http.Handler, log *slog.Logger) (stop func(), err error) {
+// serveAdmin serves the metrics on their own listener, kept off the public
+// address, with the public handler's /healthz and /readyz beside them when
+// there is one (a probe that reaches only this address sees the same answers).
+func serveAdmin(addr string, metricsHandler, api http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on GATEWAY_ADMIN_ADDR %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler)
+	if api != nil {
+		mux.Handle("GET /healthz", api)
+		mux.Handle("GET /readyz", api)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("admin listening", "addr", ln.Addr().String())
@@ -194,19 +206,20 @@ func newNotices(cfg pspConfig, st *store.Store, timeout time.Duration, lc *logCo
 // replica must not act (its clock strays from the database's).
 func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
 	return reconcile.New(store.New(dbx), psps, reconcile.Config{
-		Gate:        gate,
-		Lease:       flow.Lease,
-		PSPTimeout:  flow.PSPTimeout,
-		BatchSize:   rc.Batch,
-		Concurrency: rc.Concurrency,
-		MaxAttempts: rc.MaxAttempts,
-		BackoffBase: rc.Backoff,
-		BackoffMax:  rc.BackoffMax,
-		Retention:   flow.Retention,
-		PurgeBatch:  rc.PurgeBatch,
-		Logger:      log,
-		Observer:    obs,
-		Hasher:      lc.hasher(),
+		Gate:           gate,
+		Lease:          flow.Lease,
+		PSPTimeout:     flow.PSPTimeout,
+		BatchSize:      rc.Batch,
+		Concurrency:    rc.Concurrency,
+		MaxAttempts:    rc.MaxAttempts,
+		BackoffBase:    rc.Backoff,
+		BackoffMax:     rc.BackoffMax,
+		Retention:      flow.Retention,
+		PurgeBatch:     rc.PurgeBatch,
+		EventRetention: flow.EventRetention,
+		Logger:         log,
+		Observer:       obs,
+		Hasher:         lc.hasher(),
 	})
 }
 

@@ -55,3 +55,17 @@ CREATE TABLE merchant_origins_origin_lookup (
     keyspace_id VARBINARY(16) NOT NULL,
     PRIMARY KEY (origin, keyspace_id)
 ) ENGINE=InnoDB;
+
+-- The events' positions (events.pos). A sharded table's AUTO_INCREMENT
+-- would count per shard; vtgate takes pos from this sequence instead (the
+-- events table's auto_increment in vschema.gateway.json), in blocks of
+-- `cache` per vttablet, so positions are unique across shards and grow
+-- within each block. Seed it with one row: next_id past the largest pos
+-- already stored.
+CREATE TABLE events_pos_seq (
+    id      INT NOT NULL,
+    next_id BIGINT NOT NULL,
+    cache   BIGINT NOT NULL,
+    PRIMARY KEY (id)
+) ENGINE=InnoDB COMMENT 'vitess_sequence';
+INSERT INTO events_pos_seq (id, next_id, cache) VALUES (0, 1, 1000);

@@ -54,7 +54,7 @@ func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decid
 			return err
 		}
 		res, err := tx.ExecContext(ctx, `
-UPDATE payments SET status = 'processing', payment_method = ?, confirm_key = ?, updated_at = ?
+UPDATE payments SET status = 'processing', payment_method = ?, confirm_key = ?, `+bumpEventSeq+`, updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
 			p.PaymentMethod, ref.Key, now, p.MerchantID, p.ID)
 		if err != nil {
@@ -63,6 +63,9 @@ WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
 			// The row is locked and was read in requires_confirmation.
 			return fmt.Errorf("confirm moved %d payment rows: %v", n, err)
+		}
+		if _, err := paymentEvent(ctx, tx, p.MerchantID, p.ID); err != nil {
+			return err
 		}
 		p.Status, p.ConfirmKey, p.UpdatedAt = payments.Processing, ref.Key, now
 		out = p
@@ -123,13 +126,18 @@ ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`
 			cond.WriteString("(merchant_id = ? AND id = ?)")
 			args = append(args, r.MerchantID, r.ID)
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE payments SET status = 'canceled', decline_code = ?, updated_at = NOW(6)
+		res, err := tx.ExecContext(ctx, `UPDATE payments SET status = 'canceled', decline_code = ?, `+bumpEventSeq+`, updated_at = NOW(6)
 WHERE status = 'requires_confirmation' AND (`+cond.String()+`)`, args...)
 		if err != nil {
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n != int64(len(out)) {
 			return fmt.Errorf("canceled %d of %d locked payments: %v", n, len(out), err)
+		}
+		for _, p := range out {
+			if _, err := paymentEvent(ctx, tx, p.MerchantID, p.ID); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -126,8 +126,8 @@ INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, 'COMPLETED', ?, ?, 0, 0, ?, ?, ?, ?, ?)`
 	const insertPayment = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp, expires_at, client_secret_hash, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+    payment_method, description, metadata, psp, expires_at, client_secret_hash, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 	p, ref := c.Payment, c.Ref
 	var resp idemkeys.Response
 	err = db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
@@ -160,7 +160,13 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 		_, err := tx.ExecContext(ctx, insertPayment,
 			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
 			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, secretHash, now, now)
-		return err
+		if err != nil {
+			return err
+		}
+		return createdEvent(ctx, tx, payments.Event{
+			MerchantID: p.MerchantID, Type: payments.PaymentEventType(p.Status), ObjectType: payments.ObjectPayment,
+			ObjectID: p.ID, Data: payments.PaymentEventData(p),
+		})
 	})
 	switch {
 	case err == nil, errors.Is(err, idemkeys.ErrExists):
@@ -303,43 +309,92 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
 	return s.fenced(ctx, "store.Release", stmt, args...)
 }
 
-// Settle implements payments.FlowStore with one autocommitted statement that
-// completes the key and settles its payment together, fenced on the token:
-// atomic like a transaction of two UPDATEs, at a quarter of the round trips.
-// It matches two rows (the key, the payment) or none; none means the writer
-// lost its lease, or the payment was settled by other means, and either way
+// Settle implements payments.FlowStore with one short transaction of
+// single-table statements: the key completes with the answer, fenced on the
+// token (no row: the writer lost its lease, and nothing is written), then
+// the payment leaves processing (no row: it was settled by other means),
+// then the change's event. Either way a fenced settle rolls back whole and
 // the caller re-reads. A payment sent to review enters the review queue,
 // one that waits for its customer (requires_action) the reconciler's looks.
 func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
-	const stmt = `
-UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id
-SET k.state = 'COMPLETED', k.response_status = ?, k.response_body = ?, k.locked_until = NULL,
-    k.completed_at = NOW(6), k.updated_at = NOW(6),
-    p.status = ?, p.psp_reference = ?, p.decline_code = ?, p.psp_code = ?, p.review_reason = ?,
-    p.review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
-    p.review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
-                            WHEN 'requires_action' THEN NOW(6) + INTERVAL ? MICROSECOND END,
-    p.next_action = ?, p.updated_at = NOW(6)
-WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
-  AND k.state = 'IN_PROGRESS' AND k.lease_version = ? AND p.status = 'processing'`
+	const settlePayment = `
+UPDATE payments
+SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
+    review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
+    review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
+                          WHEN 'requires_action' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+    next_action = ?, ` + bumpEventSeq + `, updated_at = NOW(6)
+WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 	status := string(p.Status)
 	action, err := nextActionJSON(p.NextAction)
 	if err != nil {
 		return fmt.Errorf("store.Settle(payment %s): %w", p.ID, err)
 	}
-	n, err := db.ExecRetry(ctx, s.db, stmt, resp.Status, resp.Body,
-		status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.PSPCode), nullString(p.ReviewReason),
-		status, status, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook), action,
-		ref.MerchantID, ref.Endpoint, ref.Key, int64(token))
+	err = db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if err := completeKey(ctx, tx, ref, token, p.ID, resp); err != nil {
+			return err
+		}
+		if err := exactlyOne(tx.ExecContext(ctx, settlePayment,
+			status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.PSPCode), nullString(p.ReviewReason),
+			status, status, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook), action,
+			ref.MerchantID, p.ID)); err != nil {
+			return err
+		}
+		_, err := paymentEvent(ctx, tx, ref.MerchantID, p.ID)
+		return err
+	})
+	return settleErr("store.Settle", "payment "+p.ID, err)
+}
+
+// completeKey completes a key in tx with its answer, fenced on the token
+// and on the subject it was claimed for: errFenced when no row matched.
+func completeKey(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, token idemkeys.Token, subjectID string, resp idemkeys.Response) error {
+	const stmt = `
+UPDATE idempotency_keys
+SET state = 'COMPLETED', response_status = ?, response_body = ?, locked_until = NULL,
+    completed_at = NOW(6), updated_at = NOW(6)
+WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND payment_id = ?`
+	args := append([]any{resp.Status, resp.Body}, append(refArgs(ref), int64(token), subjectID)...)
+	return exactlyOne(tx.ExecContext(ctx, stmt, args...))
+}
+
+// errFenced ends a settle's transaction whose compare-and-set matched no
+// row: it rolls back, and the caller learns idemkeys.ErrFenced.
+var errFenced = errors.New("no row matched the fence")
+
+// exactlyOne turns the result of a fenced write into errFenced when it
+// matched no row (db.Config sets CLIENT_FOUND_ROWS: a matched row counts
+// even when its values stay as they were).
+func exactlyOne(res sql.Result, err error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
 	switch {
-	case errors.Is(err, db.ErrRetryable):
-		return fmt.Errorf("store.Settle(payment %s): %w: %v", p.ID, idemkeys.ErrFenced, err)
 	case err != nil:
-		return writeErr("store.Settle", err)
-	case n != 2:
-		return fmt.Errorf("store.Settle(payment %s): %w", p.ID, idemkeys.ErrFenced)
+		return err
+	case n != 1:
+		return errFenced
 	}
 	return nil
+}
+
+// settleErr names the outcome of a settle's transaction for its caller:
+// fenced (nothing written; re-read), unknown (a lost COMMIT; re-read), or
+// another failure.
+func settleErr(op, subject string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errFenced):
+		return fmt.Errorf("%s(%s): %w", op, subject, idemkeys.ErrFenced)
+	case errors.Is(err, db.ErrRetryable):
+		// Still conflicting after the retries (a certification conflict on a
+		// Galera cluster: another node's writer changed a row): nothing was
+		// written, and another worker's write won. The caller re-reads.
+		return fmt.Errorf("%s(%s): %w: %v", op, subject, idemkeys.ErrFenced, err)
+	}
+	return writeErr(op, err)
 }
 
 // Reschedule implements reconcile.Store: the lease ends now, so the client's

@@ -359,6 +359,10 @@ func (s *Store) Resolve(ctx context.Context, id string, decide func(payments.Pay
 		// afresh; one that stays keeps its schedule; one that leaves both
 		// has none.
 		to := string(after.Status)
+		changed := 0
+		if after.Status != before.Status {
+			changed = 1
+		}
 		if _, err := tx.ExecContext(ctx, `
 UPDATE payments SET
     review_since = IF(? IN ('requires_review', 'requires_action') AND status <> ?, NOW(6), review_since),
@@ -369,12 +373,19 @@ UPDATE payments SET
                         WHEN ? = 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
                         ELSE NOW(6) + INTERVAL ? MICROSECOND END,
     status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?, next_action = ?,
-    updated_at = NOW(6)
+    event_seq = event_seq + ?, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ?`,
 			to, to, to, to, to, to, to, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook),
 			to, nullString(after.PSPReference), nullString(after.DeclineCode), nullString(after.PSPCode), nullString(after.ReviewReason), action,
-			after.MerchantID, after.ID); err != nil {
+			changed, after.MerchantID, after.ID); err != nil {
 			return err
+		}
+		// A change of status is an event; a look that leaves the status as
+		// it was (a new next action, a PSP reference learnt) is not.
+		if changed == 1 {
+			if _, err := paymentEvent(ctx, tx, after.MerchantID, after.ID); err != nil {
+				return err
+			}
 		}
 		// The key whose answer reported the payment's outcome replays the new one.
 		if err := replaceResponse(ctx, tx, payments.OutcomeKey(after), payments.Render(after)); err != nil {

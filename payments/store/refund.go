@@ -75,8 +75,8 @@ func (s *Store) ClaimRefund(ctx context.Context, c payments.RefundClaim, decide 
 	}
 	const insertRefund = `
 INSERT INTO refunds (merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency,
-    reason, metadata, psp, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`
+    reason, metadata, psp, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, 1, ?, ?)`
 	var p payments.Payment
 	err = db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		var now time.Time
@@ -109,9 +109,14 @@ VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)`
 		p.AmountReserved += amount
 		r.Amount = payments.Money{Minor: amount, Currency: p.Amount.Currency}
 		r.PSP, r.CreatedAt, r.UpdatedAt = p.PSP, now, now
-		_, err = tx.ExecContext(ctx, insertRefund, r.MerchantID, r.ID, r.PaymentID, r.IdempotencyKey, r.RefundOrderID,
-			r.Amount.Minor, r.Amount.Currency, r.Reason, md, nullString(r.PSP), now, now)
-		return err
+		if _, err := tx.ExecContext(ctx, insertRefund, r.MerchantID, r.ID, r.PaymentID, r.IdempotencyKey, r.RefundOrderID,
+			r.Amount.Minor, r.Amount.Currency, r.Reason, md, nullString(r.PSP), now, now); err != nil {
+			return err
+		}
+		return createdEvent(ctx, tx, payments.Event{
+			MerchantID: r.MerchantID, Type: payments.RefundEventType(payments.RefundPending), ObjectType: payments.ObjectRefund,
+			ObjectID: r.ID, Data: payments.RefundEventData(r),
+		})
 	})
 	switch {
 	case err == nil:
@@ -162,42 +167,59 @@ func (s *Store) getRefund(ctx context.Context, q string, args ...any) (payments.
 	return r.toDomain()
 }
 
-// SettleRefund implements payments.FlowStore with one fenced statement over
-// the key, the refund and its payment: the key completes with the answer,
-// the refund takes its state, and the payment's amounts follow (a succeeded
-// refund adds to amount_refunded; a failed one gives its reservation back).
-// It matches three rows or none (fenced).
+// SettleRefund implements payments.FlowStore with one short transaction of
+// single-table statements: the key completes with the answer, fenced on the
+// token; the refund leaves pending (or stays pending with the PSP's
+// reference), fenced on its status; the payment's amounts follow (a
+// succeeded refund adds to amount_refunded; a failed one gives its
+// reservation back); a refund that changed status writes its event. A
+// fenced settle rolls back whole.
 func (s *Store) SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Refund, resp idemkeys.Response) error {
-	const stmt = `
-UPDATE idempotency_keys k
-  JOIN refunds r ON r.merchant_id = k.merchant_id AND r.id = k.payment_id
-  JOIN payments p ON p.merchant_id = r.merchant_id AND p.id = r.payment_id
-SET k.state = 'COMPLETED', k.response_status = ?, k.response_body = ?, k.locked_until = NULL,
-    k.completed_at = NOW(6), k.updated_at = NOW(6),
-    p.amount_refunded = p.amount_refunded + IF(? = 'succeeded', r.amount, 0),
-    p.amount_reserved = p.amount_reserved - IF(? = 'failed', r.amount, 0),
-    r.status = ?, r.psp_reference = ?, r.failure_code = ?, r.psp_code = ?, r.review_reason = ?,
-    r.review_since = IF(? = 'requires_review', NOW(6), NULL),
-    r.review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
-                            WHEN 'pending' THEN NOW(6) + INTERVAL ? MICROSECOND END,
-    r.updated_at = ?
-WHERE k.merchant_id = ? AND k.endpoint = ? AND k.idem_key = ?
-  AND k.state = 'IN_PROGRESS' AND k.lease_version = ? AND r.status = 'pending'`
+	const settleRefund = `
+UPDATE refunds
+SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
+    review_since = IF(? = 'requires_review', NOW(6), NULL),
+    review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
+                          WHEN 'pending' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+    event_seq = event_seq + ?, updated_at = ?
+WHERE merchant_id = ? AND id = ? AND status = 'pending'`
+	const moveAmounts = `
+UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved - ?
+WHERE merchant_id = ? AND id = ?`
 	status := string(r.Status)
-	n, err := db.ExecRetry(ctx, s.db, stmt, resp.Status, resp.Body,
-		status, status,
-		status, nullString(r.PSPReference), nullString(r.FailureCode), nullString(r.PSPCode), nullString(r.ReviewReason),
-		status, status, micros(payments.ReviewFirstLook), micros(payments.RefundFirstCheck), r.UpdatedAt,
-		ref.MerchantID, ref.Endpoint, ref.Key, int64(token))
-	switch {
-	case errors.Is(err, db.ErrRetryable):
-		return fmt.Errorf("store.SettleRefund(refund %s): %w: %v", r.ID, idemkeys.ErrFenced, err)
-	case err != nil:
-		return writeErr("store.SettleRefund", err)
-	case n != 3:
-		return fmt.Errorf("store.SettleRefund(refund %s): %w", r.ID, idemkeys.ErrFenced)
+	changed := 0
+	if r.Status != payments.RefundPending {
+		changed = 1
 	}
-	return nil
+	err := db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if err := completeKey(ctx, tx, ref, token, r.ID, resp); err != nil {
+			return err
+		}
+		if err := exactlyOne(tx.ExecContext(ctx, settleRefund,
+			status, nullString(r.PSPReference), nullString(r.FailureCode), nullString(r.PSPCode), nullString(r.ReviewReason),
+			status, status, micros(payments.ReviewFirstLook), micros(payments.RefundFirstCheck), changed, r.UpdatedAt,
+			ref.MerchantID, r.ID)); err != nil {
+			return err
+		}
+		if changed == 0 {
+			return nil
+		}
+		stored, err := refundEvent(ctx, tx, ref.MerchantID, r.ID)
+		if err != nil {
+			return err
+		}
+		var refunded, released int64
+		switch stored.Status {
+		case payments.RefundSucceeded:
+			refunded = stored.Amount.Minor
+		case payments.RefundFailed:
+			released = stored.Amount.Minor
+		default:
+			return nil
+		}
+		return exactlyOne(tx.ExecContext(ctx, moveAmounts, refunded, released, stored.MerchantID, stored.PaymentID))
+	})
+	return settleErr("store.SettleRefund", "refund "+r.ID, err)
 }
 
 // ResolveRefund implements payments.AdminStore and reconcile.Store: decide
@@ -228,6 +250,10 @@ func (s *Store) ResolveRefund(ctx context.Context, id string, decide func(paymen
 		if err != nil {
 			return err
 		}
+		changed := 0
+		if after.Status != before.Status {
+			changed = 1
+		}
 		var refunded, released int64
 		switch {
 		case after.Status == payments.RefundSucceeded && before.Status != payments.RefundSucceeded:
@@ -248,11 +274,18 @@ WHERE merchant_id = ? AND id = ?`, refunded, released, after.MerchantID, after.P
 		if _, err := tx.ExecContext(ctx, `
 UPDATE refunds SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
     review_since = IF(? = 'requires_review', COALESCE(review_since, NOW(6)), NULL),
-    review_after = IF(? IN ('requires_review', 'pending'), COALESCE(review_after, NOW(6)), NULL), updated_at = NOW(6)
+    review_after = IF(? IN ('requires_review', 'pending'), COALESCE(review_after, NOW(6)), NULL),
+    event_seq = event_seq + ?, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ?`,
 			string(after.Status), nullString(after.PSPReference), nullString(after.FailureCode), nullString(after.PSPCode),
-			nullString(after.ReviewReason), string(after.Status), string(after.Status), after.MerchantID, after.ID); err != nil {
+			nullString(after.ReviewReason), string(after.Status), string(after.Status), changed, after.MerchantID, after.ID); err != nil {
 			return err
+		}
+		// A change of status is an event; a look that leaves it as it was is not.
+		if changed == 1 {
+			if _, err := refundEvent(ctx, tx, after.MerchantID, after.ID); err != nil {
+				return err
+			}
 		}
 		if before.Status == payments.RefundRequiresReview {
 			if err := tx.GetContext(ctx, &after.UpdatedAt, `SELECT updated_at FROM refunds WHERE merchant_id = ? AND id = ?`, after.MerchantID, after.ID); err != nil {

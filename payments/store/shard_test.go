@@ -60,6 +60,7 @@ var scatters = []scatter{
 	{"ops: payments by status, merchant and age, across merchants", "FindPayments", "SELECT", "payments", ""},
 	{"ops: refunds by status, merchant or payment, across merchants", "FindRefunds", "SELECT", "refunds", ""},
 	{"the purge of completed keys past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeKeys", "DELETE", "idempotency_keys", ""},
+	{"the purge of events past retention (run it per shard, as the keys' purge)", "PurgeEvents", "DELETE", "events", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, locked to resolve it", "Resolve", "SELECT", "payments", "payments.id"},
@@ -99,6 +100,11 @@ func TestStatementsAreSingleShard(t *testing.T) {
 				continue
 			}
 			methods[method] = true
+			if r.multiTable {
+				t.Errorf("Store.%s writes several tables in one statement; write each with its own, in one transaction:\n  %s",
+					method, oneLine(st.SQL))
+				continue
+			}
 			if r.singleShard() {
 				continue
 			}
@@ -179,7 +185,12 @@ func TestSingleShardCheckRefuses(t *testing.T) {
 		{`SELECT k.prefix FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE k.prefix = ?`, false},
 		{`SELECT k.prefix FROM api_keys k JOIN payments p ON p.id = k.merchant_id WHERE k.merchant_id = ?`, false},
 		{`SELECT prefix FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE merchant_id = ?`, false},
-		{`UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id SET p.status = ? WHERE k.merchant_id = ?`, true},
+		{`UPDATE idempotency_keys SET state = ? WHERE merchant_id = ? AND endpoint = ? AND idem_key = ? AND lease_version = ?`, true},
+		{`UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id SET p.status = ? WHERE k.merchant_id = ?`, false},
+		{`DELETE k FROM idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id WHERE k.merchant_id = ?`, false},
+		{`INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`, true},
+		{`SELECT pos FROM events WHERE merchant_id = ? AND pos > ? ORDER BY pos LIMIT ?`, true},
+		{`DELETE FROM events WHERE created_at < ? LIMIT ?`, false},
 		{`UPDATE payments SET status = ? WHERE id = ?`, false},
 		{`DELETE FROM idempotency_keys WHERE merchant_id = ? AND idem_key = ?`, true},
 		{`DELETE FROM idempotency_keys WHERE completed_at < ?`, false},
@@ -603,11 +614,30 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 	_, err = s.MerchantRefunds(ctx, payments.ListQuery{MerchantID: m2.ID, Limit: 2, PaymentID: p1.ID})
 	sc.mustIs(err, payments.ErrNotFound, "MerchantRefunds of another merchant's payment")
 
+	// The events API: a page, a page after a cursor with filters, one event,
+	// an unknown cursor and event.
+	evs, err := s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2})
+	if err != nil || len(evs.Items) != 2 {
+		t.Fatalf("MerchantEvents: %+v, %v", evs, err)
+	}
+	_, err = s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: evs.Items[0].ID,
+		Type: payments.EventPaymentSucceeded, ObjectID: p1.ID})
+	sc.must(err, "MerchantEvents after a cursor, filtered")
+	_, err = s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: "evt_missing"})
+	sc.mustIs(err, payments.ErrCursorNotFound, "MerchantEvents with an unknown cursor")
+	_, err = s.MerchantEvent(ctx, m1.ID, evs.Items[0].ID)
+	sc.must(err, "MerchantEvent")
+	_, err = s.MerchantEvent(ctx, m2.ID, evs.Items[0].ID)
+	sc.mustIs(err, payments.ErrNotFound, "MerchantEvent of another merchant")
+
 	// The purge, then keys reused after it: the payment and the refund they
 	// made are named, never run again.
 	sc.advance(48 * time.Hour)
 	if n, err := s.PurgeKeys(ctx, 24*time.Hour, 100); err != nil || n == 0 {
 		t.Fatalf("PurgeKeys: %d keys, %v", n, err)
+	}
+	if n, err := s.PurgeEvents(ctx, 24*time.Hour, 100); err != nil || n == 0 {
+		t.Fatalf("PurgeEvents: %d events, %v", n, err)
 	}
 	_, err = s.Claim(ctx, payments.Claim{Ref: ref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: payments.Payment{
 		ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "key-1", MerchantOrderID: newID("ord"), Amount: p1.Amount,

@@ -154,6 +154,8 @@ type Stats struct {
 	RefundCalls int            `json:"refund_calls"`
 	LookupCalls int            `json:"lookup_calls"`
 	Injected    map[string]int `json:"injected"`
+	// InjectedRefunds is the part of Injected drawn by refund calls.
+	InjectedRefunds map[string]int `json:"injected_refunds"`
 }
 
 // Server is the fake PSP's HTTP handler. Close it to release held answers.
@@ -189,7 +191,7 @@ func New(opts Options) (*Server, error) {
 		closing: make(chan struct{}),
 		faults:  opts.Faults,
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		stats:   Stats{Injected: map[string]int{}},
+		stats:   Stats{Injected: map[string]int{}, InjectedRefunds: map[string]int{}},
 	}
 	if s.holdMax <= 0 {
 		s.holdMax = time.Minute
@@ -252,6 +254,10 @@ func (s *Server) Stats() Stats {
 	st.Injected = make(map[string]int, len(s.stats.Injected))
 	for k, v := range s.stats.Injected {
 		st.Injected[k] = v
+	}
+	st.InjectedRefunds = make(map[string]int, len(s.stats.InjectedRefunds))
+	for k, v := range s.stats.InjectedRefunds {
+		st.InjectedRefunds[k] = v
 	}
 	return st
 }
@@ -355,7 +361,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	s.moneyCall(w, r, func() (int, any) {
+	s.moneyCall(w, r, false, func() (int, any) {
 		c, created, err := s.psp.ChargeCreated(context.Background(), psp.ChargeRequest{
 			MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
 			PaymentMethod: req.PaymentMethod, Description: req.Description, AllowNextAction: req.AllowNextAction,
@@ -376,7 +382,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	s.moneyCall(w, r, func() (int, any) {
+	s.moneyCall(w, r, true, func() (int, any) {
 		rf, created, err := s.psp.RefundCreated(context.Background(), psp.RefundRequest{
 			RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID,
 			ChargeReference: req.ChargeReference, Amount: req.Amount, Currency: req.Currency, Reason: req.Reason,
@@ -391,8 +397,9 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// moneyCall runs act, which moves money, under the fault settings.
-func (s *Server) moneyCall(w http.ResponseWriter, r *http.Request, act func() (int, any)) {
+// moneyCall runs act, which moves money (a refund when refund is set),
+// under the fault settings.
+func (s *Server) moneyCall(w http.ResponseWriter, r *http.Request, refund bool, act func() (int, any)) {
 	f, latency := s.draw()
 	if latency > 0 {
 		// The PSP works on the request whether or not the client still waits.
@@ -404,7 +411,12 @@ func (s *Server) moneyCall(w http.ResponseWriter, r *http.Request, act func() (i
 		}
 	}
 	if f != noFault {
-		s.count(func(st *Stats) { st.Injected[faultNames[f]]++ })
+		s.count(func(st *Stats) {
+			st.Injected[faultNames[f]]++
+			if refund {
+				st.InjectedRefunds[faultNames[f]]++
+			}
+		})
 		s.log.Info("fakepsp: injecting fault", "fault", faultNames[f], "path", r.URL.Path)
 	}
 	if f == errorBefore {
@@ -553,7 +565,7 @@ func (s *Server) ledger(w http.ResponseWriter, r *http.Request) {
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	s.psp.Reset()
 	s.mu.Lock()
-	s.stats = Stats{Injected: map[string]int{}}
+	s.stats = Stats{Injected: map[string]int{}, InjectedRefunds: map[string]int{}}
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -353,3 +353,44 @@ func TestPendingAndRejected(t *testing.T) {
 		t.Fatalf("after a failed check: %s", b)
 	}
 }
+
+// Refunds draw the same faults as charges: the "after" kinds record the
+// refund first, and Stats counts what refund calls drew apart.
+func TestRefundFaultKinds(t *testing.T) {
+	tests := []struct {
+		name     string
+		faults   fakeserver.Faults
+		status   int // 0: the connection is dropped
+		recorded int
+	}{
+		{"error_before_charge", fakeserver.Faults{ErrorBeforeCharge: 1}, 503, 0},
+		{"error_after_charge", fakeserver.Faults{ErrorAfterCharge: 1}, 500, 1},
+		{"drop_connection_after_charge", fakeserver.Faults{DropConnectionAfterCharge: 1}, 0, 1},
+		{"timeout_after_charge", fakeserver.Faults{TimeoutAfterCharge: 1}, 0, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			e := newEnv(t, fakeserver.Options{OnHold: cancel})
+			if status, body := e.mustCall("POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000)); status != 201 {
+				t.Fatalf("charge = %d %s", status, body)
+			}
+			if err := e.srv.SetFaults(tt.faults); err != nil {
+				t.Fatal(err)
+			}
+			status, body, err := e.call(ctx, "POST", "/v1/refunds",
+				`{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"fake_ch_1","amount":400,"currency":"KRW"}`)
+			if tt.status == 0 && err == nil || tt.status != 0 && (err != nil || status != tt.status) {
+				t.Fatalf("got %d %s %v, want %d (0: a dropped connection)", status, body, err, tt.status)
+			}
+			if n := len(e.srv.LedgerSnapshot().Refunds); n != tt.recorded {
+				t.Fatalf("ledger has %d refunds, want %d", n, tt.recorded)
+			}
+			st := e.srv.Stats()
+			if st.InjectedRefunds[tt.name] != 1 || st.Injected[tt.name] != 1 || len(st.InjectedRefunds) != 1 {
+				t.Fatalf("stats %+v after a refund under %s", st, tt.name)
+			}
+		})
+	}
+}

@@ -1,0 +1,61 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"gateway/payments"
+)
+
+// eventParams are the query parameters of GET /events.
+var eventParams = map[string]bool{"limit": true, "starting_after": true, "type": true, "object_id": true}
+
+func (s *Server) handleListEvents(c echo.Context) error {
+	q := payments.EventQuery{MerchantID: merchantOf(c).ID}
+	var fields []payments.FieldError
+	bad := func(field, reason string) { fields = append(fields, payments.FieldError{Field: field, Reason: reason}) }
+	params := c.QueryParams()
+	for name, vs := range params {
+		switch {
+		case !eventParams[name]:
+			bad(name, "is not a parameter of this listing")
+		case len(vs) != 1:
+			bad(name, "must be given once")
+		}
+	}
+	one := func(name string) string { return firstValue(params, name) }
+	if v := one("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil:
+			bad("limit", "must be an integer")
+		case n == 0:
+			q.Limit = -1 // 0 is not a page size
+		default:
+			q.Limit = n
+		}
+	}
+	q.StartingAfter, q.Type, q.ObjectID = one("starting_after"), payments.EventType(one("type")), one("object_id")
+	if len(fields) > 0 {
+		return &payments.Error{Code: payments.CodeInvalid, Message: "invalid listing query", Fields: fields}
+	}
+	page, err := s.opts.Listings.Events(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	out := list[payments.EventView]{Object: "list", Data: make([]payments.EventView, 0, len(page.Items)), HasMore: page.HasMore}
+	for _, e := range page.Items {
+		out.Data = append(out.Data, payments.ToEventView(e))
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) handleGetEvent(c echo.Context) error {
+	e, err := s.opts.Listings.Event(c.Request().Context(), merchantOf(c).ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, payments.ToEventView(e))
+}

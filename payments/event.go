@@ -1,0 +1,188 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// EventType names what happened to a payment or a refund: the object's kind
+// and the status it entered ("payment.succeeded", "refund.failed").
+type EventType string
+
+// The event types: one per status a payment or a refund can enter.
+const (
+	EventPaymentRequiresConfirmation EventType = "payment.requires_confirmation"
+	EventPaymentProcessing           EventType = "payment.processing"
+	EventPaymentRequiresAction       EventType = "payment.requires_action"
+	EventPaymentSucceeded            EventType = "payment.succeeded"
+	EventPaymentDeclined             EventType = "payment.declined"
+	EventPaymentFailed               EventType = "payment.failed"
+	EventPaymentCanceled             EventType = "payment.canceled"
+	EventPaymentRequiresReview       EventType = "payment.requires_review"
+	EventRefundPending               EventType = "refund.pending"
+	EventRefundSucceeded             EventType = "refund.succeeded"
+	EventRefundFailed                EventType = "refund.failed"
+	EventRefundRequiresReview        EventType = "refund.requires_review"
+)
+
+// EventTypes lists every event type, payments' in the order of Statuses,
+// then refunds' in the order of RefundStatuses.
+var EventTypes = func() []EventType {
+	out := make([]EventType, 0, len(Statuses)+len(RefundStatuses))
+	for _, s := range Statuses {
+		out = append(out, PaymentEventType(s))
+	}
+	for _, s := range RefundStatuses {
+		out = append(out, RefundEventType(RefundStatus(s)))
+	}
+	return out
+}()
+
+// Object types of events.
+const (
+	ObjectPayment = "payment"
+	ObjectRefund  = "refund"
+)
+
+// PaymentEventType is the type of the event a payment entering s writes.
+func PaymentEventType(s Status) EventType { return EventType(ObjectPayment + "." + string(s)) }
+
+// RefundEventType is the type of the event a refund entering s writes.
+func RefundEventType(s RefundStatus) EventType { return EventType(ObjectRefund + "." + string(s)) }
+
+// Event is one state change of a payment or a refund, written in the same
+// transaction as the change (the outbox): Data is the object as the API
+// rendered it then. Seq numbers an object's events from 1 and only grows;
+// Pos is the event's place in the whole log (the listing's cursor).
+type Event struct {
+	Pos        int64
+	ID         string
+	MerchantID string
+	Type       EventType
+	ObjectType string
+	ObjectID   string
+	Seq        int64
+	Data       json.RawMessage
+	CreatedAt  time.Time
+}
+
+// PaymentEventData renders p as an event carries it: its API view, without
+// the client secret (shown once, to the merchant's server that created it).
+func PaymentEventData(p Payment) json.RawMessage {
+	v := ToView(p)
+	v.ClientSecret = ""
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("payments: render event: " + err.Error())
+	}
+	return b
+}
+
+// RefundEventData renders r as an event carries it: its API view.
+func RefundEventData(r Refund) json.RawMessage {
+	b, err := json.Marshal(ToRefundView(r))
+	if err != nil {
+		panic("payments: render refund event: " + err.Error())
+	}
+	return b
+}
+
+// NewEventID is a fresh event id: evt_ and a ULID.
+func NewEventID() string { return "evt_" + ulid.Make().String() }
+
+// EventQuery asks for one page of a merchant's events, oldest first: the
+// page after the event StartingAfter names (an event id), or from the
+// oldest one retained. Type and ObjectID filter when set.
+type EventQuery struct {
+	MerchantID    string
+	Limit         int
+	StartingAfter string
+	Type          EventType
+	ObjectID      string
+}
+
+// Validate checks the query before anything is read.
+func (q *EventQuery) Validate() error {
+	var fields []FieldError
+	switch {
+	case q.Limit == 0:
+		q.Limit = DefaultPageSize
+	case q.Limit < 0 || q.Limit > MaxPageSize:
+		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
+	}
+	if q.Type != "" && !slices.Contains(EventTypes, q.Type) {
+		fields = append(fields, FieldError{Field: "type", Reason: "must be one of " + eventTypeNames()})
+	}
+	if len(q.ObjectID) > 40 {
+		fields = append(fields, FieldError{Field: "object_id", Reason: "must be a payment or refund id"})
+	}
+	if len(q.StartingAfter) > 40 {
+		fields = append(fields, FieldError{Field: "starting_after", Reason: "must be the id of one of your events"})
+	}
+	if len(fields) > 0 {
+		return &Error{Code: CodeInvalid, Message: "invalid listing query", Fields: fields}
+	}
+	return nil
+}
+
+func eventTypeNames() string {
+	names := make([]string, len(EventTypes))
+	for i, t := range EventTypes {
+		names[i] = string(t)
+	}
+	return strings.Join(names, ", ")
+}
+
+// Events lists a page of the merchant's events, oldest first.
+func (l *Listings) Events(ctx context.Context, q EventQuery) (Page[Event], error) {
+	if err := q.Validate(); err != nil {
+		return Page[Event]{}, err
+	}
+	p, err := l.store.MerchantEvents(ctx, q)
+	if errors.Is(err, ErrCursorNotFound) {
+		return Page[Event]{}, &Error{Code: CodeInvalid, Message: "the cursor names no event of this listing",
+			Fields: []FieldError{{Field: "starting_after", Reason: "must be the id of one of your events"}}}
+	}
+	if err != nil {
+		return Page[Event]{}, internal(err)
+	}
+	return p, nil
+}
+
+// Event reads one of the merchant's events.
+func (l *Listings) Event(ctx context.Context, merchantID, id string) (Event, error) {
+	e, err := l.store.MerchantEvent(ctx, merchantID, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Event{}, &Error{Code: CodeNotFound, Message: "event not found"}
+	case err != nil:
+		return Event{}, internal(err)
+	}
+	return e, nil
+}
+
+// EventView is an event as the API renders it.
+type EventView struct {
+	ID         string          `json:"id"`
+	Type       EventType       `json:"type"`
+	ObjectType string          `json:"object_type"`
+	ObjectID   string          `json:"object_id"`
+	Seq        int64           `json:"seq"`
+	CreatedAt  string          `json:"created_at"`
+	Data       json.RawMessage `json:"data"`
+}
+
+// ToEventView renders e for the public API.
+func ToEventView(e Event) EventView {
+	return EventView{
+		ID: e.ID, Type: e.Type, ObjectType: e.ObjectType, ObjectID: e.ObjectID, Seq: e.Seq,
+		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano), Data: e.Data,
+	}
+}

@@ -1,0 +1,62 @@
+package reconcile_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gateway/payments"
+	"gateway/reconcile"
+)
+
+// eventPurges counts the purge's event batches.
+type eventPurges struct {
+	reconcile.Store
+	batches atomic.Int32
+}
+
+func (c *eventPurges) PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+	c.batches.Add(1)
+	return c.Store.PurgeEvents(ctx, retention, limit)
+}
+
+// The purge deletes events past their retention (30 days by default, on
+// the database's clock), in batches, and leaves the younger ones.
+func TestPurgeExpiredEvents(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := e.svc.Create(ctx, e.request(fmt.Sprintf("old%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.advance(29 * 24 * time.Hour)
+	for i := range 3 {
+		if _, err := e.svc.Create(ctx, e.request(fmt.Sprintf("new%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.advance(2 * 24 * time.Hour) // the old events are 31 days old, the new ones 2
+	if n := e.count(`SELECT COUNT(*) FROM events`); n != 16 {
+		t.Fatalf("%d events before the purge, want 16", n)
+	}
+	cs := &eventPurges{Store: e.store}
+	r := e.reconciler(nil, cs, func(c *reconcile.Config) { c.PurgeBatch = 4 })
+	if _, err := r.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events`); n != 6 {
+		t.Fatalf("%d events left, want the 6 of the new payments", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND`, payments.DefaultEventRetention.Microseconds()); n != 0 {
+		t.Fatalf("%d events past retention left", n)
+	}
+	if b := cs.batches.Load(); b != 3 {
+		t.Fatalf("purged in %d batches, want 3 (4, 4, 2)", b)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payments`); n != 8 {
+		t.Fatalf("the purge touched payments: %d", n)
+	}
+}
