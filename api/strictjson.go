@@ -1,13 +1,12 @@
 package api
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"gateway/payments"
@@ -24,69 +23,211 @@ import (
 // body points to) a key in another case than its field's, or two keys equal
 // but for case; in nested objects two equal keys. It returns a 4xx
 // *payments.Error naming the problem, or nil; syntax errors are left to the
-// decoder.
+// decoder. One pass over the bytes, allocating only for escaped keys: it
+// runs on every request, replays included.
 func strictJSON(raw []byte, body any) error {
 	if !utf8.Valid(raw) {
 		return &payments.Error{Code: payments.CodeInvalid,
 			Message: fmt.Sprintf("the request body is not valid UTF-8 (at byte %d)", invalidUTF8At(raw))}
 	}
-	if at := loneSurrogateAt(raw); at >= 0 {
-		return &payments.Error{Code: payments.CodeInvalid,
-			Message: fmt.Sprintf("the request body escapes a lone UTF-16 surrogate, which is no character (at byte %d)", at)}
-	}
-	fields := jsonFields(body)
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var walk func(depth int, path string) error
-	walk = func(depth int, path string) error {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
+	sc := jsonScan{b: raw, fields: jsonFields(body)}
+	sc.value(0, "")
+	return sc.err
+}
+
+// jsonScan walks a JSON text; it stops at the first problem (err) or at
+// anything that is not JSON (bad), which the decoder then reports.
+type jsonScan struct {
+	b      []byte
+	i      int
+	fields []string
+	err    error
+	bad    bool
+}
+
+func (s *jsonScan) stopped() bool { return s.err != nil || s.bad }
+
+func (s *jsonScan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\r', '\n':
+			s.i++
+		default:
+			return
 		}
-		switch tok {
-		case json.Delim('['):
-			for dec.More() {
-				if err := walk(depth+1, path+"[]"); err != nil {
-					return err
+	}
+}
+
+func (s *jsonScan) value(depth int, path string) {
+	s.ws()
+	if s.i >= len(s.b) {
+		s.bad = true
+		return
+	}
+	switch s.b[s.i] {
+	case '{':
+		s.object(depth, path)
+	case '[':
+		s.i++
+		s.ws()
+		if s.i < len(s.b) && s.b[s.i] == ']' {
+			s.i++
+			return
+		}
+		for !s.stopped() {
+			s.value(depth+1, path+"[]")
+			s.ws()
+			if s.i >= len(s.b) {
+				s.bad = true
+				return
+			}
+			switch s.b[s.i] {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return
+			default:
+				s.bad = true
+			}
+		}
+	case '"':
+		s.str()
+	default: // a number, true, false or null: the decoder judges it
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return
+			}
+			s.i++
+		}
+	}
+}
+
+func (s *jsonScan) object(depth int, path string) {
+	s.i++ // {
+	var keys [24]string
+	seen := keys[:0]
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return
+	}
+	for !s.stopped() {
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != '"' {
+			s.bad = true
+			return
+		}
+		key, ok := s.str()
+		if !ok {
+			return
+		}
+		if depth == 0 {
+			for _, f := range s.fields {
+				if f != key && strings.EqualFold(f, key) {
+					s.err = fieldProblem(key, "is not a known field (field names are case-sensitive: "+strconv.Quote(f)+")")
+					return
 				}
 			}
-			_, err := dec.Token()
-			return err
-		case json.Delim('{'):
-			seen := map[string]string{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return err
-				}
-				key, _ := kt.(string)
-				name := path + key
-				folded := key
-				if depth == 0 {
-					folded = strings.ToLower(key)
-					if f, ok := fields[folded]; ok && f != key {
-						return fieldProblem(key, "is not a known field (field names are case-sensitive: "+strconv.Quote(f)+")")
-					}
-				}
-				if _, dup := seen[folded]; dup {
-					return fieldProblem(name, "appears more than once; send each field once")
-				}
-				seen[folded] = key
-				if err := walk(depth+1, name+"."); err != nil {
-					return err
-				}
-			}
-			_, err := dec.Token()
-			return err
 		}
-		return nil
+		for _, k := range seen {
+			if k == key || depth == 0 && strings.EqualFold(k, key) {
+				s.err = fieldProblem(path+key, "appears more than once; send each field once")
+				return
+			}
+		}
+		seen = append(seen, key)
+		s.ws()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			s.bad = true
+			return
+		}
+		s.i++
+		s.value(depth+1, path+key+".")
+		s.ws()
+		if s.i >= len(s.b) {
+			s.bad = true
+			return
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return
+		default:
+			s.bad = true
+		}
 	}
-	err := walk(0, "")
-	var pe *payments.Error
-	if errors.As(err, &pe) {
-		return pe
+}
+
+// str reads the string at s.i and returns its value (decoded only when it
+// holds escapes); it refuses an escaped lone UTF-16 surrogate.
+func (s *jsonScan) str() (string, bool) {
+	start := s.i
+	s.i++
+	escaped := false
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case '"':
+			s.i++
+			raw := s.b[start:s.i]
+			if !escaped {
+				return string(raw[1 : len(raw)-1]), true
+			}
+			var v string
+			if err := json.Unmarshal(raw, &v); err != nil {
+				s.bad = true
+				return "", false
+			}
+			return v, true
+		case '\\':
+			escaped = true
+			if s.i+1 >= len(s.b) {
+				s.bad = true
+				return "", false
+			}
+			if s.b[s.i+1] != 'u' {
+				s.i += 2
+				continue
+			}
+			if at, lone := s.surrogate(); lone {
+				s.err = &payments.Error{Code: payments.CodeInvalid,
+					Message: fmt.Sprintf("the request body escapes a lone UTF-16 surrogate, which is no character (at byte %d)", at)}
+				return "", false
+			}
+		default:
+			s.i++
+		}
 	}
-	return nil // malformed JSON: the decoder says where
+	s.bad = true
+	return "", false
+}
+
+// surrogate steps over the \u escape at s.i (and the low half following a
+// high one); lone reports a surrogate half without its other half.
+func (s *jsonScan) surrogate() (at int, lone bool) {
+	at = s.i
+	r, ok := hex4(s.b, s.i+2)
+	if !ok {
+		s.i += 2 // malformed: the decoder says where
+		return at, false
+	}
+	s.i += 6
+	switch {
+	case r >= 0xDC00 && r <= 0xDFFF:
+		return at, true
+	case r >= 0xD800 && r <= 0xDBFF:
+		if s.i+1 < len(s.b) && s.b[s.i] == '\\' && s.b[s.i+1] == 'u' {
+			if lo, ok := hex4(s.b, s.i+2); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+				s.i += 6
+				return at, false
+			}
+		}
+		return at, true
+	}
+	return at, false
 }
 
 func fieldProblem(field, reason string) error {
@@ -94,28 +235,34 @@ func fieldProblem(field, reason string) error {
 		Fields: []payments.FieldError{{Field: field, Reason: reason}}}
 }
 
-// jsonFields maps the lower-cased JSON names of the fields of the struct v
-// points to, to their names.
-func jsonFields(v any) map[string]string {
+// jsonFieldNames caches jsonFields per type.
+var jsonFieldNames sync.Map // reflect.Type → []string
+
+// jsonFields lists the JSON names of the fields of the struct v points to.
+func jsonFields(v any) []string {
 	t := reflect.TypeOf(v)
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	if names, ok := jsonFieldNames.Load(t); ok {
+		return names.([]string)
 	}
-	out := map[string]string{}
-	if t == nil || t.Kind() != reflect.Struct {
-		return out
+	st := t
+	for st != nil && st.Kind() == reflect.Pointer {
+		st = st.Elem()
 	}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
+	var out []string
+	if st != nil && st.Kind() == reflect.Struct {
+		for i := range st.NumField() {
+			f := st.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			out = append(out, name)
 		}
-		if name == "" {
-			name = f.Name
-		}
-		out[strings.ToLower(name)] = name
 	}
+	jsonFieldNames.Store(t, out)
 	return out
 }
 
@@ -128,51 +275,6 @@ func invalidUTF8At(b []byte) int {
 		i += n
 	}
 	return len(b)
-}
-
-// loneSurrogateAt is the offset of a \u escape in a string of raw that
-// encodes half of a UTF-16 surrogate pair without its other half, or -1.
-func loneSurrogateAt(raw []byte) int {
-	inString := false
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		if !inString {
-			if c == '"' {
-				inString = true
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inString = false
-		case '\\':
-			if i+1 >= len(raw) {
-				return -1
-			}
-			if raw[i+1] != 'u' {
-				i++
-				continue
-			}
-			r, ok := hex4(raw, i+2)
-			if !ok {
-				return -1 // malformed: the decoder says where
-			}
-			switch {
-			case r >= 0xDC00 && r <= 0xDFFF:
-				return i
-			case r >= 0xD800 && r <= 0xDBFF:
-				if i+7 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
-					if lo, ok := hex4(raw, i+8); ok && lo >= 0xDC00 && lo <= 0xDFFF {
-						i += 11
-						continue
-					}
-				}
-				return i
-			}
-			i += 5
-		}
-	}
-	return -1
 }
 
 func hex4(b []byte, at int) (rune, bool) {
