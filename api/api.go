@@ -91,6 +91,9 @@ type Options struct {
 	// Browser authenticates publishable keys and judges browser origins
 	// (browser.go); nil refuses publishable keys and every CORS preflight.
 	Browser BrowserAuthenticator
+	// Webhooks manages merchants' webhook endpoints (/webhook_endpoints);
+	// nil answers them 404.
+	Webhooks WebhookEndpoints
 }
 
 // Server holds what the handlers need.

@@ -76,6 +76,8 @@ type envSetup struct {
 	authStore func(payments.AuthStore) payments.AuthStore
 	// notices, when set, receives the PSPs' notifications (webhooks).
 	notices func(*store.Store) api.NoticeReceiver
+	// webhooks, when set, manages the webhook endpoints.
+	webhooks func(*store.Store) api.WebhookEndpoints
 }
 
 type envOption func(*envSetup)
@@ -111,6 +113,9 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	}
 	if setup.notices != nil {
 		apiOpts.Notices = setup.notices(st)
+	}
+	if setup.webhooks != nil {
+		apiOpts.Webhooks = setup.webhooks(st)
 	}
 	contract, err := published()
 	if err != nil {

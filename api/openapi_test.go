@@ -214,6 +214,9 @@ func (c *contract) check(x exchange) []string {
 		if json.Unmarshal(x.body, &p) == nil && strings.HasPrefix(p.ID, "re_") {
 			collection = "/refunds/"
 		}
+		if strings.HasPrefix(p.ID, "we_") {
+			collection = "/webhook_endpoints/"
+		}
 		if p.ID != "" && x.header.Get("Location") != collection+p.ID {
 			findings = append(findings, fmt.Sprintf("Location %q does not name the created object %q", x.header.Get("Location"), p.ID))
 		}

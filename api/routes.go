@@ -27,6 +27,11 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/payments/:id/refunds", s.handleListRefunds, reading...)
 	e.GET("/refunds", s.handleListRefunds, reading...)
 	e.GET("/refunds/:id", s.handleGetRefund, reading...)
+	e.POST("/webhook_endpoints", s.handleCreateEndpoint, merchant...)
+	e.GET("/webhook_endpoints", s.handleListEndpoints, reading...)
+	e.GET("/webhook_endpoints/:id", s.handleGetEndpoint, reading...)
+	e.DELETE("/webhook_endpoints/:id", s.handleDeleteEndpoint, merchant...)
+	e.POST("/webhook_endpoints/:id/rotate", s.handleRotateEndpoint, merchant...)
 	e.GET("/events", s.handleListEvents, reading...)
 	e.GET("/events/:id", s.handleGetEvent, reading...)
 	// OPTIONS of these paths tells their methods to a merchant only (echo
@@ -35,6 +40,9 @@ func (s *Server) routes(e *echo.Echo) {
 	e.OPTIONS("/payments/:id/refunds", s.handleOptions("GET, POST, OPTIONS"), reading...)
 	e.OPTIONS("/refunds", s.handleOptions("GET, OPTIONS"), reading...)
 	e.OPTIONS("/refunds/:id", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/webhook_endpoints", s.handleOptions("GET, POST, OPTIONS"), reading...)
+	e.OPTIONS("/webhook_endpoints/:id", s.handleOptions("GET, DELETE, OPTIONS"), reading...)
+	e.OPTIONS("/webhook_endpoints/:id/rotate", s.handleOptions("POST, OPTIONS"), reading...)
 	e.OPTIONS("/events", s.handleOptions("GET, OPTIONS"), reading...)
 	e.OPTIONS("/events/:id", s.handleOptions("GET, OPTIONS"), reading...)
 

@@ -26,6 +26,7 @@ import (
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/reconcile"
+	"gateway/webhooks"
 )
 
 var (
@@ -94,13 +95,21 @@ func exported(t *testing.T) map[string]series {
 	}
 	m.PSPCall("fake", "charge", "result", time.Millisecond)
 
+	w := metrics.NewWebhooks(reg)
+	for _, o := range []webhooks.Outcome{webhooks.OutcomeDelivered, webhooks.OutcomeRetry, webhooks.OutcomeFailed, webhooks.OutcomeFenced} {
+		w.DeliveryAttempted(o, 20*time.Millisecond)
+	}
+	w.DeliveryLag(2 * time.Second)
+	w.EndpointDisabled()
+	w.DeliveryBacklog(webhooks.Backlog{Pending: 3, Due: 1, NotFannedOut: 2, OldestUndelivered: time.Minute})
+
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Every collector must have been touched: an untouched vector exports
 	// nothing, and its name would then be wrongly reported as unknown.
-	if n := reflect.TypeFor[metrics.Metrics]().NumField(); len(fams) != n {
+	if n := reflect.TypeFor[metrics.Metrics]().NumField() + reflect.TypeFor[metrics.Webhooks]().NumField(); len(fams) != n {
 		var names []string
 		for _, f := range fams {
 			names = append(names, f.GetName())

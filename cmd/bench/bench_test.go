@@ -47,7 +47,7 @@ func TestEveryScenarioRuns(t *testing.T) {
 	for _, r := range rep.Rows {
 		seen[r.Scenario]++
 	}
-	for sc := scFresh; sc <= scReconcile; sc++ {
+	for sc := scFresh; sc <= scWebhooks; sc++ {
 		if seen[sc] == 0 {
 			t.Errorf("scenario %d is missing from the report", sc)
 		}
@@ -74,10 +74,11 @@ func TestParseScenarios(t *testing.T) {
 		want []int
 		bad  bool
 	}{
-		{in: "all", want: []int{1, 2, 3, 4, 5}},
+		{in: "all", want: []int{1, 2, 3, 4, 5, 6}},
+		{in: "webhooks", want: []int{6}},
 		{in: "4,1", want: []int{1, 4}},
 		{in: "replay, hammer", want: []int{2, 4}},
-		{in: "6", bad: true},
+		{in: "7", bad: true},
 		{in: "fast", bad: true},
 	} {
 		t.Run(tc.in, func(t *testing.T) {

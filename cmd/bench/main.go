@@ -69,6 +69,7 @@ const (
 	scSlowPSP
 	scHammer
 	scReconcile
+	scWebhooks
 )
 
 const usageText = `Usage: go run ./cmd/bench [flags]
@@ -79,6 +80,8 @@ Scenarios (--scenarios takes numbers or names, comma-separated; default all):
   3 psp-latency  fresh payments, PSP 100 ms, 512 clients, <= 32 conns   goal >= 0.80 x min(floor, 512/0.1 s)
   4 hammer       one key hammered by 64 clients while 64 pay fresh      exactly 1 charge; others >= 0.70 x unhammered
   5 reconcile    reconciler settling stale rows, lookup 20 ms, 1 and 3 reconcilers (rows/s, no goal)
+  6 webhooks     fresh payments with an endpoint delivered to              goal >= 0.90 x without one
+                 dispatcher vs receivers answering in 20 ms               goal >= 0.80 x endpoints x concurrency / 20 ms
 
 Environment:
   GATEWAY_BENCH_DSN, GATEWAY_TEST_DSN  a MySQL/MariaDB server DSN to create a throwaway database on
@@ -143,25 +146,26 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 
 func parseScenarios(s string) ([]int, error) {
 	if s == "" || s == "all" {
-		return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile}, nil
+		return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks}, nil
 	}
 	seen := map[int]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(strings.ToLower(f))
 		n, ok := map[string]int{
 			"fresh": scFresh, "replay": scReplay, "psp-latency": scSlowPSP, "hammer": scHammer, "reconcile": scReconcile,
+			"webhooks": scWebhooks,
 		}[f]
 		if !ok {
 			var err error
 			n, err = strconv.Atoi(f)
-			if err != nil || n < scFresh || n > scReconcile {
-				return nil, fmt.Errorf("unknown scenario %q: use 1-5 or fresh, replay, psp-latency, hammer, reconcile", f)
+			if err != nil || n < scFresh || n > scWebhooks {
+				return nil, fmt.Errorf("unknown scenario %q: use 1-6 or fresh, replay, psp-latency, hammer, reconcile, webhooks", f)
 			}
 		}
 		seen[n] = true
 	}
 	var out []int
-	for n := scFresh; n <= scReconcile; n++ {
+	for n := scFresh; n <= scWebhooks; n++ {
 		if seen[n] {
 			out = append(out, n)
 		}

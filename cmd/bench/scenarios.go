@@ -55,6 +55,8 @@ func (b *bench) runAll(ctx context.Context) (*report, error) {
 			err = b.scenarioHammer(ctx, hc, rep)
 		case scReconcile:
 			err = b.scenarioReconcile(ctx, rep)
+		case scWebhooks:
+			err = b.scenarioWebhooks(ctx, hc, rep)
 		}
 		if err != nil {
 			rep.PeakRSSBytes = b.rss.overall()

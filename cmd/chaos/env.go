@@ -52,6 +52,8 @@ type env struct {
 	logDir    string
 
 	cc *clusterChaos // --cluster: the Galera cluster and its faults
+
+	hooks *hooks // the merchants' webhook receiver (webhooks.go)
 }
 
 // merchant is one merchant created for the run.
@@ -132,6 +134,11 @@ func setup(ctx context.Context, opts options, getenv func(string) string, say fu
 			return nil, err
 		}
 		e.merchants = append(e.merchants, m)
+	}
+	if !opts.throughput {
+		if e.hooks, err = e.startWebhooks(ctx); err != nil {
+			return nil, err
+		}
 	}
 	for i := range opts.replicas {
 		r, err := e.newReplica(i)
@@ -333,6 +340,9 @@ func (e *env) newReplica(i int) (*replica, error) {
 		"GATEWAY_LOG_FORMAT":             "json",
 		"GATEWAY_LOG_LEVEL":              "info",
 	}
+	for k, v := range e.webhookEnv() {
+		vars[k] = v
+	}
 	for k, v := range o.gatewayEnv {
 		vars[k] = v
 	}
@@ -375,6 +385,9 @@ func (e *env) teardown(keepLogs bool) {
 	}
 	for range e.replicas {
 		<-wg
+	}
+	if e.hooks != nil {
+		e.hooks.stop()
 	}
 	for _, p := range e.dbProxies {
 		p.close()

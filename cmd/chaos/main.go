@@ -344,6 +344,11 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	if err != nil {
 		return nil, err
 	}
+	hooksInv, err := e.checkWebhooks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	invs = append(invs, hooksInv)
 	refundInvs, refundEv, err := rl.check(ctx, c, refundsSettled, refundsInProgress, refundsPending)
 	if err != nil {
 		return nil, err

@@ -164,6 +164,7 @@ var flagGroups = []kong.Group{
 	{Key: "psp", Title: "Payment provider (PSP):"},
 	{Key: "checkout", Title: "Two-step checkout and PSP notifications:"},
 	{Key: "reconcile", Title: "Reconciler:"},
+	{Key: "webhooks", Title: "Webhooks:"},
 	{Key: "log", Title: "Logs:"},
 }
 
@@ -225,6 +226,7 @@ type commandLine struct {
 	Payments    paymentsCmd    `cmd:"" help:"List and show payments; record an operator's decision on one in review."`
 	Refunds     refundsCmd     `cmd:"" help:"List refunds; record an operator's decision on one in review."`
 	Reconcile   reconcileCmd   `cmd:"" help:"Settle unfinished payments: a daemon, or one pass with a report (--once)."`
+	Webhooks    webhooksCmd    `cmd:"" help:"Merchants' webhook endpoints (create, list, delete, rotate, enable, disable, resend) and the dispatcher."`
 	Dev         devCmd         `cmd:"" help:"What make run does: a private MariaDB, migrations, a demo merchant, the API."`
 	Keys        logKeysCmd     `cmd:"" help:"What the logs call an idempotency key (keyed hashes)."`
 	Healthcheck healthcheckCmd `cmd:"" help:"Exit 0 when the gateway at GATEWAY_ADDR is ready (for container healthchecks)."`

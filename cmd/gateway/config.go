@@ -27,7 +27,7 @@ import (
 
 // defaultVars are the defaults interpolated into the flags' default tags.
 func defaultVars() map[string]string {
-	return map[string]string{
+	vars := map[string]string{
 		"lease":                  durationDefault(payments.DefaultLease),
 		"psp_timeout":            durationDefault(payments.DefaultPSPTimeout),
 		"inflight_wait":          durationDefault(payments.DefaultInFlightWait),
@@ -49,6 +49,10 @@ func defaultVars() map[string]string {
 		"auth_failure_burst":     fmt.Sprint(api.DefaultAuthFailureBurst),
 		"idle_timeout":           durationDefault(api.DefaultIdleTimeout),
 	}
+	for k, v := range webhookDefaultVars() {
+		vars[k] = v
+	}
+	return vars
 }
 
 // checker is a group of settings that validates itself, alone and across its fields.
@@ -354,6 +358,8 @@ type serverConfig struct {
 	MaxClockSkew time.Duration   `name:"max-clock-skew" env:"GATEWAY_MAX_CLOCK_SKEW" default:"${max_clock_skew}" group:"flow" help:"how far this replica's clock may stray from the database's before it stops taking payments and reports not ready"`
 	PSP          pspConfig       `embed:""`
 	Reconcile    reconcileConfig `embed:""`
+	Webhooks     webhookConfig   `embed:""`
+	Dispatch     dispatchConfig  `embed:""`
 	Log          logConfig       `embed:""`
 	// ReplayCacheBytes bounds the answers kept in memory for replays.
 	ReplayCacheBytes int64 `name:"replay-cache-bytes" env:"GATEWAY_REPLAY_CACHE_BYTES" default:"${replay_cache_bytes}" group:"flow" help:"bytes of final answers this replica keeps in memory to replay without a database read (one merchant holds at most a quarter); 0 keeps none"`

@@ -16,6 +16,7 @@ import (
 	"gateway/db/localdb"
 	"gateway/payments"
 	"gateway/psp/fake/fakeserver"
+	"gateway/webhooks"
 )
 
 // devCmd is `gateway dev`, what `make run` calls: everything a newcomer
@@ -65,6 +66,23 @@ func (c *devCmd) Run(ctx context.Context, a *app) error {
 			cfg.Log.HashSecret = secret
 			fmt.Fprintf(stderr, "logs name keys by a hash keyed with the secret in %s (GATEWAY_LOG_HASH_SECRET=$(cat %s) gateway keys hash --merchant M KEY)\n", path, path)
 		}
+		if cfg.Webhooks.Key == "" {
+			if cfg.Webhooks.Key, err = devWebhookKey(dir); err != nil {
+				return fmt.Errorf("webhook key: %w", err)
+			}
+		}
+	}
+	if cfg.Webhooks.Key == "" {
+		key, err := webhooks.NewKey()
+		if err != nil {
+			return err
+		}
+		cfg.Webhooks.Key = key
+		fmt.Fprintln(stderr, "webhooks: a fresh GATEWAY_WEBHOOK_KEY for this run (endpoints registered now will not sign in another run; set one to keep them)")
+	}
+	if cfg.Webhooks.AllowNetworks == "" {
+		// A developer's receiver runs on this machine.
+		cfg.Webhooks.AllowNetworks = "127.0.0.0/8,::1/128"
 	}
 	if cfg.PSP.adapter() == "fakehttp" && cfg.PSP.URL == "" {
 		// The standalone fake PSP, served over real HTTP from this process.

@@ -93,6 +93,14 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	}
 	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
 	apiOpts.Browser = payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
+	eps, stopDispatcher, err := startWebhooks(cfg, st, guard.Err, log, metrics.NewWebhooks(reg))
+	if err != nil {
+		return err
+	}
+	defer stopDispatcher()
+	if eps != nil {
+		apiOpts.Webhooks = eps
+	}
 	ready := readiness{st: st, guard: guard}
 	handler := api.NewHandler(svc, auth, ready, apiOpts)
 	if cfg.HTTP.Admin.AdminAddr != "" {
@@ -141,6 +149,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	// The reconciler first (its pass ends and gives back what it claimed),
 	// then no charge that has not left yet leaves; what is in flight finishes.
 	stopReconciler()
+	stopDispatcher()
 	svc.Drain()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.HTTP.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownTimeout)

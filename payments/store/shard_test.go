@@ -42,7 +42,7 @@ type scatter struct {
 	lookup string
 }
 
-var scatters = []scatter{
+var scatters = append([]scatter{
 	{"the reconciler's claim scan: unfinished keys of every merchant", "ClaimStale", "SELECT", "idempotency_keys", ""},
 	{"the reconciler's token bump of the keys it just claimed, of several merchants", "ClaimStale", "UPDATE", "idempotency_keys", ""},
 	{"the payments of the claimed keys, by (merchant_id, id) pairs", "ClaimStale", "SELECT", "payments", ""},
@@ -69,7 +69,7 @@ var scatters = []scatter{
 	{"authentication: API keys by their visible prefix, before the merchant is known", "ActiveKeysByPrefix", "SELECT", "api_keys", "api_keys.prefix"},
 	{"browser authentication: publishable keys by their visible prefix, before the merchant is known", "ActivePublishableKeysByPrefix", "SELECT", "publishable_keys", "publishable_keys.prefix"},
 	{"a CORS preflight: whether any merchant allows an origin (a preflight carries no key)", "OriginAllowed", "SELECT", "merchant_origins", "merchant_origins.origin"},
-}
+}, webhookScatters...)
 
 // sendsNothing lists the Store's methods that send no statement.
 var sendsNothing = map[string]string{
@@ -647,4 +647,6 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 		ID: newID("re"), MerchantID: m1.ID, PaymentID: p1.ID, IdempotencyKey: "refund-1", RefundOrderID: newID("rord")}},
 		func(payments.Payment) (int64, error) { return 100, nil })
 	sc.mustCode(err, payments.CodeKeyReused, "ClaimRefund of a purged key")
+
+	webhookScenario(sc, m1.ID)
 }

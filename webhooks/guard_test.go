@@ -1,0 +1,186 @@
+package webhooks_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"gateway/payments"
+	"gateway/webhooks"
+)
+
+// fakeDNS answers names from a table; rebind, when set, answers a name's
+// later look-ups with other addresses (DNS rebinding).
+type fakeDNS struct {
+	mu     sync.Mutex
+	names  map[string][]netip.Addr
+	rebind map[string][]netip.Addr
+	asked  map[string]int
+}
+
+func (f *fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.asked == nil {
+		f.asked = map[string]int{}
+	}
+	f.asked[host]++
+	if r, ok := f.rebind[host]; ok && f.asked[host] > 1 {
+		return r, nil
+	}
+	if a, ok := f.names[host]; ok {
+		return a, nil
+	}
+	return nil, errors.New("no such host")
+}
+
+func addrs(s ...string) []netip.Addr {
+	out := make([]netip.Addr, len(s))
+	for i, a := range s {
+		out[i] = netip.MustParseAddr(a)
+	}
+	return out
+}
+
+// By default, a URL reaching a loopback, private, link-local, unspecified
+// or multicast address is refused at registration, by address or by a name
+// resolving to one; public ones are taken.
+func TestSSRFRefusedAtRegistration(t *testing.T) {
+	t.Parallel()
+	dns := &fakeDNS{names: map[string][]netip.Addr{
+		"localhost.example": addrs("127.0.0.1"),
+		"mixed.example":     addrs("93.184.215.14", "10.0.0.5"),
+		"metadata.example":  addrs("169.254.169.254"),
+		"shop.example":      addrs("93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"),
+	}}
+	g := webhooks.NewGuard(nil, dns)
+	for _, c := range []struct {
+		url string
+		ok  bool
+	}{
+		{"https://shop.example/hooks", true},
+		{"http://93.184.215.14:8443/hooks", true},
+		{"http://127.0.0.1:8080/", false},
+		{"http://[::1]/", false},
+		{"http://[::ffff:127.0.0.1]/", false},
+		{"http://10.1.2.3/", false},
+		{"http://172.16.0.1/", false},
+		{"http://192.168.1.1/", false},
+		{"http://169.254.169.254/latest/meta-data/", false},
+		{"http://[fe80::1]/", false},
+		{"http://[fd00::1]/", false},
+		{"http://0.0.0.0/", false},
+		{"http://224.0.0.1/", false},
+		{"http://100.64.0.1/", false},
+		{"https://localhost.example/", false},
+		{"https://mixed.example/", false},
+		{"https://metadata.example/", false},
+		{"https://nowhere.example/", false},
+		{"ftp://shop.example/", false},
+		{"https://user:pass@shop.example/", false},
+		{"https://shop.example/#frag", false},
+		{"https://shop.example/a b", false},
+		{"/relative", false},
+	} {
+		t.Run(c.url, func(t *testing.T) {
+			err := g.CheckURL(context.Background(), c.url)
+			if (err == nil) != c.ok {
+				t.Fatalf("CheckURL(%s) = %v, want ok %v", c.url, err, c.ok)
+			}
+		})
+	}
+
+	// Through the endpoint API the refusal is a 400-class error, nothing stored.
+	e := newEnvGuard(t, webhooks.NewGuard(nil, dns))
+	_, _, err := e.eps.Create(e.ctx, webhooks.EndpointRequest{MerchantID: e.merchant, URL: "https://localhost.example/", EventTypes: []string{"*"}})
+	if payments.ErrorCode(err) != payments.CodeInvalid || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("create to a name resolving to loopback: %v", err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM webhook_endpoints`); n != 0 {
+		t.Fatal("a refused endpoint was stored")
+	}
+}
+
+// At delivery, the dialer checks the address it connects to: a name that
+// resolved to a public address at registration and to loopback later
+// (DNS rebinding) is refused, and the loopback server never hears of it.
+func TestSSRFRefusedAtDialAfterRebinding(t *testing.T) {
+	t.Parallel()
+	var hit atomic.Int64
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hit.Add(1) }))
+	t.Cleanup(target.Close)
+	port := target.URL[strings.LastIndex(target.URL, ":")+1:]
+	dns := &fakeDNS{
+		names:  map[string][]netip.Addr{"rebind.example": addrs("93.184.215.14")},
+		rebind: map[string][]netip.Addr{"rebind.example": addrs("127.0.0.1")},
+	}
+	e := newEnvGuard(t, webhooks.NewGuard(nil, dns))
+	e.endpoint("http://rebind.example:" + port + "/")
+	e.events(1, payments.EventPaymentSucceeded)
+	if err := e.dispatcher(webhooks.Config{}).RunOnce(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hit.Load() != 0 {
+		t.Fatal("the delivery reached a loopback server")
+	}
+	var lastErr string
+	if err := e.dbx.GetContext(e.ctx, &lastErr, `SELECT last_error FROM webhook_deliveries WHERE status = 'pending' AND attempts = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lastErr, "not a public address") {
+		t.Fatalf("last_error %q does not say why", lastErr)
+	}
+}
+
+// A redirect is not followed: an endpoint (allowed, on 127.0.0.2) that
+// redirects to a loopback service leaves that service untouched, and the
+// attempt counts as failed with the 3xx.
+func TestSSRFRedirectNotFollowed(t *testing.T) {
+	t.Parallel()
+	var hit atomic.Int64
+	inner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hit.Add(1) }))
+	t.Cleanup(inner.Close)
+	outer := listenOn(t, "127.0.0.2:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, inner.URL+"/admin", http.StatusTemporaryRedirect)
+	}))
+	e := newEnv(t, netip.MustParsePrefix("127.0.0.2/32"))
+	// The inner service itself cannot be registered.
+	if _, _, err := e.eps.Create(e.ctx, webhooks.EndpointRequest{MerchantID: e.merchant, URL: inner.URL, EventTypes: []string{"*"}}); payments.ErrorCode(err) != payments.CodeInvalid {
+		t.Fatalf("registering a loopback URL: %v", err)
+	}
+	e.endpoint(outer.URL)
+	e.events(1, payments.EventPaymentSucceeded)
+	if err := e.dispatcher(webhooks.Config{}).RunOnce(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hit.Load() != 0 {
+		t.Fatal("the redirect was followed to a loopback service")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND last_http_status = 307`); n != 1 {
+		t.Fatal("the redirect is not a failed attempt")
+	}
+}
+
+// Even a guard's own dialer refuses a disallowed address it is handed directly.
+func TestGuardDialRefusesLoopback(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	t.Cleanup(srv.Close)
+	g := webhooks.NewGuard(nil, nil)
+	_, err := g.DialContext(context.Background(), "tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if !errors.Is(err, webhooks.ErrForbiddenAddress) {
+		t.Fatalf("dial loopback: %v", err)
+	}
+	allowed := webhooks.NewGuard(webhooks.Loopback, nil)
+	c, err := allowed.DialContext(context.Background(), "tcp", strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatalf("dial loopback when allowed: %v", err)
+	}
+	c.Close()
+}
