@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -56,6 +57,14 @@ type Options struct {
 	// of 0 turns rate limiting off.
 	RatePerSecond float64
 	RateBurst     int
+	// AuthFailureRate and AuthFailureBurst shape each client address's
+	// bucket of failed authentications (authlimit.go); a rate of 0 turns
+	// the limit off.
+	AuthFailureRate  float64
+	AuthFailureBurst int
+	// TrustedProxies are the load balancers and proxies in front: from
+	// them, the client's address is read from X-Forwarded-For.
+	TrustedProxies []*net.IPNet
 	// Listings answers GET /payments, GET /refunds, a payment's refunds and GET /events.
 	Listings Lister
 	// Observer counts the traffic; the metrics are served elsewhere (an
@@ -72,6 +81,10 @@ type Options struct {
 	// does: database calls may not hang forever. One minute when zero; set it
 	// above the lease plus the in-flight wait.
 	FlowTimeout time.Duration
+	// LookupTimeout bounds the database reads outside the payment flow:
+	// authentication, lookups and listings (DefaultLookupTimeout when
+	// zero). The flow keeps its own deadlines.
+	LookupTimeout time.Duration
 	// Notices receives the PSPs' notifications (POST /psp/{psp}/webhook);
 	// nil answers them 404.
 	Notices NoticeReceiver
@@ -92,7 +105,9 @@ type Server struct {
 	log    *slog.Logger
 	obs    Observer
 	limits *limiters
-	hash   *idemkeys.Hasher
+	// authFails counts failed authentications per client address.
+	authFails *authFailures
+	hash      *idemkeys.Hasher
 	// routes are the templates of the routes served, the only values of
 	// the route label besides "other".
 	routeSet map[string]bool
@@ -115,15 +130,21 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	if opts.FlowTimeout <= 0 {
 		opts.FlowTimeout = time.Minute
 	}
+	if opts.LookupTimeout <= 0 {
+		opts.LookupTimeout = DefaultLookupTimeout
+	}
 	if opts.Hasher == nil {
 		opts.Hasher = idemkeys.NewHasher(nil)
 	}
 	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
-		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), hash: opts.Hasher, routeSet: map[string]bool{}}
+		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), hash: opts.Hasher, routeSet: map[string]bool{},
+		authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst)}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
+	e.JSONSerializer = jsonSerializer{}
+	e.IPExtractor = ipExtractor(opts.TrustedProxies)
 	e.Use(withRequestID)
 	e.Use(s.observe)
 	e.Use(s.recoverer)
@@ -322,3 +343,23 @@ func requestID(c echo.Context) string {
 
 // readyTimeout bounds the database ping of /readyz.
 const readyTimeout = 2 * time.Second
+
+// DefaultLookupTimeout bounds the database reads of authentication, lookups
+// and listings: a stalled database answers 503, it does not hold the
+// request (and its connection) for the driver's read timeout.
+const DefaultLookupTimeout = 5 * time.Second
+
+// lookupCtx bounds a request's database reads outside the payment flow.
+func (s *Server) lookupCtx(c echo.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.Request().Context(), s.opts.LookupTimeout)
+}
+
+// bounded runs a read-only request under the lookup deadline.
+func (s *Server) bounded(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, cancel := s.lookupCtx(c)
+		defer cancel()
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
+}

@@ -82,7 +82,8 @@ func (s *Server) refusePublishable(next echo.HandlerFunc) echo.HandlerFunc {
 // browser: no Origin).
 func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		ctx := c.Request().Context()
+		ctx, cancel := s.lookupCtx(c)
+		defer cancel()
 		origin := c.Request().Header.Get(echo.HeaderOrigin)
 		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 		c.Response().Header().Add(echo.HeaderVary, echo.HeaderOrigin)
@@ -102,9 +103,12 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.opts.Browser == nil {
 			return &payments.Error{Code: payments.CodeUnauthorized, Message: "publishable keys are not accepted here"}
 		}
+		if err := s.checkAuthFailures(c); err != nil {
+			return err
+		}
 		m, origins, err := s.opts.Browser.AuthenticatePublishable(ctx, key)
 		if err != nil {
-			return err
+			return s.countAuthFailure(c, err)
 		}
 		if origin != "" && !payments.AllowsOrigin(origins, origin) {
 			return &payments.Error{Code: codeOriginNotAllowed,
@@ -163,7 +167,10 @@ func (s *Server) handlePreflight(method string) echo.HandlerFunc {
 		allowed := false
 		if s.opts.Browser != nil {
 			var err error
-			if allowed, err = s.opts.Browser.OriginAllowed(req.Context(), origin); err != nil {
+			ctx, cancel := s.lookupCtx(c)
+			allowed, err = s.opts.Browser.OriginAllowed(ctx, origin)
+			cancel()
+			if err != nil {
 				return err
 			}
 		}

@@ -45,11 +45,7 @@ func (s *Server) handleListEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := list[payments.EventView]{Object: "list", Data: make([]payments.EventView, 0, len(page.Items)), HasMore: page.HasMore}
-	for _, e := range page.Items {
-		out.Data = append(out.Data, payments.ToEventView(e))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToEventView))
 }
 
 func (s *Server) handleGetEvent(c echo.Context) error {

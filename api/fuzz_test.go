@@ -92,7 +92,7 @@ func parse(e *echo.Echo, s *Server, key string, body []byte) (payments.CreateReq
 	if err != nil {
 		return payments.CreateRequest{}, err
 	}
-	raw, err := s.readBody(c)
+	raw, err := s.readJSONBody(c)
 	if err != nil {
 		return payments.CreateRequest{}, err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -43,15 +44,18 @@ func (c *clock) Advance(d time.Duration) {
 
 // env is one gateway over a real database and a fresh fake PSP.
 type env struct {
-	t      *testing.T
-	db     *sqlx.DB
-	store  *store.Store
-	psp    *fake.PSP
-	clock  *clock
-	svc    *payments.Service
-	srv    *httptest.Server
-	apiKey string
-	merch  payments.Merchant
+	t     *testing.T
+	db    *sqlx.DB
+	store *store.Store
+	psp   *fake.PSP
+	clock *clock
+	svc   *payments.Service
+	srv   *httptest.Server
+	// handler is what srv serves: the API, checked against the contract;
+	// raw is the API alone, for clients whose requests do not parse.
+	handler, raw http.Handler
+	apiKey       string
+	merch        payments.Merchant
 	// checked is set when srv checks every exchange against the OpenAPI
 	// contract itself; otherwise do checks what the client sees.
 	checked bool
@@ -68,6 +72,8 @@ type envSetup struct {
 	api func(*api.Options)
 	// authTTL is how long a verified API key is trusted without a read.
 	authTTL time.Duration
+	// authStore, when set, decorates what authentication reads (to count its reads, say).
+	authStore func(payments.AuthStore) payments.AuthStore
 	// notices, when set, receives the PSPs' notifications (webhooks).
 	notices func(*store.Store) api.NoticeReceiver
 	// webhooks, when set, manages the webhook endpoints.
@@ -120,12 +126,18 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	// checked against the published OpenAPI document; a finding fails the test.
 	var tally exchangeTally
 	t.Cleanup(func() { t.Logf("OpenAPI contract checked %s", tally.String()) }) // after srv.Close: all served
-	e.srv = httptest.NewServer(contract.checked(api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now}), st, apiOpts), func(x exchange, findings []string) {
+	var authStore payments.AuthStore = st
+	if setup.authStore != nil {
+		authStore = setup.authStore(st)
+	}
+	e.raw = api.NewHandler(svc, payments.NewAuth(authStore, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now}), st, apiOpts)
+	e.handler = contract.checked(e.raw, func(x exchange, findings []string) {
 		tally.add(x.status)
 		if len(findings) > 0 {
 			reportFindings(e.t, x, findings)
 		}
-	}))
+	})
+	e.srv = httptest.NewServer(e.handler)
 	t.Cleanup(e.srv.Close)
 	e.merch, e.apiKey = e.newMerchant("Test merchant")
 	return e
@@ -283,3 +295,18 @@ func wantProblem(t *testing.T, res response, status int, slug string) {
 }
 
 const okBody = `{"amount": 1000, "currency": "KRW", "payment_method": "pm_card_ok", "description": "Order A-1", "metadata": {"order": "A-1", "channel": "web"}}`
+
+// serve runs the env's API in the server the gateway runs it in, on a
+// listener of its own, and returns its address: for tests that speak raw
+// HTTP/1.1 over TCP.
+func (e *env) serve(o api.ServerOptions, l api.ListenOptions) string {
+	e.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	srv := api.NewHTTPServer(e.raw, o)
+	go func() { _ = srv.Serve(api.Listen(ln, l)) }()
+	e.t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}

@@ -22,14 +22,19 @@ const merchantKey = "merchant"
 // authenticate resolves the bearer API key to a merchant.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if err := s.checkAuthFailures(c); err != nil {
+			return err
+		}
 		h := c.Request().Header.Get(echo.HeaderAuthorization)
 		scheme, key, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
-			return &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"}
+			return s.countAuthFailure(c, &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"})
 		}
-		m, err := s.auth.Authenticate(c.Request().Context(), strings.TrimSpace(key))
+		ctx, cancel := s.lookupCtx(c)
+		m, err := s.auth.Authenticate(ctx, strings.TrimSpace(key))
+		cancel()
 		if err != nil {
-			return err
+			return s.countAuthFailure(c, err)
 		}
 		c.Set(merchantKey, m)
 		return next(c)
@@ -72,7 +77,7 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	raw, err := s.readBody(c)
+	raw, err := s.readJSONBody(c)
 	if err != nil {
 		return err
 	}
@@ -166,34 +171,37 @@ func (s *Server) parseCreate(c echo.Context, key string, raw []byte) (payments.C
 }
 
 // decodeBody reads one JSON object into body, refusing unknown fields,
-// trailing data and bodies over the limit: every request body is read so.
+// keys said twice or in another case, invalid UTF-8, trailing data and
+// bodies over the limit: every request body is read so.
 func (s *Server) decodeBody(c echo.Context, body any) error {
-	raw, err := s.readBody(c)
+	raw, err := s.readJSONBody(c)
 	if err != nil {
 		return err
 	}
 	return decodeRaw(raw, body)
 }
 
-// readBody reads a JSON request's body, refusing other media types and
-// bodies over the limit.
-func (s *Server) readBody(c echo.Context) ([]byte, error) {
+// readJSONBody reads a JSON request's body, refusing other media types and
+// bodies over the limit or unreadable.
+func (s *Server) readJSONBody(c echo.Context) ([]byte, error) {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 			return nil, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
 		}
 	}
-	r := http.MaxBytesReader(c.Response(), c.Request().Body, s.opts.MaxBodyBytes)
-	raw, err := io.ReadAll(r)
+	raw, err := readBody(c, s.opts.MaxBodyBytes)
 	if err != nil {
-		return nil, err // *http.MaxBytesError → 413
+		return nil, err // *http.MaxBytesError → 413, *bodyUnreadable → 400
 	}
 	return raw, nil
 }
 
 // decodeRaw reads one JSON object from raw into body.
 func decodeRaw(raw []byte, body any) error {
+	if err := strictJSON(raw, body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(body); err != nil {

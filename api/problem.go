@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -82,8 +84,20 @@ func (s *Server) handleError(err error, c echo.Context) {
 		pe *payments.Error
 		he *echo.HTTPError
 		mb *http.MaxBytesError
+		bu *bodyUnreadable
 	)
 	switch {
+	case errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil:
+		// The client went away (or its connection broke) before the answer:
+		// nothing of ours failed, and nobody reads this answer.
+		s.log.InfoContext(c.Request().Context(), "client went away", "err", err, "path", c.Path())
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+		s.writeProblem(c, problems[payments.CodeInvalid], problem{Detail: "the client closed the request before its answer"})
+	case errors.As(err, &bu):
+		s.log.InfoContext(c.Request().Context(), "request body unreadable", "err", bu.err, "path", c.Path())
+		c.Response().Header().Set(echo.HeaderConnection, "close")
+		s.writeProblem(c, problems[payments.CodeInvalid], problem{
+			Detail: "the request body could not be read: it ended early, came too slowly or was malformed; send it again whole"})
 	case errors.As(err, &pe):
 		kind, ok := problems[pe.Code]
 		if !ok {
@@ -137,11 +151,16 @@ func (s *Server) writeProblem(c echo.Context, kind problemKind, p problem) {
 	p.Status = kind.status
 	p.Instance = c.Request().URL.Path
 	p.RequestID = requestID(c)
-	body, err := json.Marshal(p)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(p)
+	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if err != nil {
 		body = []byte(`{"type":"` + ProblemTypeBase + `internal","status":500}`)
 	}
 	if err := c.Blob(kind.status, "application/problem+json", body); err != nil {
-		s.log.Error("write problem", "err", err)
+		// The client went away: nothing the server could do better.
+		s.log.InfoContext(c.Request().Context(), "write problem", "err", err)
 	}
 }

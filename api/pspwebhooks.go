@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"io"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -30,9 +29,9 @@ func (s *Server) handlePSPWebhook(source string) echo.HandlerFunc {
 		if s.opts.Notices == nil {
 			return &payments.Error{Code: payments.CodeNotFound, Message: "notifications from " + source + " are not configured here"}
 		}
-		raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, maxNoticeBytes))
+		raw, err := readBody(c, maxNoticeBytes)
 		if err != nil {
-			return err // *http.MaxBytesError → 413
+			return err // *http.MaxBytesError → 413, *bodyUnreadable → 400
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), s.opts.FlowTimeout)
 		defer cancel()

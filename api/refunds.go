@@ -82,6 +82,15 @@ type list[T any] struct {
 	HasMore bool   `json:"has_more"`
 }
 
+// listOf is the listing of items, each rendered by view.
+func listOf[I, V any](items []I, hasMore bool, view func(I) V) list[V] {
+	out := list[V]{Object: "list", Data: make([]V, 0, len(items)), HasMore: hasMore}
+	for _, it := range items {
+		out.Data = append(out.Data, view(it))
+	}
+	return out
+}
+
 func (s *Server) handleListPayments(c echo.Context) error {
 	q, err := listQuery(c, "idempotency_key")
 	if err != nil {
@@ -91,11 +100,7 @@ func (s *Server) handleListPayments(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := list[payments.View]{Object: "list", Data: make([]payments.View, 0, len(page.Items)), HasMore: page.HasMore}
-	for _, p := range page.Items {
-		out.Data = append(out.Data, payments.ToView(p))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToView))
 }
 
 func (s *Server) handleListRefunds(c echo.Context) error {
@@ -108,11 +113,7 @@ func (s *Server) handleListRefunds(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := list[payments.RefundView]{Object: "list", Data: make([]payments.RefundView, 0, len(page.Items)), HasMore: page.HasMore}
-	for _, r := range page.Items {
-		out.Data = append(out.Data, payments.ToRefundView(r))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToRefundView))
 }
 
 // listParams are the query parameters every listing takes.

@@ -11,7 +11,7 @@ import (
 // With the replay cache on, replays answer the stored bytes, a different body
 // is still refused, and a key past retention is not replayed from memory.
 func TestReplayCache(t *testing.T) {
-	e := newEnv(t, func(s *envSetup) { s.cfg.ReplayCacheSize, s.cfg.Retention = 100, time.Hour })
+	e := newEnv(t, func(s *envSetup) { s.cfg.ReplayCacheBytes, s.cfg.Retention = 1<<20, time.Hour })
 	first := e.post("k", okBody)
 	wantStatus(t, first, http.StatusCreated)
 	for range 3 {
@@ -36,7 +36,7 @@ func TestReplayCache(t *testing.T) {
 // other bytes is a replay, another command is refused, a bad API key is
 // refused before anything, and another merchant's same key is its own.
 func TestReplayOfTheSameBytes(t *testing.T) {
-	e := newEnv(t, func(s *envSetup) { s.cfg.ReplayCacheSize, s.cfg.Retention = 100, time.Hour })
+	e := newEnv(t, func(s *envSetup) { s.cfg.ReplayCacheBytes, s.cfg.Retention = 1<<20, time.Hour })
 	first := e.post("k", okBody)
 	wantStatus(t, first, http.StatusCreated)
 	respaced := strings.Replace(okBody, `"amount": 1000`, `"amount":1000`, 1)

@@ -18,20 +18,33 @@ func (s *Server) routes(e *echo.Echo) {
 
 	// Middleware per route, not per group: an echo group with middleware
 	// catches every unmatched path, which would turn 404s and 405s into 401s.
-	merchant := []echo.MiddlewareFunc{s.refusePublishable, s.authenticate, s.rateLimit}
+	// Reads run under the lookup deadline; commands keep the flow's own.
+	merchant := []echo.MiddlewareFunc{noStore, s.refusePublishable, s.authenticate, s.rateLimit}
+	reading := append([]echo.MiddlewareFunc{s.bounded}, merchant...)
 	e.POST("/payments", s.handleCreatePayment, merchant...)
-	e.GET("/payments", s.handleFindPayment, merchant...)
+	e.GET("/payments", s.handleFindPayment, reading...)
 	e.POST("/payments/:id/refunds", s.handleCreateRefund, merchant...)
-	e.GET("/payments/:id/refunds", s.handleListRefunds, merchant...)
-	e.GET("/refunds", s.handleListRefunds, merchant...)
-	e.GET("/refunds/:id", s.handleGetRefund, merchant...)
+	e.GET("/payments/:id/refunds", s.handleListRefunds, reading...)
+	e.GET("/refunds", s.handleListRefunds, reading...)
+	e.GET("/refunds/:id", s.handleGetRefund, reading...)
 	e.POST("/webhook_endpoints", s.handleCreateEndpoint, merchant...)
-	e.GET("/webhook_endpoints", s.handleListEndpoints, merchant...)
-	e.GET("/webhook_endpoints/:id", s.handleGetEndpoint, merchant...)
+	e.GET("/webhook_endpoints", s.handleListEndpoints, reading...)
+	e.GET("/webhook_endpoints/:id", s.handleGetEndpoint, reading...)
 	e.DELETE("/webhook_endpoints/:id", s.handleDeleteEndpoint, merchant...)
 	e.POST("/webhook_endpoints/:id/rotate", s.handleRotateEndpoint, merchant...)
-	e.GET("/events", s.handleListEvents, merchant...)
-	e.GET("/events/:id", s.handleGetEvent, merchant...)
+	e.GET("/events", s.handleListEvents, reading...)
+	e.GET("/events/:id", s.handleGetEvent, reading...)
+	// OPTIONS of these paths tells their methods to a merchant only (echo
+	// would answer anyone); browsers never come here.
+	e.OPTIONS("/payments", s.handleOptions("GET, POST, OPTIONS"), reading...)
+	e.OPTIONS("/payments/:id/refunds", s.handleOptions("GET, POST, OPTIONS"), reading...)
+	e.OPTIONS("/refunds", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/refunds/:id", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/webhook_endpoints", s.handleOptions("GET, POST, OPTIONS"), reading...)
+	e.OPTIONS("/webhook_endpoints/:id", s.handleOptions("GET, DELETE, OPTIONS"), reading...)
+	e.OPTIONS("/webhook_endpoints/:id/rotate", s.handleOptions("POST, OPTIONS"), reading...)
+	e.OPTIONS("/events", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/events/:id", s.handleOptions("GET, OPTIONS"), reading...)
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).
@@ -43,7 +56,7 @@ func (s *Server) routes(e *echo.Echo) {
 	// origin its merchant allows, reads and confirms one payment; the CORS
 	// preflights of those two paths, before any authentication.
 	browser := []echo.MiddlewareFunc{s.authenticateBrowser, s.rateLimit}
-	e.GET("/payments/:id", s.handleGetPayment, browser...)
+	e.GET("/payments/:id", s.handleGetPayment, append([]echo.MiddlewareFunc{s.bounded}, browser...)...)
 	e.POST("/payments/:id/confirm", s.handleConfirmPayment, browser...)
 	e.OPTIONS("/payments/:id", s.handlePreflight(http.MethodGet))
 	e.OPTIONS("/payments/:id/confirm", s.handlePreflight(http.MethodPost))
@@ -80,5 +93,22 @@ func (s *Server) belowRoute(e *echo.Echo, parent string) echo.HandlerFunc {
 			return c.NoContent(http.StatusNoContent)
 		}
 		return echo.ErrMethodNotAllowed
+	}
+}
+
+// handleOptions answers OPTIONS with the methods a path takes.
+func (s *Server) handleOptions(allow string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderAllow, allow)
+		return c.NoContent(http.StatusNoContent)
+	}
+}
+
+// noStore keeps every answer of a merchant route, refusals included, out of
+// caches: they carry payment data.
+func noStore(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+		return next(c)
 	}
 }

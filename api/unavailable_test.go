@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 	srv := httptest.NewServer(api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{}), st, api.Options{}))
 	defer srv.Close()
 	e := &env{t: t, srv: srv}
-	res, err := e.do(context.Background(), http.MethodPost, "/payments", "sk_whatever", map[string]string{"Idempotency-Key": "k"}, okBody)
+	res, err := e.do(context.Background(), http.MethodPost, "/payments", "sk_"+strings.Repeat("a", 32), map[string]string{"Idempotency-Key": "k"}, okBody)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,11 +106,7 @@ func (s *Server) handleListEndpoints(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := list[endpointView]{Object: "list", Data: make([]endpointView, 0, len(eps))}
-	for _, e := range eps {
-		out.Data = append(out.Data, toEndpointView(e, ""))
-	}
-	return c.JSON(http.StatusOK, out)
+	return c.JSON(http.StatusOK, listOf(eps, false, func(e webhooks.Endpoint) endpointView { return toEndpointView(e, "") }))
 }
 
 func (s *Server) handleGetEndpoint(c echo.Context) error {

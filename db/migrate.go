@@ -102,6 +102,9 @@ func NewMigrator(dsn string) (*Migrator, error) {
 		return nil, err
 	}
 	cfg.MultiStatements = true
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DialTimeout // a migration may run long; reaching the server may not
+	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("db: %w", err)

@@ -31,6 +31,11 @@ type Auth struct {
 	store AuthStore
 	now   func() time.Time
 	cache *authCache
+	// unknown remembers, as briefly as verified keys, prefixes that no
+	// active key has, so that a client repeating a wrong key costs no
+	// database read either. (A new key's prefix is random: it cannot have
+	// been remembered as unknown.)
+	unknown *ttlCache[string, bool]
 }
 
 // NewAuth returns an Auth reading keys from store.
@@ -38,7 +43,8 @@ func NewAuth(store AuthStore, cfg AuthConfig) *Auth {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Auth{store: store, now: cfg.Now, cache: &authCache{ttl: cfg.CacheTTL, entries: map[[32]byte]authEntry{}}}
+	return &Auth{store: store, now: cfg.Now, cache: &authCache{ttl: cfg.CacheTTL, entries: map[[32]byte]authEntry{}},
+		unknown: &ttlCache[string, bool]{ttl: cfg.CacheTTL}}
 }
 
 // authCacheMax bounds the cache of recently verified keys; when full it is
@@ -64,18 +70,24 @@ type authEntry struct {
 // times say nothing about how close a guess was.
 func (a *Auth) Authenticate(ctx context.Context, apiKey string) (Merchant, error) {
 	unauthorized := &Error{Code: CodeUnauthorized, Message: "missing or invalid API key"}
-	prefix := KeyPrefix(apiKey)
-	if prefix == "" || len(apiKey) > 128 {
+	if !wellFormedKey(apiKey, APIKeyPrefix) {
 		return Merchant{}, unauthorized
 	}
+	prefix := KeyPrefix(apiKey)
 	hash := HashAPIKey(apiKey)
 	now := a.now()
 	if m, ok := a.cache.get(hash, now); ok {
 		return m, nil
 	}
+	if _, ok := a.unknown.get(prefix, now); ok {
+		return Merchant{}, unauthorized
+	}
 	keys, merchants, err := a.store.ActiveKeysByPrefix(ctx, prefix)
 	if err != nil {
 		return Merchant{}, internal(err)
+	}
+	if len(keys) == 0 {
+		a.unknown.put(prefix, true, now)
 	}
 	found := -1
 	for i, k := range keys {
@@ -97,7 +109,7 @@ func (c *authCache) get(hash [32]byte, now time.Time) (Merchant, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[hash]
-	if !ok || now.After(e.expires) {
+	if !ok || !now.Before(e.expires) {
 		return Merchant{}, false
 	}
 	return e.merchant, true
@@ -120,4 +132,5 @@ func (a *Auth) Forget() {
 	a.cache.mu.Lock()
 	defer a.cache.mu.Unlock()
 	clear(a.cache.entries)
+	a.unknown.clear()
 }

@@ -132,6 +132,8 @@ type BrowserAuth struct {
 	now     func() time.Time
 	keys    *ttlCache[[32]byte, browserMerchant]
 	origins *ttlCache[string, bool]
+	// unknown remembers prefixes no active publishable key has.
+	unknown *ttlCache[string, bool]
 }
 
 // browserMerchant is a publishable key's merchant with the origins it allows.
@@ -147,7 +149,8 @@ func NewBrowserAuth(store BrowserStore, cfg AuthConfig) *BrowserAuth {
 	}
 	return &BrowserAuth{store: store, now: cfg.Now,
 		keys:    &ttlCache[[32]byte, browserMerchant]{ttl: cfg.CacheTTL},
-		origins: &ttlCache[string, bool]{ttl: cfg.CacheTTL}}
+		origins: &ttlCache[string, bool]{ttl: cfg.CacheTTL},
+		unknown: &ttlCache[string, bool]{ttl: cfg.CacheTTL}}
 }
 
 // AuthenticatePublishable finds the merchant owning an active publishable
@@ -157,18 +160,24 @@ func NewBrowserAuth(store BrowserStore, cfg AuthConfig) *BrowserAuth {
 // CodeUnavailable or CodeInternal when it cannot tell.
 func (a *BrowserAuth) AuthenticatePublishable(ctx context.Context, key string) (Merchant, []string, error) {
 	unauthorized := &Error{Code: CodeUnauthorized, Message: "missing or invalid publishable key"}
-	prefix := PublishablePrefix(key)
-	if prefix == "" || len(key) > 128 {
+	if !wellFormedKey(key, PublishableKeyPrefix) {
 		return Merchant{}, nil, unauthorized
 	}
+	prefix := PublishablePrefix(key)
 	hash := HashAPIKey(key)
 	now := a.now()
 	if bm, ok := a.keys.get(hash, now); ok {
 		return bm.merchant, bm.origins, nil
 	}
+	if _, ok := a.unknown.get(prefix, now); ok {
+		return Merchant{}, nil, unauthorized
+	}
 	keys, merchants, err := a.store.ActivePublishableKeysByPrefix(ctx, prefix)
 	if err != nil {
 		return Merchant{}, nil, internal(err)
+	}
+	if len(keys) == 0 {
+		a.unknown.put(prefix, true, now)
 	}
 	found := -1
 	for i, k := range keys {
@@ -226,6 +235,7 @@ func AllowsOrigin(allowed []string, origin string) bool {
 func (a *BrowserAuth) Forget() {
 	a.keys.clear()
 	a.origins.clear()
+	a.unknown.clear()
 }
 
 // ttlCacheMax bounds a ttlCache; when full it is emptied, which costs one
@@ -252,7 +262,7 @@ func (c *ttlCache[K, V]) get(k K, now time.Time) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[k]
-	if !ok || now.After(e.expires) {
+	if !ok || !now.Before(e.expires) {
 		return zero, false
 	}
 	return e.v, true

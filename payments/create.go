@@ -17,6 +17,12 @@ const (
 	MaxMetadataKeys     = 20
 	MaxMetadataKeyLen   = 40
 	MaxMetadataValueLen = 500
+	// MaxTextBytes bounds the text a request carries (payment method,
+	// description, reason, metadata keys and values) in UTF-8 bytes, all
+	// together: it bounds the answer stored for its key (the text is stored
+	// once in it, without HTML escaping), which the character limits alone
+	// let reach about 47 KB.
+	MaxTextBytes = 16 << 10
 )
 
 // EndpointCreatePayment scopes the idempotency keys of POST /payments.
@@ -78,6 +84,7 @@ func (r CreateRequest) Validate() error {
 		add("description", "must be at most %d printable characters", MaxDescriptionLen)
 	}
 	fields = append(fields, validateMetadata(r.Metadata)...)
+	fields = append(fields, validateTextBytes(r.Metadata, r.PaymentMethod, r.Description)...)
 	if len(fields) > 0 {
 		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
 	}
@@ -104,6 +111,22 @@ func validateMetadata(md map[string]string) []FieldError {
 		}
 	}
 	return fields
+}
+
+// validateTextBytes checks the text of a request against MaxTextBytes.
+func validateTextBytes(md map[string]string, texts ...string) []FieldError {
+	n := 0
+	for _, t := range texts {
+		n += len(t)
+	}
+	for k, v := range md {
+		n += len(k) + len(v)
+	}
+	if n > MaxTextBytes {
+		return []FieldError{{Field: "metadata", Reason: fmt.Sprintf(
+			"together with the other text fields holds %d bytes of UTF-8; at most %d are stored", n, MaxTextBytes)}}
+	}
+	return nil
 }
 
 // Fingerprint identifies the command, not its bytes: a client that sends the

@@ -67,6 +67,24 @@ func visiblePrefix(plain, kind string) string {
 	return plain[:len(kind)+apiKeyVisible]
 }
 
+// keySecretLen is the length of a key's secret part: 160 bits in base32.
+const keySecretLen = 32
+
+// wellFormedKey reports whether plain has the shape of a key of a kind
+// (its prefix, then 32 lowercase base32 characters): anything else cannot
+// be a key, and is refused without a database read.
+func wellFormedKey(plain, kind string) bool {
+	if len(plain) != len(kind)+keySecretLen || !strings.HasPrefix(plain, kind) {
+		return false
+	}
+	for i := len(kind); i < len(plain); i++ {
+		if c := plain[i]; !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // StoredKey is an API key as stored: never the plaintext.
 type StoredKey struct {
 	MerchantID string

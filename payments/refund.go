@@ -3,7 +3,6 @@ package payments
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -109,6 +108,7 @@ func (r RefundRequest) Validate() error {
 		add("reason", "must be at most %d printable characters", MaxRefundReasonLen)
 	}
 	fields = append(fields, validateMetadata(r.Metadata)...)
+	fields = append(fields, validateTextBytes(r.Metadata, r.Reason)...)
 	if len(fields) > 0 {
 		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
 	}
@@ -214,7 +214,7 @@ func ToRefundView(r Refund) RefundView {
 // RenderRefund is the answer stored for a refund's key, by every path that
 // settles one.
 func RenderRefund(r Refund) idemkeys.Response {
-	body, err := json.Marshal(ToRefundView(r))
+	body, err := encodeJSON(ToRefundView(r))
 	if err != nil {
 		panic("payments: render refund: " + err.Error())
 	}

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"time"
@@ -84,12 +85,26 @@ func nullable(s string) *string {
 // stored for its idempotency key; the live path and every settlement path use
 // it, so a replay never depends on who finished the payment.
 func Render(p Payment) idemkeys.Response {
-	body, err := json.Marshal(ToView(p))
+	body, err := encodeJSON(ToView(p))
 	if err != nil {
 		// A View holds only strings, integers and a string map: it always marshals.
 		panic("payments: render: " + err.Error())
 	}
 	return idemkeys.Response{Status: StatusCode(p.Status), Body: body}
+}
+
+// encodeJSON is how answers are written: without json.Marshal's HTML
+// escaping, which turns each of <, > and & into six bytes (an answer is
+// never embedded in HTML; its Content-Type says JSON), so a stored answer
+// stays the size of the text it holds.
+func encodeJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // StatusCode is the HTTP status a payment's creation answers with.

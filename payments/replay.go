@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"container/list"
 	"context"
 	"net/http"
 	"sync"
@@ -16,11 +17,20 @@ import (
 // one; an entry expires when its key's retention would (measured on this
 // process's clock from the age the database gave), so a purged key still
 // gets its 409.
+//
+// It is bounded by bytes, not entries (answers differ in size by a hundred
+// times), evicts the least recently used answer first, and keeps any one
+// merchant to a share of it: a merchant replaying or creating at full speed
+// pushes out its own old answers, not everyone else's.
 type replayCache struct {
-	max       int
-	retention time.Duration
-	mu        sync.Mutex
-	entries   map[idemkeys.Ref]cachedReplay
+	maxBytes      int64
+	merchantBytes int64
+	retention     time.Duration
+	mu            sync.Mutex
+	bytes         int64
+	lru           *list.List // of *replayEntry, most recent first
+	entries       map[idemkeys.Ref]*replayEntry
+	merchants     map[string]*merchantShare
 }
 
 type cachedReplay struct {
@@ -34,21 +44,48 @@ type cachedReplay struct {
 	expires time.Time
 }
 
-func newReplayCache(max int, retention time.Duration) *replayCache {
-	return &replayCache{max: max, retention: retention, entries: map[idemkeys.Ref]cachedReplay{}}
+type replayEntry struct {
+	ref      idemkeys.Ref
+	replay   cachedReplay
+	size     int64
+	all, own *list.Element
+}
+
+// merchantShare is one merchant's part of the cache.
+type merchantShare struct {
+	bytes int64
+	lru   *list.List // of *replayEntry, most recent first
+}
+
+// replayMerchantShare: no merchant holds more than this fraction of the cache.
+const replayMerchantShare = 4
+
+// replayEntryOverhead approximates what an entry costs besides its key and
+// body: the map slot, the list elements, the strings' headers.
+const replayEntryOverhead = 256
+
+func newReplayCache(maxBytes int64, retention time.Duration) *replayCache {
+	return &replayCache{maxBytes: maxBytes, merchantBytes: maxBytes / replayMerchantShare, retention: retention,
+		lru: list.New(), entries: map[idemkeys.Ref]*replayEntry{}, merchants: map[string]*merchantShare{}}
 }
 
 func (c *replayCache) get(ref idemkeys.Ref, now time.Time) (cachedReplay, bool) {
-	if c.max <= 0 {
+	if c.maxBytes <= 0 {
 		return cachedReplay{}, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[ref]
-	if !ok || !now.Before(e.expires) {
+	if !ok {
 		return cachedReplay{}, false
 	}
-	return e, true
+	if !now.Before(e.replay.expires) {
+		c.remove(e)
+		return cachedReplay{}, false
+	}
+	c.lru.MoveToFront(e.all)
+	c.merchants[ref.MerchantID].lru.MoveToFront(e.own)
+	return e.replay, true
 }
 
 // ReplayBody answers a POST /payments from this process's cache when the
@@ -69,16 +106,62 @@ func (s *Service) ReplayBody(ctx context.Context, merchantID, key string, digest
 	return s.replay(attempt{ref: ref, client: ctx}, e.paymentID, e.resp), true
 }
 
-func (c *replayCache) put(ref idemkeys.Ref, e cachedReplay) {
-	if c.max <= 0 || (e.resp.Status != http.StatusCreated && e.resp.Status != http.StatusPaymentRequired) {
+func (c *replayCache) put(ref idemkeys.Ref, r cachedReplay) {
+	if c.maxBytes <= 0 || (r.resp.Status != http.StatusCreated && r.resp.Status != http.StatusPaymentRequired) {
 		return
+	}
+	size := int64(len(r.resp.Body)+len(r.paymentID)+len(ref.MerchantID)+len(ref.Endpoint)+len(ref.Key)) + replayEntryOverhead
+	if size > c.merchantBytes {
+		return // an answer larger than a merchant's share is read from the database
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.entries) >= c.max {
-		clear(c.entries) // crude but bounded; a miss only costs one read
+	if old, ok := c.entries[ref]; ok {
+		c.remove(old)
 	}
+	m, ok := c.merchants[ref.MerchantID]
+	if !ok {
+		m = &merchantShare{lru: list.New()}
+		c.merchants[ref.MerchantID] = m
+	}
+	for m.bytes+size > c.merchantBytes {
+		c.remove(m.lru.Back().Value.(*replayEntry))
+	}
+	for c.bytes+size > c.maxBytes {
+		c.remove(c.lru.Back().Value.(*replayEntry))
+	}
+	if _, ok := c.merchants[ref.MerchantID]; !ok { // emptied and dropped by the evictions above
+		c.merchants[ref.MerchantID] = m
+	}
+	e := &replayEntry{ref: ref, replay: r, size: size}
+	e.all = c.lru.PushFront(e)
+	e.own = m.lru.PushFront(e)
 	c.entries[ref] = e
+	c.bytes += size
+	m.bytes += size
+}
+
+// remove drops e; the caller holds c.mu.
+func (c *replayCache) remove(e *replayEntry) {
+	c.lru.Remove(e.all)
+	m := c.merchants[e.ref.MerchantID]
+	m.lru.Remove(e.own)
+	m.bytes -= e.size
+	if m.lru.Len() == 0 {
+		delete(c.merchants, e.ref.MerchantID)
+	}
+	c.bytes -= e.size
+	delete(c.entries, e.ref)
+}
+
+// size is the cache's bytes and how many of them merchantID holds.
+func (c *replayCache) size(merchantID string) (total, merchant int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m, ok := c.merchants[merchantID]; ok {
+		merchant = m.bytes
+	}
+	return c.bytes, merchant
 }
 
 // Replays of one key are paced: a burst of about replayBurst, then one per

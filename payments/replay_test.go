@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 func TestReplayCacheKeepsOnlyFinalAnswersWhileRetained(t *testing.T) {
 	ref := idemkeys.Ref{MerchantID: "m", Endpoint: EndpointCreatePayment, Key: "k"}
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	c := newReplayCache(10, time.Hour)
+	c := newReplayCache(1<<20, time.Hour)
 	c.put(ref, cachedReplay{resp: idemkeys.Response{Status: http.StatusAccepted}, expires: t0.Add(time.Hour)})
 	if _, ok := c.get(ref, t0); ok {
 		t.Fatal("a 202 under review was kept: ops may still rewrite it")
@@ -23,14 +24,69 @@ func TestReplayCacheKeepsOnlyFinalAnswersWhileRetained(t *testing.T) {
 	if _, ok := c.get(ref, t0.Add(time.Hour)); ok {
 		t.Fatal("an answer past retention was replayed from memory")
 	}
-	for i := range 10 {
-		c.put(idemkeys.Ref{Key: string(rune('a' + i))}, cachedReplay{resp: idemkeys.Response{Status: http.StatusPaymentRequired}, expires: t0.Add(time.Hour)})
-	}
-	if len(c.entries) > 10 {
-		t.Fatalf("cache holds %d entries, bound 10", len(c.entries))
-	}
 	if _, ok := newReplayCache(0, time.Hour).get(ref, t0); ok {
 		t.Fatal("a disabled cache answered")
+	}
+}
+
+// The cache is bounded by bytes, not entries: whatever the answers' sizes it
+// holds at most its bound, evicts the least recently used answer first, and
+// one merchant filling it at full speed pushes out only its own answers.
+func TestReplayCacheIsBoundedByBytesAndShared(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	const bound = 1 << 20
+	c := newReplayCache(bound, time.Hour)
+	answer := func(n int) cachedReplay {
+		return cachedReplay{paymentID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated, Body: make([]byte, n)}, expires: t0.Add(time.Hour)}
+	}
+	ref := func(merchant string, i int) idemkeys.Ref {
+		return idemkeys.Ref{MerchantID: merchant, Endpoint: EndpointCreatePayment, Key: fmt.Sprint("k", i)}
+	}
+	// Three quiet merchants, a few answers each.
+	for _, m := range []string{"a", "b", "c"} {
+		for i := range 10 {
+			c.put(ref(m, i), answer(1000))
+		}
+	}
+	// One loud merchant: 10,000 answers of up to 71 KB, ~700 MB all told.
+	for i := range 10_000 {
+		c.put(ref("loud", i), answer(1000+(i*7919)%70_000))
+		if i%1000 == 0 {
+			_, _ = c.get(ref("a", 0), t0) // merchant a's first key stays in use
+		}
+		if total, loud := c.size("loud"); total > bound || loud > bound/replayMerchantShare {
+			t.Fatalf("after %d puts: %d bytes held (bound %d), %d by one merchant (share %d)", i+1, total, bound, loud, bound/replayMerchantShare)
+		}
+	}
+	for _, m := range []string{"a", "b", "c"} {
+		for i := range 10 {
+			if _, ok := c.get(ref(m, i), t0); !ok {
+				t.Fatalf("merchant %s's answer %d was pushed out by another merchant", m, i)
+			}
+		}
+	}
+	if _, ok := c.get(ref("loud", 0), t0); ok {
+		t.Fatal("the loud merchant's oldest answer outlived its newest")
+	}
+	if _, ok := c.get(ref("loud", 9_999), t0); !ok {
+		t.Fatal("the loud merchant's newest answer was not kept")
+	}
+	// Recency decides among everyone once the cache is full: answers used
+	// lately stay, the ones nobody asked for go first.
+	for _, m := range []string{"d", "e", "f", "g", "h"} {
+		for i := range 200 {
+			c.put(ref(m, i), answer(1000))
+			_, _ = c.get(ref("a", 0), t0)
+		}
+	}
+	if total, _ := c.size(""); total > bound {
+		t.Fatalf("%d bytes held, bound %d", total, bound)
+	}
+	if _, ok := c.get(ref("a", 0), t0); !ok {
+		t.Fatal("the answer used all along was evicted")
+	}
+	if _, ok := c.get(ref("b", 0), t0); ok {
+		t.Fatal("an answer nobody asked for outlived the ones in use")
 	}
 }
 

@@ -42,9 +42,9 @@ type Config struct {
 	Hasher *idemkeys.Hasher
 	// Observer is told what the flow does, for metrics; nil observes nothing.
 	Observer Observer
-	// ReplayCacheSize is how many final answers this process keeps for
+	// ReplayCacheBytes bounds the final answers this process keeps for
 	// replays without a database read; 0 keeps none.
-	ReplayCacheSize int
+	ReplayCacheBytes int64
 	// Retention is how long a completed key replays (the reconciler purges
 	// it after); DefaultRetention when zero.
 	Retention time.Duration
@@ -152,7 +152,7 @@ func NewService(store FlowStore, psps *PSPs, cfg Config) *Service {
 	if cfg.Hasher == nil {
 		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
-	return &Service{replays: newReplayCache(cfg.ReplayCacheSize, cfg.Retention), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
+	return &Service{replays: newReplayCache(cfg.ReplayCacheBytes, cfg.Retention), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
 		store: store, psps: psps, hash: cfg.Hasher, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer}
 }
 

@@ -45,11 +45,11 @@ func poolOptions() db.PoolOptions {
 // serviceConfig is the flow's settings at their defaults, as serve has them.
 func serviceConfig() payments.Config {
 	return payments.Config{
-		Lease:           payments.DefaultLease,
-		PSPTimeout:      payments.DefaultPSPTimeout,
-		InFlightWait:    payments.DefaultInFlightWait,
-		ReplayCacheSize: payments.DefaultReplayCacheSize,
-		Retention:       payments.DefaultRetention,
+		Lease:            payments.DefaultLease,
+		PSPTimeout:       payments.DefaultPSPTimeout,
+		InFlightWait:     payments.DefaultInFlightWait,
+		ReplayCacheBytes: payments.DefaultReplayCacheBytes,
+		Retention:        payments.DefaultRetention,
 	}
 }
 
@@ -310,19 +310,19 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 		return nil, errors.Join(err, g.close())
 	}
 	g.url = "http://" + ln.Addr().String()
-	g.srv = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      cfg.PSPTimeout*2 + cfg.InFlightWait + 10*time.Second,
-		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    32 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	// The server and listener the gateway runs in (framing watched, connections capped).
+	g.srv = api.NewHTTPServer(handler, api.ServerOptions{
+		WriteTimeout: cfg.PSPTimeout*2 + cfg.InFlightWait + 10*time.Second,
+		Logger:       log,
+	})
 	if label {
-		g.srv.ConnState = g.labelConn
+		tracked := g.srv.ConnState
+		g.srv.ConnState = func(c net.Conn, st http.ConnState) {
+			tracked(c, st)
+			g.labelConn(c, st)
+		}
 	}
-	go func() { _ = g.srv.Serve(ln) }()
+	go func() { _ = g.srv.Serve(api.Listen(ln, api.ListenOptions{MaxConns: api.DefaultMaxConns(32)})) }()
 	return g, nil
 }
 

@@ -228,6 +228,7 @@ type commandLine struct {
 	Reconcile   reconcileCmd   `cmd:"" help:"Settle unfinished payments: a daemon, or one pass with a report (--once)."`
 	Webhooks    webhooksCmd    `cmd:"" help:"Merchants' webhook endpoints (create, list, delete, rotate, enable, disable, resend) and the dispatcher."`
 	Dev         devCmd         `cmd:"" help:"What make run does: a private MariaDB, migrations, a demo merchant, the API."`
+	Keys        logKeysCmd     `cmd:"" help:"What the logs call an idempotency key (keyed hashes)."`
 	Healthcheck healthcheckCmd `cmd:"" help:"Exit 0 when the gateway at GATEWAY_ADDR is ready (for container healthchecks)."`
 	Version     versionCmd     `cmd:"" help:"Print this build's version."`
 	Help        helpCmd        `cmd:"" help:"Show the help of a command."`

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"gateway/api"
 	"gateway/db"
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/reconcile"
+	"gateway/webhooks"
 )
 
 // The configuration is made of groups of flags, each flag also read from its
@@ -43,6 +45,10 @@ func defaultVars() map[string]string {
 		"purge_batch":            fmt.Sprint(reconcile.DefaultPurgeBatch),
 		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
 		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
+		"replay_cache_bytes":     fmt.Sprint(payments.DefaultReplayCacheBytes),
+		"auth_failure_rate":      fmt.Sprint(api.DefaultAuthFailureRate),
+		"auth_failure_burst":     fmt.Sprint(api.DefaultAuthFailureBurst),
+		"idle_timeout":           durationDefault(api.DefaultIdleTimeout),
 	}
 	for k, v := range webhookDefaultVars() {
 		vars[k] = v
@@ -120,30 +126,71 @@ func (c *adminConfig) check() []error {
 
 // httpConfig is the public listener and what it allows each merchant.
 type httpConfig struct {
-	Addr            string        `name:"addr" env:"GATEWAY_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" group:"http" help:"HTTP listen address"`
-	Admin           adminConfig   `embed:""`
-	AuthCacheTTL    time.Duration `name:"auth-cache-ttl" env:"GATEWAY_AUTH_CACHE_TTL" default:"${auth_cache_ttl}" group:"http" help:"how long a replica trusts a verified API key without reading the database (a revoked key works that much longer); 0s reads every time"`
-	RateLimit       float64       `name:"rate-limit" env:"GATEWAY_RATE_LIMIT" default:"100" group:"http" help:"requests per second each merchant may send to one replica; 0 turns the limit off"`
-	RateBurst       int           `name:"rate-burst" env:"GATEWAY_RATE_BURST" default:"200" group:"http" help:"requests a merchant may send at once above the rate"`
-	InFlightWait    time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"${inflight_wait}" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
-	MaxBodyBytes    int64         `name:"max-body-bytes" env:"GATEWAY_MAX_BODY_BYTES" default:"65536" group:"http" help:"largest accepted request body"`
-	ShutdownTimeout time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"30s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM; at least twice GATEWAY_PSP_TIMEOUT plus 5s"`
+	Addr             string        `name:"addr" env:"GATEWAY_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" group:"http" help:"HTTP listen address"`
+	Admin            adminConfig   `embed:""`
+	AuthCacheTTL     time.Duration `name:"auth-cache-ttl" env:"GATEWAY_AUTH_CACHE_TTL" default:"${auth_cache_ttl}" group:"http" help:"how long a replica trusts a verified API key without reading the database: a revoked key stops working on every replica within this time (at most 5s); 0s reads every time"`
+	RateLimit        float64       `name:"rate-limit" env:"GATEWAY_RATE_LIMIT" default:"100" group:"http" help:"requests per second each merchant may send to one replica; 0 turns the limit off"`
+	RateBurst        int           `name:"rate-burst" env:"GATEWAY_RATE_BURST" default:"200" group:"http" help:"requests a merchant may send at once above the rate"`
+	AuthFailureRate  float64       `name:"auth-failure-rate" env:"GATEWAY_AUTH_FAILURE_RATE" default:"${auth_failure_rate}" group:"http" help:"failed authentications per second one client address may make in the long run before it is answered 429; 0 turns the limit off"`
+	AuthFailureBurst int           `name:"auth-failure-burst" env:"GATEWAY_AUTH_FAILURE_BURST" default:"${auth_failure_burst}" group:"http" help:"failed authentications one client address may make at once"`
+	TrustedProxies   []string      `name:"trusted-proxies" env:"GATEWAY_TRUSTED_PROXIES" sep:"," placeholder:"CIDR,…" group:"http" help:"addresses (CIDR) of the load balancers in front, whose X-Forwarded-For names the client (unset: the peer is the client)"`
+	InFlightWait     time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"${inflight_wait}" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
+	MaxBodyBytes     int64         `name:"max-body-bytes" env:"GATEWAY_MAX_BODY_BYTES" default:"65536" group:"http" help:"largest accepted request body"`
+	MaxConns         int           `name:"max-conns" env:"GATEWAY_MAX_CONNS" default:"0" group:"http" help:"most client connections open at once; at the cap an idle one is closed, or the next waits (0: derived from the open-files limit, leaving room for the database pool)"`
+	IdleTimeout      time.Duration `name:"idle-timeout" env:"GATEWAY_IDLE_TIMEOUT" default:"${idle_timeout}" group:"http" help:"how long an idle keep-alive connection is kept open (behind a load balancer: above the balancer's own idle timeout)"`
+	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"30s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM; at least twice GATEWAY_PSP_TIMEOUT plus 5s"`
 }
 
 func (c *httpConfig) check() []error {
 	errs := hostPort(nil, "GATEWAY_ADDR", c.Addr)
-	if c.AuthCacheTTL < 0 {
-		errs = append(errs, problem("GATEWAY_AUTH_CACHE_TTL", "must be a duration ≥ 0 such as 0s or 10s"))
+	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > payments.MaxAuthCacheTTL {
+		errs = append(errs, problem("GATEWAY_AUTH_CACHE_TTL", "must be a duration from 0s to %s (a revoked key works that long on every replica)", payments.MaxAuthCacheTTL))
 	}
 	if c.RateLimit < 0 {
 		errs = append(errs, problem("GATEWAY_RATE_LIMIT", "must be a number ≥ 0"))
 	}
 	errs = positive(errs, "GATEWAY_RATE_BURST", c.RateBurst)
+	if c.AuthFailureRate < 0 {
+		errs = append(errs, problem("GATEWAY_AUTH_FAILURE_RATE", "must be a number ≥ 0"))
+	}
+	errs = positive(errs, "GATEWAY_AUTH_FAILURE_BURST", c.AuthFailureBurst)
+	if _, err := c.trustedProxies(); err != nil {
+		errs = append(errs, problem("GATEWAY_TRUSTED_PROXIES", "must list addresses or CIDR ranges such as 10.0.0.0/8: %v", err))
+	}
 	errs = positiveDuration(errs, "GATEWAY_INFLIGHT_WAIT", c.InFlightWait)
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, problem("GATEWAY_MAX_BODY_BYTES", "must be an integer ≥ 1024"))
 	}
+	errs = positiveDuration(errs, "GATEWAY_IDLE_TIMEOUT", c.IdleTimeout)
+	if c.MaxConns < 0 {
+		errs = append(errs, problem("GATEWAY_MAX_CONNS", "must be an integer ≥ 0 (0: derived from the open-files limit)"))
+	}
 	return positiveDuration(errs, "GATEWAY_SHUTDOWN_TIMEOUT", c.ShutdownTimeout)
+}
+
+// trustedProxies parses GATEWAY_TRUSTED_PROXIES; a plain address is its own range.
+func (c *httpConfig) trustedProxies() ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for _, v := range c.TrustedProxies {
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		if ip := net.ParseIP(v); ip != nil {
+			bits := 8 * len(ip.To16())
+			if ip.To4() != nil {
+				ip, bits = ip.To4(), 32
+			}
+			out = append(out, &net.IPNet{IP: ip, Mask: net.CIDRMask(bits, bits)})
+			continue
+		}
+		_, n, err := net.ParseCIDR(v)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // flowConfig times the payment flow; the reconciler shares it.
@@ -161,6 +208,9 @@ func (c *flowConfig) check() []error {
 	errs = positiveDuration(errs, "GATEWAY_PSP_TIMEOUT", c.PSPTimeout)
 	errs = positiveDuration(errs, "GATEWAY_IDEMPOTENCY_RETENTION", c.Retention)
 	errs = positiveDuration(errs, "GATEWAY_EVENT_RETENTION", c.EventRetention)
+	if c.EventRetention > 0 && c.EventRetention <= webhooks.DefaultMaxAge {
+		errs = append(errs, fmt.Errorf("GATEWAY_EVENT_RETENTION (%s) must exceed how long a webhook delivery is retried (%s): an event purged before its last attempt could not be delivered", c.EventRetention, webhooks.DefaultMaxAge))
+	}
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
 	}
@@ -315,10 +365,15 @@ type serverConfig struct {
 	Webhooks     webhookConfig   `embed:""`
 	Dispatch     dispatchConfig  `embed:""`
 	Log          logConfig       `embed:""`
+	// ReplayCacheBytes bounds the answers kept in memory for replays.
+	ReplayCacheBytes int64 `name:"replay-cache-bytes" env:"GATEWAY_REPLAY_CACHE_BYTES" default:"${replay_cache_bytes}" group:"flow" help:"bytes of final answers this replica keeps in memory to replay without a database read (one merchant holds at most a quarter); 0 keeps none"`
 }
 
 func (c *serverConfig) check() []error {
 	errs := positiveDuration(nil, "GATEWAY_MAX_CLOCK_SKEW", c.MaxClockSkew)
+	if c.ReplayCacheBytes < 0 {
+		errs = append(errs, problem("GATEWAY_REPLAY_CACHE_BYTES", "must be an integer ≥ 0 (bytes)"))
+	}
 	if least := 2*c.Flow.PSPTimeout + 5*time.Second; c.HTTP.ShutdownTimeout < least {
 		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.HTTP.ShutdownTimeout, least))
 	}

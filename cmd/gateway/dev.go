@@ -56,6 +56,16 @@ func (c *devCmd) Run(ctx context.Context, a *app) error {
 		}
 		cfg.DB.DSN = srv.DSN("gateway")
 		fmt.Fprintf(stderr, "private MariaDB on %s, data in %s\n", srv.Addr(), dir)
+		if cfg.Log.HashSecret == "" {
+			// Kept beside the private database, so that its logs correlate
+			// from one run to the next and gateway keys hash can name keys.
+			path, secret, err := devHashSecret(dir)
+			if err != nil {
+				return fmt.Errorf("log hash secret: %w", err)
+			}
+			cfg.Log.HashSecret = secret
+			fmt.Fprintf(stderr, "logs name keys by a hash keyed with the secret in %s (GATEWAY_LOG_HASH_SECRET=$(cat %s) gateway keys hash --merchant M KEY)\n", path, path)
+		}
 		if cfg.Webhooks.Key == "" {
 			if cfg.Webhooks.Key, err = devWebhookKey(dir); err != nil {
 				return fmt.Errorf("webhook key: %w", err)

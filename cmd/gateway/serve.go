@@ -71,14 +71,19 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	go guard.Run(guardCtx, clockCheckEvery)
 	svc := newService(cfg, st, psps, log, m, guard.Err)
 	apiOpts := api.Options{
-		MaxBodyBytes:  cfg.HTTP.MaxBodyBytes,
-		Hasher:        cfg.Log.hasher(),
-		RatePerSecond: cfg.HTTP.RateLimit,
-		RateBurst:     cfg.HTTP.RateBurst,
-		FlowTimeout:   cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout,
-		Observer:      m,
-		Logger:        log,
-		Listings:      payments.NewListings(st),
+		MaxBodyBytes:     cfg.HTTP.MaxBodyBytes,
+		Hasher:           cfg.Log.hasher(),
+		RatePerSecond:    cfg.HTTP.RateLimit,
+		RateBurst:        cfg.HTTP.RateBurst,
+		AuthFailureRate:  cfg.HTTP.AuthFailureRate,
+		AuthFailureBurst: cfg.HTTP.AuthFailureBurst,
+		FlowTimeout:      cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout,
+		Observer:         m,
+		Logger:           log,
+		Listings:         payments.NewListings(st),
+	}
+	if apiOpts.TrustedProxies, err = cfg.HTTP.trustedProxies(); err != nil {
+		return err
 	}
 	if cfg.HTTP.Admin.AdminAddr == "" {
 		log.Info("metrics not served: set GATEWAY_ADMIN_ADDR to serve /metrics on an address of their own")
@@ -116,17 +121,17 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 			return err
 		}
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
+	srv := api.NewHTTPServer(handler, api.ServerOptions{
 		// A request may wait for the PSP and for a duplicate in flight.
-		WriteTimeout:   cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout + 5*time.Second,
-		IdleTimeout:    90 * time.Second,
-		MaxHeaderBytes: 32 << 10,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		WriteTimeout: cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout + 5*time.Second,
+		IdleTimeout:  cfg.HTTP.IdleTimeout,
+		Logger:       log,
+	})
+	maxConns := cfg.HTTP.MaxConns
+	if maxConns == 0 {
+		maxConns = api.DefaultMaxConns(cfg.Pool.MaxOpenConns)
 	}
-	log.Info("gateway listening", "addr", ln.Addr().String(), "psp", cfg.PSP.adapter(),
+	log.Info("gateway listening", "addr", ln.Addr().String(), "max_conns", maxConns, "psp", cfg.PSP.adapter(),
 		"database", maskDSN(cfg.DB.DSN), "version", build.Version)
 	if listening != nil {
 		listening(ln.Addr().String())
@@ -135,7 +140,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, psps, guard.Err, log, m), log)
 	defer stopReconciler()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(api.Listen(ln, api.ListenOptions{MaxConns: maxConns})) }()
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -161,16 +161,16 @@ func processID() string {
 
 func newService(cfg *serverConfig, st *store.Store, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
 	return payments.NewService(st, psps, payments.Config{
-		Gate:            gate,
-		Lease:           cfg.Flow.Lease,
-		PSPTimeout:      cfg.Flow.PSPTimeout,
-		InFlightWait:    cfg.HTTP.InFlightWait,
-		Logger:          log,
-		Observer:        obs,
-		Hasher:          cfg.Log.hasher(),
-		ReplayCacheSize: payments.DefaultReplayCacheSize,
-		Retention:       cfg.Flow.Retention,
-		ConfirmExpiry:   cfg.PSP.Checkout.ConfirmExpiry,
+		Gate:             gate,
+		Lease:            cfg.Flow.Lease,
+		PSPTimeout:       cfg.Flow.PSPTimeout,
+		InFlightWait:     cfg.HTTP.InFlightWait,
+		Logger:           log,
+		Observer:         obs,
+		Hasher:           cfg.Log.hasher(),
+		ReplayCacheBytes: cfg.ReplayCacheBytes,
+		Retention:        cfg.Flow.Retention,
+		ConfirmExpiry:    cfg.PSP.Checkout.ConfirmExpiry,
 	})
 }
 
