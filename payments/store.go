@@ -226,3 +226,11 @@ type Backlog struct {
 	NeedsReview  int
 	OldestReview time.Duration
 }
+
+// PurgeCursor is where a purge of expired keys stands: the last key it
+// looked at, in the order it walks them (completion time, then primary
+// key). The zero cursor is the start.
+type PurgeCursor struct {
+	CompletedAt time.Time
+	Ref         idemkeys.Ref
+}

@@ -34,8 +34,10 @@ type Store interface {
 	// Reschedule gives back a lease without settling; idemkeys.ErrFenced when
 	// the caller no longer holds it.
 	Reschedule(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Reschedule) error
-	// PurgeKeys deletes up to limit completed keys older than retention.
-	PurgeKeys(ctx context.Context, retention time.Duration, limit int) (int64, error)
+	// PurgeKeys is one step of a purge: it deletes up to limit completed
+	// keys older than retention found after the cursor, and returns the
+	// cursor to go on from; done when none is left after it.
+	PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (n int64, next payments.PurgeCursor, done bool, err error)
 	// PurgeEvents deletes up to limit events older than retention.
 	PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error)
 	// Backlog reports what is left unfinished and in review.
@@ -687,33 +689,59 @@ func (r *Reconciler) logged(ref idemkeys.Ref, token idemkeys.Token, res Result) 
 }
 
 // Purge deletes completed keys past retention, then events past theirs,
-// in small batches, resting between them. It returns the keys it deleted.
+// in small batches, and returns the keys it deleted. The keys' batches each
+// start where the last one ended (a cursor on completion time, then primary
+// key), so no batch walks again over what was deleted.
 func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
-	keys, err := r.purge(ctx, "idempotency keys", r.cfg.Retention, r.store.PurgeKeys, r.cfg.Observer.Purged)
+	var cursor payments.PurgeCursor
+	keys, err := r.purge(ctx, "idempotency keys", r.cfg.Retention, func(ctx context.Context) (int64, bool, error) {
+		n, next, done, err := r.store.PurgeKeys(ctx, r.cfg.Retention, cursor, r.cfg.PurgeBatch)
+		cursor = next
+		return n, done, err
+	}, r.cfg.Observer.Purged)
 	if err != nil {
 		return keys, err
 	}
-	_, err = r.purge(ctx, "events", r.cfg.EventRetention, r.store.PurgeEvents, func(int64) {})
+	_, err = r.purge(ctx, "events", r.cfg.EventRetention, func(ctx context.Context) (int64, bool, error) {
+		n, err := r.store.PurgeEvents(ctx, r.cfg.EventRetention, r.cfg.PurgeBatch)
+		return n, n < int64(r.cfg.PurgeBatch), err
+	}, func(int64) {})
 	return keys, err
 }
 
-// purge runs one batch of del after another until one deletes less than
-// a batch.
+// purge runs one batch (step) after another until one says it was the
+// last, resting between them at least PurgePause and as long as the last
+// batch took (so that it never takes more than half of the database's time
+// from the payments, and slows down by itself when they need more), and
+// logging its progress every purgeProgress.
 func (r *Reconciler) purge(ctx context.Context, what string, retention time.Duration,
-	del func(context.Context, time.Duration, int) (int64, error), counted func(int64)) (int64, error) {
-	var total int64
+	step func(context.Context) (n int64, done bool, err error), counted func(int64)) (int64, error) {
+	var (
+		total    int64
+		start    = time.Now()
+		reported = start
+	)
 	for {
-		n, err := del(ctx, retention, r.cfg.PurgeBatch)
+		began := time.Now()
+		n, done, err := step(ctx)
+		took := time.Since(began)
 		total += n
 		counted(n)
-		if err != nil || n < int64(r.cfg.PurgeBatch) {
+		if err != nil || done {
 			if total > 0 {
-				r.log.Info("purged "+what, "count", total, "retention", retention.String())
+				r.log.Info("purged "+what, "count", total, "retention", retention.String(),
+					"elapsed", time.Since(start).Round(time.Millisecond).String())
 			}
 			return total, err
 		}
-		if r.cfg.PurgePause > 0 {
-			t := time.NewTimer(r.cfg.PurgePause)
+		if time.Since(reported) >= purgeProgress {
+			reported = time.Now()
+			el := time.Since(start)
+			r.log.Info("purging "+what, "count", total, "elapsed", el.Round(time.Second).String(),
+				"rows_per_second", int64(float64(total)/el.Seconds()))
+		}
+		if r.cfg.PurgePause > 0 || took > 0 {
+			t := time.NewTimer(max(r.cfg.PurgePause, took))
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -723,3 +751,6 @@ func (r *Reconciler) purge(ctx context.Context, what string, retention time.Dura
 		}
 	}
 }
+
+// purgeProgress is how often a long purge logs how far it got.
+const purgeProgress = 10 * time.Second

@@ -444,9 +444,9 @@ type countingStore struct {
 	purges atomic.Int32
 }
 
-func (c *countingStore) PurgeKeys(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+func (c *countingStore) PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (int64, payments.PurgeCursor, bool, error) {
 	c.purges.Add(1)
-	return c.Store.PurgeKeys(ctx, retention, limit)
+	return c.Store.PurgeKeys(ctx, retention, after, limit)
 }
 
 // 6. purge removes only expired completed rows, in batches; a purged key's

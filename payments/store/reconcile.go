@@ -204,21 +204,50 @@ func random32() uint32 {
 	return binary.BigEndian.Uint32(b[:])
 }
 
-// PurgeKeys implements reconcile.Store: deletes up to limit completed keys
-// finished longer than retention ago by the database's clock.
-func (s *Store) PurgeKeys(ctx context.Context, retention time.Duration, limit int) (int64, error) {
-	const stmt = `DELETE FROM idempotency_keys
+// PurgeKeys implements reconcile.Store: one step of a purge. It reads the
+// next limit keys completed longer than retention ago (by the database's
+// clock) after the cursor, in the order of the index on completion time,
+// then deletes them by primary key, checked again as it deletes. Each step
+// starts where the last one ended, so it never walks again over what was
+// deleted, and no statement holds locks beyond its own rows. done: no key
+// is left after the returned cursor.
+func (s *Store) PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (int64, payments.PurgeCursor, bool, error) {
+	const pick = `SELECT merchant_id, endpoint, idem_key, completed_at FROM idempotency_keys
 WHERE state = 'COMPLETED' AND completed_at < NOW(6) - INTERVAL ? MICROSECOND
-ORDER BY completed_at LIMIT ?`
-	res, err := s.db.ExecContext(ctx, stmt, micros(retention), limit)
-	if err != nil {
-		return 0, fmt.Errorf("store.PurgeKeys: %w", db.Classify(err))
+  AND (completed_at > ? OR (completed_at = ? AND (merchant_id > ? OR (merchant_id = ? AND (endpoint > ? OR (endpoint = ? AND idem_key > ?))))))
+ORDER BY completed_at, merchant_id, endpoint, idem_key
+LIMIT ?`
+	var rows []struct {
+		MerchantID  string    `db:"merchant_id"`
+		Endpoint    string    `db:"endpoint"`
+		Key         string    `db:"idem_key"`
+		CompletedAt time.Time `db:"completed_at"`
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("store.PurgeKeys: %w", db.Classify(err))
+	a := after
+	if err := s.db.SelectContext(ctx, &rows, pick, micros(retention), a.CompletedAt, a.CompletedAt,
+		a.Ref.MerchantID, a.Ref.MerchantID, a.Ref.Endpoint, a.Ref.Endpoint, a.Ref.Key, limit); err != nil {
+		return 0, after, false, fmt.Errorf("store.PurgeKeys: %w", db.Classify(err))
 	}
-	return n, nil
+	if len(rows) == 0 {
+		return 0, after, true, nil
+	}
+	var cond strings.Builder
+	args := []any{micros(retention)}
+	for i, r := range rows {
+		if i > 0 {
+			cond.WriteString(" OR ")
+		}
+		cond.WriteString("(" + keyWhere + ")")
+		args = append(args, r.MerchantID, r.Endpoint, r.Key)
+	}
+	last := rows[len(rows)-1]
+	next := payments.PurgeCursor{CompletedAt: last.CompletedAt, Ref: idemkeys.Ref{MerchantID: last.MerchantID, Endpoint: last.Endpoint, Key: last.Key}}
+	n, err := db.ExecRetry(ctx, s.db, `DELETE FROM idempotency_keys
+WHERE state = 'COMPLETED' AND completed_at < NOW(6) - INTERVAL ? MICROSECOND AND (`+cond.String()+`)`, args...)
+	if err != nil {
+		return 0, after, false, fmt.Errorf("store.PurgeKeys: %w", db.Classify(err))
+	}
+	return n, next, len(rows) < limit, nil
 }
 
 // Backlog implements reconcile.Store: what a pass leaves for people and

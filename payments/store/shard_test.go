@@ -59,8 +59,9 @@ var scatters = append([]scatter{
 	{"ops: merchants with their API key counts", "Merchants", "SELECT", "merchants", ""},
 	{"ops: payments by status, merchant and age, across merchants", "FindPayments", "SELECT", "payments", ""},
 	{"ops: refunds by status, merchant or payment, across merchants", "FindRefunds", "SELECT", "refunds", ""},
-	{"the purge of completed keys past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeKeys", "DELETE", "idempotency_keys", ""},
-	{"the purge of events past retention (run it per shard, as the keys' purge)", "PurgeEvents", "DELETE", "events", ""},
+	{"the purge's walk over completed keys past retention, in the order of their index, from a cursor", "PurgeKeys", "SELECT", "idempotency_keys", ""},
+	{"the purge's delete of the keys it just read, of several merchants, by primary key", "PurgeKeys", "DELETE", "idempotency_keys", ""},
+	{"the purge of events past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeEvents", "DELETE", "events", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, locked to resolve it", "Resolve", "SELECT", "payments", "payments.id"},
@@ -633,7 +634,7 @@ func runScenario(t *testing.T, s *store.Store, setup *sqlx.DB) {
 	// The purge, then keys reused after it: the payment and the refund they
 	// made are named, never run again.
 	sc.advance(48 * time.Hour)
-	if n, err := s.PurgeKeys(ctx, 24*time.Hour, 100); err != nil || n == 0 {
+	if n, _, _, err := s.PurgeKeys(ctx, 24*time.Hour, payments.PurgeCursor{}, 100); err != nil || n == 0 {
 		t.Fatalf("PurgeKeys: %d keys, %v", n, err)
 	}
 	if n, err := s.PurgeEvents(ctx, 24*time.Hour, 100); err != nil || n == 0 {
