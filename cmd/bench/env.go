@@ -77,6 +77,7 @@ type bench struct {
 // database is the throwaway database of a run and how to get rid of it.
 type database struct {
 	dsn     string // with the database selected
+	base    string // the server, no database selected
 	name    string
 	private bool
 	dataDir string // the private server's
@@ -168,6 +169,7 @@ func openDatabase(ctx context.Context, getenv func(string) string, prog *progres
 	}
 	cfg.DBName = ""
 	base := cfg.FormatDSN()
+	d.base = base
 	var nb [6]byte
 	_, _ = rand.Read(nb[:])
 	d.name = "gwbench_" + hex.EncodeToString(nb[:])

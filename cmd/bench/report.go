@@ -30,6 +30,8 @@ type report struct {
 	// and the floor loops share it.
 	PeakRSSBytes int64    `json:"peak_rss_bytes"`
 	Violations   []string `json:"violations"`
+	// Large is what --large measured beside the table.
+	Large *largeReport `json:"large,omitempty"`
 }
 
 type poolInfo struct {
@@ -187,6 +189,29 @@ func (r *report) print(w io.Writer) {
 	_ = tw.Flush()
 	if noisy > 0.2 {
 		fmt.Fprintf(w, "  NOTE: other processes kept up to %.2f cores busy; ratios are disturbed (--rounds 3 steadies them).\n", noisy)
+	}
+
+	if l := r.Large; l != nil {
+		fmt.Fprintf(w, "\nHistory (--large): database %s, %d payments and keys over %d merchants and %d days; ", l.Database, l.Rows, fillMerchants, fillDays)
+		if l.Filled > 0 {
+			fmt.Fprintf(w, "filled %d rows in %.0f s (%.0f rows/s)\n", l.Filled, l.FillSeconds, l.FillRate)
+		} else {
+			fmt.Fprintln(w, "reused as it was")
+		}
+		fmt.Fprintf(w, "Purge under load: %d keys in its window, %.0f keys/s", l.Purged, l.PurgeRate)
+		if l.PurgeErrors != "" {
+			fmt.Fprintf(w, ", error: %s", l.PurgeErrors)
+		}
+		fmt.Fprintln(w)
+		if l.BacklogRows > 0 {
+			fmt.Fprintf(w, "Reconciler backlog: %d stale rows settled in %.0f s (lookup bound: %.0f s)\n", l.BacklogRows, l.BacklogSecs,
+				float64(l.BacklogRows)/(reconcileConc/lookupLatency.Seconds()))
+		}
+	}
+	for _, x := range r.Rows {
+		if x.Note != "" && x.Scenario == scLarge {
+			fmt.Fprintf(w, "  %d %s: %s\n", x.Scenario, x.Name, x.Note)
+		}
 	}
 
 	fmt.Fprintln(w, "\nPeak RSS of the process (gateway, clients and floor loops share it):")

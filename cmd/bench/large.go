@@ -1,0 +1,513 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	rtmetrics "runtime/metrics"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+	"github.com/oklog/ulid/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"gateway/db"
+	"gateway/metrics"
+	"gateway/payments"
+	"gateway/psp/fake"
+)
+
+// The large scenarios (--large): the same work on tables holding a history
+// of --large-rows payments and their keys, spread over fillMerchants
+// merchants and fillDays days, against the same work on the run's empty
+// tables in the same run; then a purge of the history's expired keys while
+// 64 clients pay, and a reconciler backlog. The history lives in a
+// database of its own (--large-db) that is kept, and filled only where it
+// lacks rows, so that a run after the first starts at once; the purge
+// empties its expired keys, which the next run puts back.
+
+const (
+	fillMerchants = 1000
+	fillDays      = 90
+	fillChunk     = 1000 // rows of one fill transaction, and of one mark in bench_fill
+	fillPerInsert = 500
+	fillWorkers   = 4
+	coldKeys      = 40_000 // completed keys each cold-replay phase may read, none seen by the gateway
+)
+
+// largeReport is what the large scenarios measured beside the table.
+type largeReport struct {
+	Database    string  `json:"database"`
+	Rows        int     `json:"rows"`
+	Filled      int     `json:"filled_rows"`
+	FillSeconds float64 `json:"fill_seconds"`
+	FillRate    float64 `json:"fill_rows_per_second"`
+	Purged      int64   `json:"purged_keys"`
+	PurgeRate   float64 `json:"purge_keys_per_second"`
+	PurgeErrors string  `json:"purge_error,omitempty"`
+	// TableSizes and Throughputs: fresh payments per table size, for the chart.
+	TableSizes  []int     `json:"table_sizes"`
+	Throughputs []float64 `json:"fresh_throughputs"`
+	BacklogRows int       `json:"backlog_rows,omitempty"`
+	BacklogSecs float64   `json:"backlog_seconds,omitempty"`
+}
+
+func (b *bench) runLarge(ctx context.Context, hc *http.Client, rep *report) error {
+	dsn, dbx, err := b.openLarge(ctx, rep)
+	if err != nil {
+		return err
+	}
+	defer dbx.Close()
+	gwL, err := startGateway(ctx, dsn, "", b.label)
+	if err != nil {
+		return err
+	}
+	defer gwL.close()
+	empty := b.gw
+	defer func() { b.gw = empty }()
+	on := func(g *gateway) { b.gw = g }
+	rows := rep.Large.Rows
+
+	// Fresh payments, 64 clients.
+	var e, l []stats
+	var eh, lh heapPeak
+	for r := range b.opts.rounds {
+		on(empty)
+		st, _, err := b.heapPhase(ctx, &eh, "L fresh · empty tables", "large-fresh-empty", r, b.freshGroup(hc, "gateway", fmt.Sprintf("le1r%d", r), freshClients))
+		if err != nil {
+			return err
+		}
+		e = append(e, st)
+		on(gwL)
+		st, _, err = b.heapPhase(ctx, &lh, fmt.Sprintf("L fresh · %d rows", rows), "large-fresh", r, b.freshGroup(hc, "gateway", fmt.Sprintf("ll1r%d", r), freshClients))
+		if err != nil {
+			return err
+		}
+		l = append(l, st)
+	}
+	fe, fl := mergeStats(e), mergeStats(l)
+	b.largeRow(rep, fmt.Sprintf("history %d rows: fresh payments, 64 clients", rows), fl, fe, lh)
+	rep.Large.TableSizes, rep.Large.Throughputs = []int{0, rows}, []float64{fe.Throughput, fl.Throughput}
+
+	// Replays of keys this replica has never seen (its cache is cold: each
+	// is read from the database), 64 clients.
+	e, l, eh, lh = nil, nil, heapPeak{}, heapPeak{}
+	for r := range b.opts.rounds {
+		for _, side := range []struct {
+			g     *gateway
+			out   *[]stats
+			heap  *heapPeak
+			title string
+			sc    string
+		}{{empty, &e, &eh, "L cold replay · empty tables", "large-replay-empty"}, {gwL, &l, &lh, fmt.Sprintf("L cold replay · %d rows", rows), "large-replay"}} {
+			prefix := fmt.Sprintf("cold-%s-%s-r%d", b.nonce, side.sc, r)
+			keys, err := seedColdKeys(ctx, side.g.dbx, side.g.merchant.ID, prefix, coldKeys)
+			if err != nil {
+				return err
+			}
+			on(side.g)
+			st, _, err := b.heapPhase(ctx, side.heap, side.title, side.sc, r, group{name: "gateway", clients: replayClients,
+				op: func(ctx context.Context, c *client) error {
+					key := keys[((c.id-1)+c.seq*replayClients)%len(keys)]
+					a, err := b.gw.createPayment(ctx, hc, key, paymentBody(key))
+					if err != nil {
+						return err
+					}
+					return wantReplay(a)
+				}})
+			if err != nil {
+				return err
+			}
+			*side.out = append(*side.out, st)
+		}
+	}
+	b.largeRow(rep, fmt.Sprintf("history %d rows: cold replays, 64 clients", rows), mergeStats(l), mergeStats(e), lh)
+
+	// Fresh payments, PSP 100 ms, 512 clients.
+	e, l, eh, lh = nil, nil, heapPeak{}, heapPeak{}
+	for r := range b.opts.rounds {
+		for _, side := range []struct {
+			g     *gateway
+			out   *[]stats
+			heap  *heapPeak
+			title string
+			sc    string
+		}{{empty, &e, &eh, "L PSP 100 ms · empty tables", "large-slow-empty"}, {gwL, &l, &lh, fmt.Sprintf("L PSP 100 ms · %d rows", rows), "large-slow"}} {
+			on(side.g)
+			side.g.pspLatency = slowPSP
+			st, _, err := b.heapPhase(ctx, side.heap, side.title, side.sc, r, b.freshGroup(hc, "gateway", fmt.Sprintf("%s-r%d", side.sc, r), slowClients))
+			side.g.pspLatency = 0
+			if err != nil {
+				return err
+			}
+			*side.out = append(*side.out, st)
+		}
+	}
+	b.largeRow(rep, fmt.Sprintf("history %d rows: fresh, PSP 100 ms, 512 clients", rows), mergeStats(l), mergeStats(e), lh)
+
+	// The purge of the history's expired keys while 64 clients pay.
+	on(gwL)
+	if err := b.purgeUnderLoad(ctx, hc, rep, dsn, dbx, fl); err != nil {
+		return err
+	}
+	on(empty)
+	if b.opts.backlogRows > 0 {
+		return b.backlog(ctx, rep)
+	}
+	return nil
+}
+
+// largeRow reports a scenario on the history against the same on empty
+// tables: throughput ratio (goal 0.90) and p99 ratio (goal 1.5 at most).
+func (b *bench) largeRow(rep *report, name string, large, empty stats, heap heapPeak) {
+	p99 := 0.0
+	if empty.P99 > 0 {
+		p99 = large.P99 / empty.P99
+	}
+	r := row{Scenario: scLarge, Name: name, Unit: "req/s", Gateway: large, Floor: &empty, FloorLabel: "empty tables",
+		Reference: empty.Throughput, Goal: 0.90, GoalText: ">= 0.90 x empty, p99 <= 1.5 x",
+		PeakRSSBytes: heap.rss, Note: fmt.Sprintf("p99 %.2f x empty; peak heap %.1f MiB", p99, mib(heap.heap))}
+	rep.add(r)
+	last := &rep.Rows[len(rep.Rows)-1]
+	if last.Met != nil && p99 > 1.5 {
+		f := false
+		last.Met = &f
+	}
+}
+
+// heapPeak is the highest RSS and Go heap seen over a scenario's phases.
+type heapPeak struct{ rss, heap int64 }
+
+// heapPhase runs one gateway phase, sampling the Go heap while it runs.
+func (b *bench) heapPhase(ctx context.Context, peak *heapPeak, title, scenario string, r int, g group) (stats, int64, error) {
+	stop := make(chan struct{})
+	var heap atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sample := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			rtmetrics.Read(sample)
+			if v := int64(sample[0].Value.Uint64()); v > heap.Load() {
+				heap.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	st, rss, err := b.gatewayPhase(ctx, b.roundTitle(title, r), scenario, g)
+	close(stop)
+	wg.Wait()
+	peak.rss, peak.heap = max(peak.rss, rss), max(peak.heap, heap.Load())
+	if err != nil {
+		return stats{}, 0, err
+	}
+	return st[0], rss, nil
+}
+
+// openLarge opens (creating and migrating it when missing) the history's
+// database and fills what it lacks, reporting the fill's rate.
+func (b *bench) openLarge(ctx context.Context, rep *report) (string, *sqlx.DB, error) {
+	rows := b.opts.largeRows
+	name := b.opts.largeDB
+	if name == "" {
+		name = fmt.Sprintf("gwbench_history_%d", rows)
+	}
+	admin, err := db.Open(ctx, b.dbEnv.base, db.PoolOptions{MaxOpen: 2})
+	if err != nil {
+		return "", nil, err
+	}
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+	admin.Close()
+	if err != nil {
+		return "", nil, fmt.Errorf("create the history's database: %w", err)
+	}
+	cfg, err := mysql.ParseDSN(b.dbEnv.base)
+	if err != nil {
+		return "", nil, err
+	}
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	if err := db.MigrateUp(dsn); err != nil {
+		return "", nil, fmt.Errorf("migrate the history's database: %w", err)
+	}
+	dbx, err := db.Open(ctx, dsn, db.PoolOptions{MaxOpen: fillWorkers + 2})
+	if err != nil {
+		return "", nil, err
+	}
+	rep.Large = &largeReport{Database: name, Rows: rows}
+	start := time.Now()
+	filled, err := fillHistory(ctx, dbx, rows, b.prog)
+	if err != nil {
+		dbx.Close()
+		return "", nil, err
+	}
+	rep.Large.Filled, rep.Large.FillSeconds = filled, time.Since(start).Seconds()
+	if filled > 0 {
+		rep.Large.FillRate = float64(filled) / rep.Large.FillSeconds
+	}
+	return dsn, dbx, nil
+}
+
+// fillHistory makes the history's rows: chunks of fillChunk payments, each
+// with its completed key, inserted with multi-row INSERTs by fillWorkers
+// transactions at once and marked done in bench_fill. A chunk whose keys a
+// purge removed gets them back. It returns the rows (payments and keys) it
+// wrote.
+func fillHistory(ctx context.Context, dbx *sqlx.DB, rows int, prog *progress) (int, error) {
+	if _, err := dbx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS bench_fill (
+    chunk INT NOT NULL PRIMARY KEY, has_keys TINYINT NOT NULL) ENGINE=InnoDB`); err != nil {
+		return 0, err
+	}
+	var ms []string
+	var margs []any
+	for m := range fillMerchants {
+		ms = append(ms, "(?, ?, NOW(6))")
+		margs = append(margs, fillMerchant(m), fmt.Sprintf("History merchant %d", m))
+	}
+	if _, err := dbx.ExecContext(ctx, `INSERT IGNORE INTO merchants (id, name, created_at) VALUES `+strings.Join(ms, ","), margs...); err != nil {
+		return 0, fmt.Errorf("fill merchants: %w", err)
+	}
+	var done []struct {
+		Chunk   int  `db:"chunk"`
+		HasKeys bool `db:"has_keys"`
+	}
+	if err := dbx.SelectContext(ctx, &done, `SELECT chunk, has_keys FROM bench_fill`); err != nil {
+		return 0, err
+	}
+	state := map[int]bool{}
+	for _, d := range done {
+		state[d.Chunk] = d.HasKeys
+	}
+	chunks := (rows + fillChunk - 1) / fillChunk
+	var todo []int
+	for c := range chunks {
+		if has, ok := state[c]; !ok || !has {
+			todo = append(todo, c)
+		}
+	}
+	if len(todo) == 0 {
+		prog.line("history of %d payments found complete", rows)
+		return 0, nil
+	}
+	prog.line("filling the history: %d of %d chunks of %d payments and keys", len(todo), chunks, fillChunk)
+	var (
+		next    atomic.Int64
+		written atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		errs    []error
+	)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	stop := prog.count("fill", int64(len(todo)*fillChunk*2), &written)
+	for range fillWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < len(todo) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
+				c := todo[i]
+				_, paid := state[c]
+				n, err := fillChunkRows(ctx, dbx, c, rows, now, !paid)
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				written.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	stop()
+	if len(errs) > 0 {
+		return int(written.Load()), fmt.Errorf("fill the history: %w", errs[0])
+	}
+	return int(written.Load()), ctx.Err()
+}
+
+func fillMerchant(m int) string { return fmt.Sprintf("mer_fill_%04d", m) }
+
+// fillChunkRows writes chunk c's payments (when payments) and keys in one transaction.
+func fillChunkRows(ctx context.Context, dbx *sqlx.DB, c, rows int, now time.Time, withPayments bool) (int, error) {
+	span := time.Duration(fillDays) * 24 * time.Hour
+	written := 0
+	err := db.Transact(ctx, dbx, func(tx *sqlx.Tx) error {
+		written = 0
+		for lo := c * fillChunk; lo < min((c+1)*fillChunk, rows); lo += fillPerInsert {
+			hi := min(lo+fillPerInsert, (c+1)*fillChunk, rows)
+			var pv, kv []string
+			var pa, ka []any
+			for i := lo; i < hi; i++ {
+				merchant := fillMerchant(i % fillMerchants)
+				key := fmt.Sprintf("fill-%011d", i)
+				// Oldest first, as they were made: the last rows are today's.
+				at := now.Add(-span + time.Duration(float64(span)*float64(i)/float64(rows))).Truncate(time.Microsecond)
+				p := payments.Payment{ID: fmt.Sprintf("pay_f%011d", i), MerchantID: merchant, IdempotencyKey: key,
+					MerchantOrderID: payments.MerchantOrderID(merchant, key), Status: payments.Succeeded,
+					Amount: payments.Money{Minor: int64(1000 + i%90000), Currency: "USD"}, PaymentMethod: "pm_card_ok",
+					Description: "Order " + key, Metadata: map[string]string{"order": key, "channel": "web"},
+					PSP: "fake", PSPReference: fmt.Sprintf("fake_ch_f%d", i), CreatedAt: at, UpdatedAt: at}
+				if withPayments {
+					pv = append(pv, "(?, ?, ?, ?, 'succeeded', ?, 'USD', 'pm_card_ok', ?, ?, 'fake', ?, ?, ?)")
+					pa = append(pa, p.MerchantID, p.ID, key, p.MerchantOrderID, p.Amount.Minor, p.Description,
+						`{"channel":"web","order":"`+key+`"}`, p.PSPReference, at, at)
+				}
+				resp := payments.Render(p)
+				fp := sha256.Sum256([]byte(key))
+				kv = append(kv, "(?, 'POST /payments', ?, ?, 'COMPLETED', ?, 1, 1, 0, ?, ?, ?, ?, ?)")
+				ka = append(ka, merchant, key, fp[:], p.ID, resp.Status, resp.Body, at, at, at)
+			}
+			if withPayments {
+				if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount,
+    currency, payment_method, description, metadata, psp, psp_reference, created_at, updated_at) VALUES `+strings.Join(pv, ","), pa...); err != nil {
+					return err
+				}
+				written += hi - lo
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
+    payment_id, lease_version, charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
+VALUES `+strings.Join(kv, ","), ka...); err != nil {
+				return err
+			}
+			written += hi - lo
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO bench_fill (chunk, has_keys) VALUES (?, 1) ON DUPLICATE KEY UPDATE has_keys = 1`, c)
+		return err
+	})
+	return written, err
+}
+
+// seedColdKeys writes n completed keys of merchantID with their payments,
+// as the gateway would have stored them for paymentBody's requests, without
+// the gateway: no replica has them in its cache.
+func seedColdKeys(ctx context.Context, dbx *sqlx.DB, merchantID, prefix string, n int) ([]string, error) {
+	keys := make([]string, n)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	for lo := 0; lo < n; lo += fillPerInsert {
+		hi := min(lo+fillPerInsert, n)
+		var pv, kv []string
+		var pa, ka []any
+		for i := lo; i < hi; i++ {
+			key := fmt.Sprintf("%s-%07d", prefix, i)
+			keys[i] = key
+			req := createRequest(merchantID, key)
+			p := payments.Payment{ID: "pay_" + ulid.Make().String(), MerchantID: merchantID, IdempotencyKey: key,
+				MerchantOrderID: payments.MerchantOrderID(merchantID, key), Status: payments.Succeeded, Amount: req.Amount,
+				PaymentMethod: req.PaymentMethod, Description: req.Description, Metadata: req.Metadata, PSP: "fake",
+				PSPReference: "fake_ch_cold", CreatedAt: now, UpdatedAt: now}
+			pv = append(pv, "(?, ?, ?, ?, 'succeeded', ?, 'USD', 'pm_card_ok', ?, ?, 'fake', ?, ?, ?)")
+			pa = append(pa, merchantID, p.ID, key, p.MerchantOrderID, p.Amount.Minor, p.Description,
+				`{"channel":"web","order":"`+key+`"}`, p.PSPReference, now, now)
+			resp := payments.Render(p)
+			fp := req.Fingerprint()
+			kv = append(kv, "(?, 'POST /payments', ?, ?, 'COMPLETED', ?, 1, 1, 0, ?, ?, NOW(6), NOW(6), NOW(6))")
+			ka = append(ka, merchantID, key, fp[:], p.ID, resp.Status, resp.Body)
+		}
+		if _, err := dbx.ExecContext(ctx, `INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount,
+    currency, payment_method, description, metadata, psp, psp_reference, created_at, updated_at) VALUES `+strings.Join(pv, ","), pa...); err != nil {
+			return nil, fmt.Errorf("seed cold keys: %w", err)
+		}
+		if _, err := dbx.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
+    payment_id, lease_version, charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
+VALUES `+strings.Join(kv, ","), ka...); err != nil {
+			return nil, fmt.Errorf("seed cold keys: %w", err)
+		}
+	}
+	return keys, nil
+}
+
+// purgeCounter counts purged keys.
+type purgeCounter struct {
+	settledCounter
+	purged *atomic.Int64
+}
+
+func (p purgeCounter) Purged(n int64) {
+	p.purged.Add(n)
+	p.settledCounter.Purged(n)
+}
+
+// purgeUnderLoad purges the history's expired keys (serve's purge
+// settings) while 64 clients pay on it, and compares the fresh rate with
+// the one on the same tables without the purge (alone).
+func (b *bench) purgeUnderLoad(ctx context.Context, hc *http.Client, rep *report, dsn string, dbx *sqlx.DB, alone stats) error {
+	var expired int64
+	if err := dbx.GetContext(ctx, &expired, `SELECT COUNT(*) FROM idempotency_keys WHERE state = 'COMPLETED' AND completed_at < NOW(6) - INTERVAL ? MICROSECOND`,
+		payments.DefaultRetention.Microseconds()); err != nil {
+		return err
+	}
+	b.prog.line("purging %d expired keys while %d clients pay", expired, freshClients)
+	pdb, err := db.Open(ctx, dsn, poolOptions())
+	if err != nil {
+		return err
+	}
+	defer pdb.Close()
+	var purged, settled atomic.Int64
+	met := metrics.New(prometheus.NewRegistry())
+	rec := newReconciler(pdb, fake.New(), purgeCounter{settledCounter{met, &settled}, &purged})
+	pctx, cancel := context.WithCancel(ctx)
+	var perr error
+	var took time.Duration
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		_, perr = rec.Purge(pctx)
+		took = time.Since(start)
+	}()
+	st, rss, err := b.gatewayPhase(ctx, "L purge under load · gateway", "large-purge", b.freshGroup(hc, "gateway", "lp", freshClients))
+	cancel()
+	<-done
+	if err != nil {
+		return err
+	}
+	if _, err := dbx.ExecContext(ctx, `UPDATE bench_fill SET has_keys = 0`); err != nil {
+		return err
+	}
+	n := purged.Load()
+	rate := float64(n) / took.Seconds()
+	rep.Large.Purged, rep.Large.PurgeRate = n, rate
+	if perr != nil && !errors.Is(perr, context.Canceled) {
+		rep.Large.PurgeErrors = perr.Error()
+		rep.Violations = append(rep.Violations, "purge under load: "+perr.Error())
+	}
+	note := fmt.Sprintf("%d of %d expired keys purged in %.1f s", n, expired, took.Seconds())
+	rep.add(row{Scenario: scLarge, Name: "purge under load: fresh payments during the purge, 64 clients", Unit: "req/s",
+		Gateway: st[0], Floor: &alone, FloorLabel: "no purge", Reference: alone.Throughput, Goal: 0.85,
+		GoalText: ">= 0.85 x no purge", PeakRSSBytes: rss, Note: note})
+	rep.add(row{Scenario: scLarge, Name: "purge under load: keys purged per second vs fresh payments per second", Unit: "keys/s",
+		Gateway: stats{Throughput: rate, Requests: int(n), Seconds: took.Seconds()}, FloorLabel: "fresh rate",
+		Reference: st[0].Throughput, Goal: 5, GoalText: ">= 5 x fresh rate", NoLatency: true})
+	return nil
+}
+
+// backlog has one reconciler settle --backlog-rows stale rows, timed beside the lookup bound.
+func (b *bench) backlog(ctx context.Context, rep *report) error {
+	saved := b.opts.reconcileRows
+	b.opts.reconcileRows = b.opts.backlogRows
+	defer func() { b.opts.reconcileRows = saved }()
+	st, rss, err := b.reconcileRun(ctx, rep, 1, 0)
+	if err != nil {
+		return err
+	}
+	bound := reconcileConc / lookupLatency.Seconds()
+	rep.Large.BacklogRows, rep.Large.BacklogSecs = b.opts.backlogRows, st.Seconds
+	rep.add(row{Scenario: scLarge, Name: fmt.Sprintf("backlog: %d stale rows, 1 reconciler, lookup 20 ms", b.opts.backlogRows),
+		Unit: "rows/s", Gateway: st, FloorLabel: "lookup bound", Reference: bound, Goal: 0.95, GoalText: ">= 0.95 x bound",
+		PeakRSSBytes: rss, NoLatency: true,
+		Note: fmt.Sprintf("settled in %.0f s; at the bound %.0f s", st.Seconds, float64(b.opts.backlogRows)/bound)})
+	return nil
+}
