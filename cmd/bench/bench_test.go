@@ -29,10 +29,12 @@ func TestEveryScenarioRuns(t *testing.T) {
 		t.Skip("runs every scenario against a real database")
 	}
 	jsonFile := filepath.Join(t.TempDir(), "bench.json")
+	charts := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{
 		"--duration", "300ms", "--warmup", "50ms", "--rounds", "2",
 		"--replay-keys", "64", "--reconcile-rows", "200",
+		"--charts", charts, "--sweep", "1,8", "--sweep-duration", "200ms",
 		"--json", jsonFile,
 	}, os.Getenv, &stdout, &stderr)
 	if err != nil {
@@ -41,6 +43,13 @@ func TestEveryScenarioRuns(t *testing.T) {
 	for _, want := range []string{"SCENARIO", "THROUGHPUT", "P99", "FLOOR", "RATIO", "MET?", "Peak RSS", "max_open=32"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("the table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+
+	for _, f := range []string{"throughput-vs-clients.svg", "p99-vs-clients.svg"} {
+		svg, err := os.ReadFile(filepath.Join(charts, f))
+		if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+			t.Errorf("chart %s: %v", f, err)
 		}
 	}
 
@@ -63,6 +72,9 @@ func TestEveryScenarioRuns(t *testing.T) {
 	}
 	if seen[scReconcile] != 2 {
 		t.Errorf("reconcile rows: %d, want one for 1 and one for 3 reconcilers", seen[scReconcile])
+	}
+	if len(rep.Sweep) != 2 {
+		t.Errorf("sweep: %d points, want 2", len(rep.Sweep))
 	}
 	if len(rep.Hammer) == 0 {
 		t.Fatal("no hammer check in the report")

@@ -65,7 +65,8 @@ type options struct {
 	largeDB       string
 	backlogRows   int
 	charts        string
-	sweep         bool
+	sweepClients  []int
+	sweepDuration time.Duration
 }
 
 // Scenario numbers, as the issue lists them.
@@ -128,6 +129,9 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 	fs.IntVar(&o.largeRows, "large-rows", 5_000_000, "payments (each with its key) in the history of --large")
 	fs.StringVar(&o.largeDB, "large-db", "", "database that keeps the history between runs (default gwbench_history_<rows>; filled where it lacks rows, never dropped)")
 	fs.IntVar(&o.backlogRows, "backlog-rows", 100_000, "stale rows of --large's reconciler backlog (0: none)")
+	fs.StringVar(&o.charts, "charts", ".artifacts/bench", "write SVG charts (throughput and p99 against clients; with --large, against table size) into `DIR` (empty: none)")
+	sweep := fs.String("sweep", "1,4,16,64,256,512", "numbers of clients the charts' sweep of fresh payments measures, gateway and floor")
+	fs.DurationVar(&o.sweepDuration, "sweep-duration", 3*time.Second, "measured time of each point of the sweep")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, true, nil
@@ -153,6 +157,15 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 		return o, false, usageError{fmt.Sprintf("--large-rows must be at least %d", fillMerchants)}
 	case o.backlogRows < 0:
 		return o, false, usageError{"--backlog-rows must not be negative"}
+	}
+	if o.charts != "" {
+		var err error
+		if o.sweepClients, err = parseSweep(*sweep); err != nil {
+			return o, false, usageError{err.Error()}
+		}
+		if o.sweepDuration <= 0 {
+			return o, false, usageError{"--sweep-duration must be positive"}
+		}
 	}
 	sc, err := parseScenarios(*scen)
 	if err != nil {
@@ -211,6 +224,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	profErr := stopProfiles()
 	if rep != nil {
 		rep.print(stdout)
+		if opts.charts != "" && runErr == nil {
+			files, err := writeCharts(rep, opts.charts)
+			if err != nil {
+				runErr = errors.Join(runErr, fmt.Errorf("charts: %w", err))
+			}
+			for _, f := range files {
+				fmt.Fprintln(stdout, "chart:", f)
+			}
+		}
 		if opts.jsonFile != "" {
 			if err := rep.writeJSON(opts.jsonFile); err != nil {
 				runErr = errors.Join(runErr, err)

@@ -32,6 +32,8 @@ type report struct {
 	Violations   []string `json:"violations"`
 	// Large is what --large measured beside the table.
 	Large *largeReport `json:"large,omitempty"`
+	// Sweep is the charts' fresh payments at each concurrency.
+	Sweep []sweepPoint `json:"sweep,omitempty"`
 }
 
 type poolInfo struct {

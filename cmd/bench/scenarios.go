@@ -65,6 +65,12 @@ func (b *bench) runAll(ctx context.Context) (*report, error) {
 			return rep, err
 		}
 	}
+	if b.opts.charts != "" {
+		if err := b.runSweep(ctx, hc, rep); err != nil {
+			rep.PeakRSSBytes = b.rss.overall()
+			return rep, err
+		}
+	}
 	if b.opts.large {
 		if err := b.runLarge(ctx, hc, rep); err != nil {
 			rep.PeakRSSBytes = b.rss.overall()
