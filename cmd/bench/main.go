@@ -224,7 +224,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	profErr := stopProfiles()
 	if rep != nil {
 		rep.print(stdout)
-		if opts.charts != "" && runErr == nil {
+		if opts.charts != "" {
 			files, err := writeCharts(rep, opts.charts)
 			if err != nil {
 				runErr = errors.Join(runErr, fmt.Errorf("charts: %w", err))
