@@ -89,7 +89,7 @@ Scenarios (--scenarios takes numbers or names, comma-separated; default all):
   2 replay       replays of completed keys, 64 clients                 goal >= 0.70 x floor
   3 psp-latency  fresh payments, PSP 100 ms, 512 clients, <= 32 conns   goal >= 0.80 x min(floor, 512/0.1 s)
   4 hammer       one key hammered by 64 clients while 64 pay fresh      exactly 1 charge; others >= 0.70 x unhammered
-  5 reconcile    reconciler settling stale rows, lookup 20 ms, 1 and 3 reconcilers (rows/s, no goal)
+  5 reconcile    reconciler settling stale rows, lookup 20 ms, 1 and 3 reconcilers goal >= 0.95 x lookup bound
   6 webhooks     fresh payments with an endpoint delivered to              goal >= 0.90 x without one
                  dispatcher vs receivers answering in 20 ms               goal >= 0.80 x endpoints x concurrency / 20 ms
   7 refund       fresh partial refunds of succeeded payments, 64 clients   goal >= 0.80 x floor
