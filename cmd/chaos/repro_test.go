@@ -40,9 +40,10 @@ func TestNoChargeAfterLeaseExpired(t *testing.T) {
 	opts := options{
 		seed: 1, replicas: 2, merchants: 1, clients: 1,
 		lease: 2 * time.Second, pspTimeout: time.Second, creationWindow: time.Second, reconcileEvery: time.Second,
-		// Only replica 1 reconciles; replica 0's reconciler would commit
-		// passes of its own through the link that is about to stall.
-		replicaEnv: map[int]map[string]string{0: {"GATEWAY_RECONCILE_SCHEDULE": "off"}},
+		// Only replica 1 reconciles and dispatches webhooks; replica 0's
+		// reconciler and dispatcher would commit transactions of their own
+		// through the link that is about to stall.
+		replicaEnv: map[int]map[string]string{0: {"GATEWAY_RECONCILE_SCHEDULE": "off", "GATEWAY_WEBHOOK_DISPATCH": "false"}},
 		// CHAOS_GATEWAY_BIN runs it against another build, e.g. one from before the fix.
 		gatewayBin: os.Getenv("CHAOS_GATEWAY_BIN"),
 	}
