@@ -125,7 +125,7 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 	fs.StringVar(&o.blockProfile, "blockprofile", "", "write a blocking profile to `FILE` at the end")
 	fs.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on `ADDR` (e.g. 127.0.0.1:6060) while running")
 	fs.StringVar(&o.gatewayLog, "gateway-log", "", "write the gateway's JSON log to `FILE` (default: formatted, then discarded)")
-	fs.BoolVar(&o.large, "large", false, "also run the history scenarios (7): fresh, cold replays and PSP 100 ms on tables holding --large-rows\npayments and keys vs the same on empty tables, the purge of the history's expired keys under load, and a\nreconciler backlog of --backlog-rows")
+	fs.BoolVar(&o.large, "large", false, "also run the history scenarios (8): fresh, cold replays and PSP 100 ms on tables holding --large-rows\npayments and keys vs the same on empty tables, the purge of the history's expired keys under load, and a\nreconciler backlog of --backlog-rows")
 	fs.IntVar(&o.largeRows, "large-rows", 5_000_000, "payments (each with its key) in the history of --large")
 	fs.StringVar(&o.largeDB, "large-db", "", "database that keeps the history between runs (default gwbench_history_<rows>; filled where it lacks rows, never dropped)")
 	fs.IntVar(&o.backlogRows, "backlog-rows", 100_000, "stale rows of --large's reconciler backlog (0: none)")
