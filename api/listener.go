@@ -70,11 +70,24 @@ func (l *listener) Accept() (net.Conn, error) {
 		return wc, nil
 	default:
 	}
+	// A signal left from before this wait says nothing about now: taken
+	// later, it would close a second idle connection for this one.
+	select {
+	case <-l.idleNow:
+	default:
+	}
 	l.closeIdle()
 	if l.onFull != nil {
 		l.onFull()
 	}
 	for {
+		// A slot freed (by the close above, or by a client leaving) is
+		// taken before anything else is closed.
+		select {
+		case l.slots <- struct{}{}:
+			return wc, nil
+		default:
+		}
 		select {
 		case l.slots <- struct{}{}:
 			return wc, nil
