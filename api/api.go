@@ -276,7 +276,7 @@ func (s *Server) accessLog(c echo.Context, note *accessNote, route, method strin
 	if !s.log.Enabled(ctx, level) {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 6)
+	attrs := make([]slog.Attr, 0, 7)
 	attrs = append(attrs, slog.String("method", method), slog.String("route", route), slog.Int("status", status),
 		slog.Float64("duration_seconds", d.Seconds()))
 	if merchant := merchantOf(c).ID; merchant != "" {
@@ -291,6 +291,9 @@ func (s *Server) accessLog(c echo.Context, note *accessNote, route, method strin
 	}
 	if note.problem != "" {
 		attrs = append(attrs, slog.String("problem", note.problem))
+	}
+	if c.Response().Header().Get("Idempotent-Replayed") == "true" {
+		attrs = append(attrs, slog.Bool("replayed", true))
 	}
 	s.log.LogAttrs(ctx, level, "request", attrs...)
 }

@@ -45,6 +45,7 @@ func (c *clock) Advance(d time.Duration) {
 // env is one gateway over a real database and a fresh fake PSP.
 type env struct {
 	t     *testing.T
+	tb    testing.TB // t, or a benchmark's *testing.B
 	db    *sqlx.DB
 	store *store.Store
 	psp   *fake.PSP
@@ -82,7 +83,9 @@ type envSetup struct {
 
 type envOption func(*envSetup)
 
-func newEnv(t *testing.T, opts ...envOption) *env {
+// newEnv builds the gateway on a fresh database; a benchmark's env has no
+// *testing.T (e.t is nil) and serves through e.raw.
+func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	dbx := dbtest.MustOpen(t)
 	st := store.New(dbx)
@@ -121,7 +124,8 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	if err != nil {
 		t.Fatalf("api/openapi.json: %v", err)
 	}
-	e := &env{t: t, db: dbx, store: st, psp: p, clock: clk, svc: svc, checked: true}
+	tt, _ := t.(*testing.T)
+	e := &env{t: tt, tb: t, db: dbx, store: st, psp: p, clock: clk, svc: svc, checked: true}
 	// Every exchange of the test, including those whose client went away, is
 	// checked against the published OpenAPI document; a finding fails the test.
 	var tally exchangeTally
@@ -134,7 +138,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	e.handler = contract.checked(e.raw, func(x exchange, findings []string) {
 		tally.add(x.status)
 		if len(findings) > 0 {
-			reportFindings(e.t, x, findings)
+			reportFindings(t, x, findings)
 		}
 	})
 	e.srv = httptest.NewServer(e.handler)
@@ -154,13 +158,13 @@ func (e *env) advance(d time.Duration) {
 }
 
 func (e *env) newMerchant(name string) (payments.Merchant, string) {
-	e.t.Helper()
+	e.tb.Helper()
 	m, key, err := payments.NewMerchant(name, e.clock.Now())
 	if err != nil {
-		e.t.Fatal(err)
+		e.tb.Fatal(err)
 	}
 	if err := e.store.CreateMerchant(context.Background(), m, key); err != nil {
-		e.t.Fatal(err)
+		e.tb.Fatal(err)
 	}
 	return m, key.Plaintext
 }

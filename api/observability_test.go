@@ -229,7 +229,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	wantStatus(t, o.post(secretKey+"-4", body), 500)
 
 	logs := o.log.String()
-	if !strings.Contains(logs, "payment settled") || !strings.Contains(logs, "idempotent replay") ||
+	if !strings.Contains(logs, "payment settled") || !strings.Contains(logs, `"replayed":true`) ||
 		!strings.Contains(logs, "idempotency key mismatch") || !strings.Contains(logs, "request failed") {
 		t.Fatalf("expected events missing from the logs:\n%s", logs)
 	}

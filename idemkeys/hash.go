@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
 	"log/slog"
+	"sync"
 )
 
 // Hasher names keys and merchants in logs and reports by a keyed hash
@@ -21,6 +23,9 @@ import (
 // (the last field of openssl's output; the first 16 hex digits).
 type Hasher struct {
 	secret []byte
+	// macs keeps keyed HMACs for reuse: a reset one starts from the keyed
+	// state, without hashing the secret again.
+	macs sync.Pool
 }
 
 // NewHasher returns a Hasher keyed by secret. An empty secret gets a random
@@ -30,11 +35,15 @@ func NewHasher(secret []byte) *Hasher {
 		secret = make([]byte, 32)
 		_, _ = rand.Read(secret)
 	}
-	return &Hasher{secret: append([]byte(nil), secret...)}
+	h := &Hasher{secret: append([]byte(nil), secret...)}
+	h.macs.New = func() any { return hmac.New(sha256.New, h.secret) }
+	return h
 }
 
 func (h *Hasher) sum(parts ...string) []byte {
-	m := hmac.New(sha256.New, h.secret)
+	m := h.macs.Get().(hash.Hash)
+	defer h.macs.Put(m)
+	m.Reset()
 	for i, p := range parts {
 		if i > 0 {
 			m.Write([]byte{0})

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -252,6 +253,31 @@ func TestHasher(t *testing.T) {
 		if want := hex.EncodeToString(m.Sum(nil))[:16]; h.Key(base) != want {
 			t.Errorf("Key = %s, the README's recipe gives %s", h.Key(base), want)
 		}
+	})
+	t.Run("reused HMACs start clean", func(t *testing.T) {
+		// Names come from pooled HMACs, reset between uses and shared by
+		// goroutines: each must still be the recipe's.
+		recipe := func(ref idemkeys.Ref) string {
+			m := hmac.New(sha256.New, []byte("log secret"))
+			m.Write([]byte(ref.MerchantID + "\x00" + ref.Endpoint + "\x00" + ref.Key))
+			return hex.EncodeToString(m.Sum(nil))[:16]
+		}
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 200 {
+					ref := idemkeys.Ref{MerchantID: base.MerchantID, Endpoint: base.Endpoint, Key: fmt.Sprintf("k-%d-%d", g, i)}
+					if got, want := h.Key(ref), recipe(ref); got != want {
+						t.Errorf("Key(%+v) = %s, want %s", ref, got, want)
+						return
+					}
+					_ = h.Merchant(ref.Key)
+				}
+			}()
+		}
+		wg.Wait()
 	})
 	t.Run("log value", func(t *testing.T) {
 		var buf bytes.Buffer

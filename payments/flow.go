@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -94,7 +95,10 @@ type holding struct {
 func (s *Service) replay(a attempt, paymentID string, resp idemkeys.Response) Outcome {
 	s.pace.wait(a.client, a.ref)
 	s.obs.KeyOutcome(OutcomeReplayed)
-	s.log.InfoContext(a.client, "idempotent replay", s.hash.Attr(a.ref), "payment_id", paymentID, "status", resp.Status)
+	// The request's access line says it was replayed; this one is for debugging.
+	if s.log.Enabled(a.client, slog.LevelDebug) {
+		s.log.DebugContext(a.client, "idempotent replay", s.hash.Attr(a.ref), "payment_id", paymentID, "status", resp.Status)
+	}
 	return Outcome{Response: resp, Replayed: true, PaymentID: paymentID}
 }
 

@@ -268,7 +268,7 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 		g.logFile, logw = f, f
 	}
 	// JSON at info level, as serve logs by default: the cost of formatting
-	// every "payment settled" and "idempotent replay" line is part of the path.
+	// every "payment settled" line and every request's access line is part of the path.
 	log := slog.New(api.LogHandler(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo})))
 	dbx, err := db.Open(ctx, dsn, poolOptions())
 	if err != nil {
