@@ -33,6 +33,12 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, apiKey string) (payments.Merchant, error)
 }
 
+// cachedAuthenticator answers keys verified lately from memory, without a
+// deadline set up for a database read that does not happen.
+type cachedAuthenticator interface {
+	Cached(apiKey string) (payments.Merchant, bool)
+}
+
 // Observer is told about HTTP traffic, for metrics.
 type Observer interface {
 	ObserveHTTP(route, method string, status int, d time.Duration)

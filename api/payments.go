@@ -30,8 +30,15 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
 			return s.countAuthFailure(c, &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"})
 		}
+		key = strings.TrimSpace(key)
+		if ca, ok := s.auth.(cachedAuthenticator); ok {
+			if m, ok := ca.Cached(key); ok {
+				c.Set(merchantKey, m)
+				return next(c)
+			}
+		}
 		ctx, cancel := s.lookupCtx(c)
-		m, err := s.auth.Authenticate(ctx, strings.TrimSpace(key))
+		m, err := s.auth.Authenticate(ctx, key)
 		cancel()
 		if err != nil {
 			return s.countAuthFailure(c, err)
