@@ -18,33 +18,35 @@ func (s *Server) routes(e *echo.Echo) {
 
 	// Middleware per route, not per group: an echo group with middleware
 	// catches every unmatched path, which would turn 404s and 405s into 401s.
+	// Each route's chain is built once, here (echo would build it anew for
+	// every request).
 	// Reads run under the lookup deadline; commands keep the flow's own.
 	merchant := []echo.MiddlewareFunc{noStore, s.refusePublishable, s.authenticate, s.rateLimit}
 	reading := append([]echo.MiddlewareFunc{s.bounded}, merchant...)
-	e.POST("/payments", s.handleCreatePayment, merchant...)
-	e.GET("/payments", s.handleFindPayment, reading...)
-	e.POST("/payments/:id/refunds", s.handleCreateRefund, merchant...)
-	e.GET("/payments/:id/refunds", s.handleListRefunds, reading...)
-	e.GET("/refunds", s.handleListRefunds, reading...)
-	e.GET("/refunds/:id", s.handleGetRefund, reading...)
-	e.POST("/webhook_endpoints", s.handleCreateEndpoint, merchant...)
-	e.GET("/webhook_endpoints", s.handleListEndpoints, reading...)
-	e.GET("/webhook_endpoints/:id", s.handleGetEndpoint, reading...)
-	e.DELETE("/webhook_endpoints/:id", s.handleDeleteEndpoint, merchant...)
-	e.POST("/webhook_endpoints/:id/rotate", s.handleRotateEndpoint, merchant...)
-	e.GET("/events", s.handleListEvents, reading...)
-	e.GET("/events/:id", s.handleGetEvent, reading...)
+	e.POST("/payments", chain(s.handleCreatePayment, merchant...))
+	e.GET("/payments", chain(s.handleFindPayment, reading...))
+	e.POST("/payments/:id/refunds", chain(s.handleCreateRefund, merchant...))
+	e.GET("/payments/:id/refunds", chain(s.handleListRefunds, reading...))
+	e.GET("/refunds", chain(s.handleListRefunds, reading...))
+	e.GET("/refunds/:id", chain(s.handleGetRefund, reading...))
+	e.POST("/webhook_endpoints", chain(s.handleCreateEndpoint, merchant...))
+	e.GET("/webhook_endpoints", chain(s.handleListEndpoints, reading...))
+	e.GET("/webhook_endpoints/:id", chain(s.handleGetEndpoint, reading...))
+	e.DELETE("/webhook_endpoints/:id", chain(s.handleDeleteEndpoint, merchant...))
+	e.POST("/webhook_endpoints/:id/rotate", chain(s.handleRotateEndpoint, merchant...))
+	e.GET("/events", chain(s.handleListEvents, reading...))
+	e.GET("/events/:id", chain(s.handleGetEvent, reading...))
 	// OPTIONS of these paths tells their methods to a merchant only (echo
 	// would answer anyone); browsers never come here.
-	e.OPTIONS("/payments", s.handleOptions("GET, POST, OPTIONS"), reading...)
-	e.OPTIONS("/payments/:id/refunds", s.handleOptions("GET, POST, OPTIONS"), reading...)
-	e.OPTIONS("/refunds", s.handleOptions("GET, OPTIONS"), reading...)
-	e.OPTIONS("/refunds/:id", s.handleOptions("GET, OPTIONS"), reading...)
-	e.OPTIONS("/webhook_endpoints", s.handleOptions("GET, POST, OPTIONS"), reading...)
-	e.OPTIONS("/webhook_endpoints/:id", s.handleOptions("GET, DELETE, OPTIONS"), reading...)
-	e.OPTIONS("/webhook_endpoints/:id/rotate", s.handleOptions("POST, OPTIONS"), reading...)
-	e.OPTIONS("/events", s.handleOptions("GET, OPTIONS"), reading...)
-	e.OPTIONS("/events/:id", s.handleOptions("GET, OPTIONS"), reading...)
+	e.OPTIONS("/payments", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
+	e.OPTIONS("/payments/:id/refunds", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
+	e.OPTIONS("/refunds", chain(s.handleOptions("GET, OPTIONS"), reading...))
+	e.OPTIONS("/refunds/:id", chain(s.handleOptions("GET, OPTIONS"), reading...))
+	e.OPTIONS("/webhook_endpoints", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
+	e.OPTIONS("/webhook_endpoints/:id", chain(s.handleOptions("GET, DELETE, OPTIONS"), reading...))
+	e.OPTIONS("/webhook_endpoints/:id/rotate", chain(s.handleOptions("POST, OPTIONS"), reading...))
+	e.OPTIONS("/events", chain(s.handleOptions("GET, OPTIONS"), reading...))
+	e.OPTIONS("/events/:id", chain(s.handleOptions("GET, OPTIONS"), reading...))
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).
@@ -56,8 +58,8 @@ func (s *Server) routes(e *echo.Echo) {
 	// origin its merchant allows, reads and confirms one payment; the CORS
 	// preflights of those two paths, before any authentication.
 	browser := []echo.MiddlewareFunc{s.authenticateBrowser, s.rateLimit}
-	e.GET("/payments/:id", s.handleGetPayment, append([]echo.MiddlewareFunc{s.bounded}, browser...)...)
-	e.POST("/payments/:id/confirm", s.handleConfirmPayment, browser...)
+	e.GET("/payments/:id", chain(s.handleGetPayment, append([]echo.MiddlewareFunc{s.bounded}, browser...)...))
+	e.POST("/payments/:id/confirm", chain(s.handleConfirmPayment, browser...))
 	e.OPTIONS("/payments/:id", s.handlePreflight(http.MethodGet))
 	e.OPTIONS("/payments/:id/confirm", s.handlePreflight(http.MethodPost))
 
@@ -94,6 +96,15 @@ func (s *Server) belowRoute(e *echo.Echo, parent string) echo.HandlerFunc {
 		}
 		return echo.ErrMethodNotAllowed
 	}
+}
+
+// chain wraps h in mw once, the first outermost, as echo orders a route's
+// middleware.
+func chain(h echo.HandlerFunc, mw ...echo.MiddlewareFunc) echo.HandlerFunc {
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return h
 }
 
 // handleOptions answers OPTIONS with the methods a path takes.
