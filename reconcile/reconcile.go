@@ -366,13 +366,14 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 		return sum, fmt.Errorf("reconcile: pass skipped: %w", err)
 	}
 	// Claimed leases tick while they wait: claim in batches no larger than
-	// the lookups that can start at once, keep at most one batch queued
-	// behind the one the claimer holds (rows wait about two lookups at
-	// most), and let a worker skip a key whose lease ran too short, so a
-	// slow PSP cannot make this pass race its own expired leases. A decision
-	// waiting for a writer needs no such rule: its write is fenced.
+	// the lookups that can start at once and hand them over unbuffered, so
+	// the claimer holds the next batch while the current one is looked up
+	// and a key waits one lookup at most; a worker skips a key whose lease
+	// ran too short. A slow PSP then cannot make this pass race its own
+	// expired leases. A decision waiting for a writer needs no such rule:
+	// its write is fenced.
 	batch := min(r.cfg.BatchSize, r.cfg.Concurrency)
-	work := make(chan job, batch)
+	work := make(chan job)
 	writes := make(chan decision, r.cfg.Writers)
 	results := make(chan Result, batch)
 	var (
