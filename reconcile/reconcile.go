@@ -356,9 +356,10 @@ type job struct {
 // A pass is a pipeline: claims run one batch ahead of the lookups, so a
 // lookup waits on a claim transaction only when that takes longer than a
 // lookup; lookup workers (at most Concurrency PSP calls in flight) hand
-// what they decided to writers, so a lookup never waits on a write. A key handled in this pass is not claimed again
-// by it: every outcome either completes the key or moves its next look into
-// the future. One unreadable row never stops a pass: it is quarantined.
+// what they decided to writers, so a lookup never waits on a write. A key
+// handled in this pass is not claimed again by it: every outcome either
+// completes the key or moves its next look into the future. One unreadable
+// row never stops a pass: it is quarantined.
 func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Counts: map[Outcome]int{}}
