@@ -272,9 +272,22 @@ const maxAttempts = 5
 // whose outcome cannot be known is returned as ErrConnLost: the caller must
 // re-read what it wrote.
 func Transact(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	return transact(ctx, dbx, nil, fn)
+}
+
+// TransactReadCommitted is Transact at READ COMMITTED: a locking read then
+// locks only the rows it returns, no gaps and none it passed over, so a
+// claim that scans a queue (FOR UPDATE SKIP LOCKED) blocks no write to the
+// rows next to the ones it takes. Writes at READ COMMITTED need a row-based
+// binary log where there is one (binlog_format ROW or MIXED, the defaults).
+func TransactReadCommitted(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	return transact(ctx, dbx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, fn)
+}
+
+func transact(ctx context.Context, dbx *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = transactOnce(ctx, dbx, fn)
+		err = transactOnce(ctx, dbx, opts, fn)
 		if !errors.Is(err, ErrRetryable) || attempt == maxAttempts {
 			return err
 		}
@@ -289,8 +302,8 @@ func Transact(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) err
 	}
 }
 
-func transactOnce(ctx context.Context, dbx *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
-	tx, err := dbx.BeginTxx(ctx, nil)
+func transactOnce(ctx context.Context, dbx *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
+	tx, err := dbx.BeginTxx(ctx, opts)
 	if err != nil {
 		// Nothing was written yet: whatever broke, the outcome is known, and a
 		// broken or unreachable connection means the database is unavailable.

@@ -340,3 +340,54 @@ func TestTransactUnreachable(t *testing.T) {
 		t.Errorf("fn ran %d times without a connection", n)
 	}
 }
+
+// A locking read in TransactReadCommitted keeps no lock on a row it passed
+// over without taking it, so a write to that row goes through while the
+// transaction is open; in Transact (REPEATABLE READ) the same write waits.
+func TestTransactReadCommittedLocksOnlyWhatItTakes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		transact func(context.Context, *sqlx.DB, func(*sqlx.Tx) error) error
+		blocks   bool
+	}{
+		{"read committed", db.TransactReadCommitted, false},
+		{"repeatable read", db.Transact, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			dbx := dbtest.MustOpen(t)
+			mustKVTable(t, dbx)
+			mustExec(t, dbx, "INSERT INTO kv (k, v) VALUES ('passed', 1), ('taken', 0)")
+			other, err := dbx.Connx(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			if _, err := other.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+				t.Fatal(err)
+			}
+			var writeErr error
+			err = tc.transact(ctx, dbx, func(tx *sqlx.Tx) error {
+				var k string
+				if err := tx.GetContext(ctx, &k, "SELECT k FROM kv WHERE v = 0 LIMIT 1 FOR UPDATE SKIP LOCKED"); err != nil {
+					return err
+				}
+				if k != "taken" {
+					t.Fatalf("took %q", k)
+				}
+				_, writeErr = other.ExecContext(ctx, "UPDATE kv SET v = 2 WHERE k = 'passed'")
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("transact: %v", err)
+			}
+			var me *mysql.MySQLError
+			switch blocked := errors.As(writeErr, &me) && me.Number == 1205; {
+			case blocked != tc.blocks:
+				t.Fatalf("write to the row passed over: %v, want blocked %v", writeErr, tc.blocks)
+			case !blocked && writeErr != nil:
+				t.Fatal(writeErr)
+			}
+		})
+	}
+}

@@ -18,7 +18,7 @@ import (
 // looks again later on a back-off. Nothing is guessed: a payment whose
 // customer never comes back waits, looked at at the longest back-off, as
 // the PSP's own charge does.
-func (r *Reconciler) recheckAction(ctx context.Context, item payments.InReview) Result {
+func (r *Reconciler) recheckAction(ctx context.Context, item payments.InReview) decision {
 	pay := item.Payment
 	ref := payments.OutcomeKey(pay)
 	res := Result{PaymentID: pay.ID, MerchantID: pay.MerchantID, Key: r.hash.Key(ref), Attempts: pay.Review.Attempts,
@@ -26,7 +26,7 @@ func (r *Reconciler) recheckAction(ctx context.Context, item payments.InReview) 
 	adapter, ok := r.psps.For(pay.PSP)
 	if !ok {
 		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", pay.PSP)
-		return r.reviewLater(ctx, ref, item, res, payments.Reschedule{After: jitter(r.cfg.ActionBackoffMax), Attempts: pay.Review.Attempts})
+		return r.reviewLater(ref, item, res, payments.Reschedule{After: jitter(r.cfg.ActionBackoffMax), Attempts: pay.Review.Attempts})
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
 	charge, err := adapter.Lookup(lctx, pay.MerchantOrderID)
@@ -46,7 +46,7 @@ func (r *Reconciler) recheckAction(ctx context.Context, item payments.InReview) 
 			if settled.Status == payments.RequiresReview {
 				detail = settled.ReviewReason
 			}
-			return r.resolve(ctx, ref, item, settled, res, detail)
+			return r.resolve(ref, item, settled, res, detail)
 		}
 	case errors.Is(err, psp.ErrNotFound):
 		// It held the charge when the payment started waiting: a lookup
@@ -57,7 +57,7 @@ func (r *Reconciler) recheckAction(ctx context.Context, item payments.InReview) 
 	}
 	res.Outcome, res.Detail, res.Attempts = AwaitingCustomer, why, pay.Review.Attempts+1
 	d := jitter(backoff(r.cfg.ActionBackoffBase, r.cfg.ActionBackoffMax, res.Attempts))
-	return r.reviewLater(ctx, ref, item, res, payments.Reschedule{After: d, Attempts: res.Attempts})
+	return r.reviewLater(ref, item, res, payments.Reschedule{After: d, Attempts: res.Attempts})
 }
 
 // expire cancels the payments nobody confirmed before their expiry, in

@@ -82,6 +82,10 @@ type Config struct {
 	BatchSize int
 	// Concurrency bounds the lookups in flight.
 	Concurrency int
+	// Writers is how many writes of what lookups decided run at once, each
+	// its own short fenced transaction, so that no lookup waits on the
+	// database; Concurrency when zero.
+	Writers int
 	// MaxAttempts is how many passes may fail to learn an outcome before the
 	// payment is handed to the review queue as requires_review.
 	MaxAttempts int
@@ -166,6 +170,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+	}
+	if c.Writers <= 0 {
+		c.Writers = c.Concurrency
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
@@ -346,55 +353,62 @@ type job struct {
 
 // RunOnce claims and settles stale keys until none is left, looks at the
 // payments in review that are due, then purges keys past retention.
-// Claiming runs one batch ahead of the lookups so the PSP calls never wait
-// on a claim transaction. A key handled in this pass is not claimed again by
-// it: every outcome either completes the key or moves its next look into
-// the future. One unreadable row never stops a pass: it is quarantined.
+// A pass is a pipeline: claims run one batch ahead of the lookups, so a
+// lookup waits on a claim transaction only when that takes longer than a
+// lookup; lookup workers (at most Concurrency PSP calls in flight) hand
+// what they decided to writers, so a lookup never waits on a write. A key
+// handled in this pass is not claimed again by it: every outcome either
+// completes the key or moves its next look into the future. One unreadable
+// row never stops a pass: it is quarantined.
 func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	start := time.Now()
 	sum := Summary{Counts: map[Outcome]int{}}
 	if err := r.cfg.Gate(); err != nil {
 		return sum, fmt.Errorf("reconcile: pass skipped: %w", err)
 	}
-	// Claimed leases tick while they wait: claim no more than the workers can
-	// start at once, hand them over unbuffered, and let a worker skip a key
-	// whose lease ran too short, so a slow PSP cannot make this pass race
-	// its own expired leases.
+	// Claimed leases tick while they wait: claim in batches no larger than
+	// the lookups that can start at once and hand them over unbuffered, so
+	// the claimer holds the next batch while the current one is looked up
+	// and a key waits one lookup at most; a worker skips a key whose lease
+	// ran too short. A slow PSP then cannot make this pass race its own
+	// expired leases. A decision waiting for a writer needs no such rule:
+	// its write is fenced.
 	batch := min(r.cfg.BatchSize, r.cfg.Concurrency)
 	work := make(chan job)
+	writes := make(chan decision, r.cfg.Writers)
 	results := make(chan Result, batch)
-	var workers sync.WaitGroup
-	for range r.cfg.Concurrency {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for j := range work {
-				switch {
-				case j.pending != nil:
-					results <- r.settle(ctx, *j.pending)
-				case j.review != nil:
-					results <- r.reexamine(ctx, *j.review)
-				case j.action != nil:
-					results <- r.recheckAction(ctx, *j.action)
-				default:
-					results <- r.recheckRefund(ctx, *j.refund)
-				}
-			}
-		}()
-	}
-	claimErr := make(chan error, 1)
-	go func() {
+	var (
+		stages sync.WaitGroup
+		err    error
+	)
+	stages.Go(func() {
 		defer close(work)
-		claimErr <- errors.Join(r.claimUnfinished(ctx, batch, work, results), r.claimReview(ctx, batch, work),
+		err = errors.Join(r.claimUnfinished(ctx, batch, work, results), r.claimReview(ctx, batch, work),
 			r.claimActions(ctx, batch, work), r.claimRefundChecks(ctx, batch, work))
-	}()
-	go func() { workers.Wait(); close(results) }()
+	})
+	stages.Go(func() {
+		defer close(writes)
+		fanOut(r.cfg.Concurrency, func() {
+			for j := range work {
+				writes <- r.look(ctx, j)
+			}
+		})
+	})
+	stages.Go(func() {
+		defer close(results)
+		fanOut(r.cfg.Writers, func() {
+			for d := range writes {
+				results <- d(ctx)
+			}
+		})
+	})
 	for res := range results {
 		sum.Results = append(sum.Results, res)
 		sum.Counts[res.Outcome]++
 		r.cfg.Observer.Settled(res.Outcome)
 	}
-	err := <-claimErr
+	// Every goroutine of the pass has ended before it goes on.
+	stages.Wait()
 	expired, eerr := r.expire(ctx)
 	for _, res := range expired {
 		sum.Results = append(sum.Results, res)
@@ -406,6 +420,33 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	purged, perr := r.Purge(ctx)
 	sum.Purged = purged
 	return r.finish(ctx, sum, start), errors.Join(err, perr)
+}
+
+// fanOut runs f on n goroutines and waits for them all.
+func fanOut(n int, f func()) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(f)
+	}
+	wg.Wait()
+}
+
+// decision is what a look decided: the write that records it (fenced, one
+// short transaction) and the result it reports once written. Lookup workers
+// make decisions; writers run them.
+type decision func(context.Context) Result
+
+// look asks the PSP about one job and returns what to write.
+func (r *Reconciler) look(ctx context.Context, j job) decision {
+	switch {
+	case j.pending != nil:
+		return r.settle(ctx, *j.pending)
+	case j.review != nil:
+		return r.reexamine(ctx, *j.review)
+	case j.action != nil:
+		return r.recheckAction(ctx, *j.action)
+	}
+	return r.recheckRefund(ctx, *j.refund)
 }
 
 func (r *Reconciler) claimUnfinished(ctx context.Context, batch int, work chan<- job, results chan<- Result) error {
@@ -534,7 +575,7 @@ func (r *Reconciler) subjectOf(p payments.Pending) subject {
 
 // settle decides one unfinished key. The lookup runs outside any
 // transaction; every write after it is fenced on the claim's token.
-func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
+func (r *Reconciler) settle(ctx context.Context, p payments.Pending) decision {
 	key, pay := p.Key, p.Payment
 	sub := r.subjectOf(p)
 	res := Result{
@@ -551,17 +592,17 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 	if left := key.ReadAt.Add(r.cfg.Lease).Sub(r.cfg.Now()); left < r.cfg.PSPTimeout {
 		// Not enough lease left to look up and write: leave it to expire and be claimed afresh.
 		res.Outcome, res.Detail = Fenced, "lease ran short before the lookup"
-		return r.logged(key.Ref, key.Token, res)
+		return r.reported(key.Ref, key.Token, res)
 	}
 	adapter, ok := r.psps.For(sub.psp)
 	if !ok {
 		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", sub.psp)
-		return r.reschedule(ctx, key, res, payments.Reschedule{After: r.cfg.BackoffMax, Attempts: key.ReconcileAttempts})
+		return r.reschedule(key, res, payments.Reschedule{After: r.cfg.BackoffMax, Attempts: key.ReconcileAttempts})
 	}
 	if key.NothingSent() {
 		// Every send the key was allowed ended "not processed" or never left.
 		res.Outcome, res.Detail = Failed, fmt.Sprintf("all %d attempt(s) to send certainly did nothing", key.ChargeAttempts)
-		return r.written(ctx, key, res, sub.fail)
+		return r.written(key, res, sub.fail)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
 	record, o, detail, pending, err := sub.lookup(lctx, adapter)
@@ -572,16 +613,16 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 		// Accepted and waiting (a deposit, the customer): not a failed
 		// look, so no attempt is spent; looked at again on the back-off.
 		res.Outcome, res.Detail = Deferred, "pending at the PSP"
-		return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(r.cfg.BackoffBase), Attempts: key.ReconcileAttempts})
+		return r.reschedule(key, res, payments.Reschedule{After: jitter(r.cfg.BackoffBase), Attempts: key.ReconcileAttempts})
 	case err == nil:
 		res.Outcome, res.Detail = o, detail
-		return r.written(ctx, key, res, record)
+		return r.written(key, res, record)
 	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
-		return r.notFound(ctx, key, sub, res, caps.CreationWindow)
+		return r.notFound(key, sub, res, caps.CreationWindow)
 	case errors.Is(err, psp.ErrNotFound):
-		return r.retry(ctx, key, sub, res, "not found, but the PSP's lookup is not authoritative")
+		return r.retry(key, sub, res, "not found, but the PSP's lookup is not authoritative")
 	}
-	return r.retry(ctx, key, sub, res, err.Error())
+	return r.retry(key, sub, res, err.Error())
 }
 
 // notFound weighs an authoritative "no such charge" (or refund). "Failed"
@@ -590,24 +631,24 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) Result {
 // creation window, and an earlier authoritative "not found", recorded under
 // a reconciler's own lease after its lookup, is itself a creation window
 // old. Anything less defers the verdict; nothing is guessed.
-func (r *Reconciler) notFound(ctx context.Context, key idemkeys.Record, sub subject, res Result, window time.Duration) Result {
+func (r *Reconciler) notFound(key idemkeys.Record, sub subject, res Result, window time.Duration) decision {
 	switch {
 	case key.MayChargeUntil.IsZero():
-		return r.retry(ctx, key, sub, res, "no record of when the last send could have left")
+		return r.retry(key, sub, res, "no record of when the last send could have left")
 	case key.DBNow.Before(key.MayChargeUntil.Add(window)):
 		at := key.MayChargeUntil.Add(window)
 		res.Outcome, res.Detail = Deferred, "not at the PSP yet; it may still appear until "+at.UTC().Format(time.RFC3339)
-		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
+		return r.reschedule(key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
 	case key.NotFoundAt.IsZero():
 		res.Outcome, res.Detail = Deferred, "first authoritative not-found; confirmed after the creation window"
-		return r.reschedule(ctx, key, res, payments.Reschedule{After: window, Attempts: key.ReconcileAttempts, NotFound: true})
+		return r.reschedule(key, res, payments.Reschedule{After: window, Attempts: key.ReconcileAttempts, NotFound: true})
 	case key.DBNow.Before(key.NotFoundAt.Add(window)):
 		at := key.NotFoundAt.Add(window)
 		res.Outcome, res.Detail = Deferred, "second not-found due at "+at.UTC().Format(time.RFC3339)
-		return r.reschedule(ctx, key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
+		return r.reschedule(key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
 	}
 	res.Outcome, res.Detail = Failed, "the PSP has none, twice a creation window apart"
-	return r.written(ctx, key, res, sub.fail)
+	return r.written(key, res, sub.fail)
 }
 
 func outcomeOf(s payments.Status) Outcome {
@@ -624,15 +665,15 @@ func outcomeOf(s payments.Status) Outcome {
 
 // retry counts a pass that learned nothing, backs off, and hands the
 // subject to the review queue once the attempts are spent. It never guesses.
-func (r *Reconciler) retry(ctx context.Context, key idemkeys.Record, sub subject, res Result, why string) Result {
+func (r *Reconciler) retry(key idemkeys.Record, sub subject, res Result, why string) decision {
 	res.Attempts = key.ReconcileAttempts + 1
 	res.Detail = why
 	if res.Attempts >= r.cfg.MaxAttempts {
 		res.Outcome = Review
-		return r.written(ctx, key, res, sub.review(fmt.Sprintf("%d lookups learned nothing; the last: %s", res.Attempts, why)))
+		return r.written(key, res, sub.review(fmt.Sprintf("%d lookups learned nothing; the last: %s", res.Attempts, why)))
 	}
 	res.Outcome = Retrying
-	return r.reschedule(ctx, key, res, payments.Reschedule{After: jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, res.Attempts)), Attempts: res.Attempts})
+	return r.reschedule(key, res, payments.Reschedule{After: jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, res.Attempts)), Attempts: res.Attempts})
 }
 
 // backoff is base × 2^(attempts-1), capped.
@@ -650,16 +691,25 @@ func jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// written runs the write that stores a subject's new state and the answer
-// a retry will replay (rendered by the same functions as the live path's),
-// and reports it.
-func (r *Reconciler) written(ctx context.Context, key idemkeys.Record, res Result, write func(context.Context) error) Result {
-	return r.logged(key.Ref, key.Token, r.outcome(res, write(ctx)))
+// written is the write that stores a subject's new state and the answer a
+// retry will replay (rendered by the same functions as the live path's),
+// reported once it ran.
+func (r *Reconciler) written(key idemkeys.Record, res Result, write func(context.Context) error) decision {
+	return func(ctx context.Context) Result {
+		return r.logged(key.Ref, key.Token, r.outcome(res, write(ctx)))
+	}
 }
 
-func (r *Reconciler) reschedule(ctx context.Context, key idemkeys.Record, res Result, rs payments.Reschedule) Result {
-	err := r.store.Reschedule(ctx, key.Ref, key.Token, rs)
-	return r.logged(key.Ref, key.Token, r.outcome(res, err))
+func (r *Reconciler) reschedule(key idemkeys.Record, res Result, rs payments.Reschedule) decision {
+	return func(ctx context.Context) Result {
+		err := r.store.Reschedule(ctx, key.Ref, key.Token, rs)
+		return r.logged(key.Ref, key.Token, r.outcome(res, err))
+	}
+}
+
+// reported is a decision with nothing to write.
+func (r *Reconciler) reported(ref idemkeys.Ref, token idemkeys.Token, res Result) decision {
+	return func(context.Context) Result { return r.logged(ref, token, res) }
 }
 
 // outcome is res as the write that ended it left it.

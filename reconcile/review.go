@@ -19,7 +19,7 @@ const reviewActor = "reconciler"
 // needs is the unfinished key's: two authoritative "not found" answers a
 // creation window apart, the first at least a creation window after the
 // payment entered review (no charge was being sent by then).
-func (r *Reconciler) reexamine(ctx context.Context, item payments.InReview) Result {
+func (r *Reconciler) reexamine(ctx context.Context, item payments.InReview) decision {
 	pay := item.Payment
 	res := Result{PaymentID: pay.ID, MerchantID: pay.MerchantID, InReview: true,
 		Attempts: pay.Review.Attempts, Age: item.DBNow.Sub(pay.CreatedAt)}
@@ -27,7 +27,7 @@ func (r *Reconciler) reexamine(ctx context.Context, item payments.InReview) Resu
 	adapter, ok := r.psps.For(pay.PSP)
 	if !ok {
 		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", pay.PSP)
-		return r.reviewLater(ctx, ref, item, res, payments.Reschedule{After: jitter(r.cfg.ReviewBackoffMax), Attempts: pay.Review.Attempts})
+		return r.reviewLater(ref, item, res, payments.Reschedule{After: jitter(r.cfg.ReviewBackoffMax), Attempts: pay.Review.Attempts})
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
 	charge, err := adapter.Lookup(lctx, pay.MerchantOrderID)
@@ -38,45 +38,47 @@ func (r *Reconciler) reexamine(ctx context.Context, item payments.InReview) Resu
 		settled, err := payments.ApplyCharge(pay, charge)
 		switch {
 		case err != nil:
-			return r.stillInReview(ctx, ref, item, res, err.Error())
+			return r.stillInReview(ref, item, res, err.Error())
 		case settled.Status == payments.RequiresReview:
-			return r.stillInReview(ctx, ref, item, res, settled.ReviewReason)
+			return r.stillInReview(ref, item, res, settled.ReviewReason)
 		}
 		res.Outcome = outcomeOf(settled.Status)
-		return r.resolve(ctx, ref, item, settled, res, fmt.Sprintf("the PSP reported charge %s %s", charge.Reference, charge.Status))
+		return r.resolve(ref, item, settled, res, fmt.Sprintf("the PSP reported charge %s %s", charge.Reference, charge.Status))
 	case errors.Is(err, psp.ErrNotFound) && adapter.Capabilities().AuthoritativeLookup:
 		since, first := pay.Review.Since, pay.Review.NotFoundAt
 		switch {
 		case since.IsZero():
-			return r.stillInReview(ctx, ref, item, res, "no record of when the payment entered review")
+			return r.stillInReview(ref, item, res, "no record of when the payment entered review")
 		case item.DBNow.Before(since.Add(window)):
 			res.Outcome, res.Detail = StillInReview, "not at the PSP; too soon after review to count"
-			return r.reviewLater(ctx, ref, item, res, payments.Reschedule{NotBefore: since.Add(window), Attempts: pay.Review.Attempts})
+			return r.reviewLater(ref, item, res, payments.Reschedule{NotBefore: since.Add(window), Attempts: pay.Review.Attempts})
 		case first.IsZero():
 			res.Outcome, res.Detail = StillInReview, "first authoritative not-found; confirmed after the creation window"
-			return r.reviewLater(ctx, ref, item, res, payments.Reschedule{After: window, Attempts: pay.Review.Attempts, NotFound: true})
+			return r.reviewLater(ref, item, res, payments.Reschedule{After: window, Attempts: pay.Review.Attempts, NotFound: true})
 		case item.DBNow.Before(first.Add(window)):
 			res.Outcome, res.Detail = StillInReview, "second not-found not due yet"
-			return r.reviewLater(ctx, ref, item, res, payments.Reschedule{NotBefore: first.Add(window), Attempts: pay.Review.Attempts})
+			return r.reviewLater(ref, item, res, payments.Reschedule{NotBefore: first.Add(window), Attempts: pay.Review.Attempts})
 		}
 		pay.Status, pay.DeclineCode, pay.ReviewReason = payments.Failed, payments.DeclineNotProcessed, ""
 		res.Outcome = Failed
-		return r.resolve(ctx, ref, item, pay, res, "the PSP has no charge, twice a creation window apart")
+		return r.resolve(ref, item, pay, res, "the PSP has no charge, twice a creation window apart")
 	case errors.Is(err, psp.ErrNotFound):
-		return r.stillInReview(ctx, ref, item, res, "not found, but the PSP's lookup is not authoritative")
+		return r.stillInReview(ref, item, res, "not found, but the PSP's lookup is not authoritative")
 	}
-	return r.stillInReview(ctx, ref, item, res, err.Error())
+	return r.stillInReview(ref, item, res, err.Error())
 }
 
-func (r *Reconciler) stillInReview(ctx context.Context, ref idemkeys.Ref, item payments.InReview, res Result, why string) Result {
+func (r *Reconciler) stillInReview(ref idemkeys.Ref, item payments.InReview, res Result, why string) decision {
 	res.Outcome, res.Detail, res.Attempts = StillInReview, why, item.Payment.Review.Attempts+1
 	d := jitter(backoff(r.cfg.ReviewBackoffBase, r.cfg.ReviewBackoffMax, res.Attempts))
-	return r.reviewLater(ctx, ref, item, res, payments.Reschedule{After: d, Attempts: res.Attempts})
+	return r.reviewLater(ref, item, res, payments.Reschedule{After: d, Attempts: res.Attempts})
 }
 
-func (r *Reconciler) reviewLater(ctx context.Context, ref idemkeys.Ref, item payments.InReview, res Result, rs payments.Reschedule) Result {
-	err := r.store.RescheduleReview(ctx, item.Payment, rs)
-	return r.logged(ref, 0, r.outcome(res, err))
+func (r *Reconciler) reviewLater(ref idemkeys.Ref, item payments.InReview, res Result, rs payments.Reschedule) decision {
+	return func(ctx context.Context) Result {
+		err := r.store.RescheduleReview(ctx, item.Payment, rs)
+		return r.logged(ref, 0, r.outcome(res, err))
+	}
 }
 
 // resolve records the decision of a look at a payment in review (or waiting
@@ -84,19 +86,21 @@ func (r *Reconciler) reviewLater(ctx context.Context, ref idemkeys.Ref, item pay
 // lock, only if nobody (a person, another reconciler, the PSP's
 // notification) moved the payment since this look claimed it, with an audit
 // row; the key that answered with the payment's outcome replays the new one.
-func (r *Reconciler) resolve(ctx context.Context, ref idemkeys.Ref, item payments.InReview, settled payments.Payment, res Result, why string) Result {
+func (r *Reconciler) resolve(ref idemkeys.Ref, item payments.InReview, settled payments.Payment, res Result, why string) decision {
 	from := item.Payment.Status
 	reason := "settled from review: " + why
 	if from == payments.RequiresAction {
 		reason = "settled after waiting for the customer: " + why
 	}
-	_, err := r.store.Resolve(ctx, settled.ID, func(now payments.Payment) (payments.Payment, error) {
-		if now.Status != from || !now.Review.After.Equal(item.Payment.Review.After) {
-			return now, idemkeys.ErrFenced
-		}
-		return settled, nil
-	}, payments.Resolution{PaymentID: settled.ID, To: settled.Status, PSPReference: settled.PSPReference,
-		Reason: reason, Actor: reviewActor})
 	res.Detail = why
-	return r.logged(ref, 0, r.outcome(res, err))
+	return func(ctx context.Context) Result {
+		_, err := r.store.Resolve(ctx, settled.ID, func(now payments.Payment) (payments.Payment, error) {
+			if now.Status != from || !now.Review.After.Equal(item.Payment.Review.After) {
+				return now, idemkeys.ErrFenced
+			}
+			return settled, nil
+		}, payments.Resolution{PaymentID: settled.ID, To: settled.Status, PSPReference: settled.PSPReference,
+			Reason: reason, Actor: reviewActor})
+		return r.logged(ref, 0, r.outcome(res, err))
+	}
 }

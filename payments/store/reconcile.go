@@ -23,10 +23,13 @@ import (
 // database's clock), reads their payments, sets aside the ones it cannot
 // read (quarantined, with the reason), and gives every other one a new
 // token and a lease of `lease`. Rows locked by another claimer are skipped,
-// never waited for, so concurrent reconcilers split the work.
+// never waited for, so concurrent reconcilers split the work. It runs at
+// READ COMMITTED: its scan of the queue then locks only the rows it claims,
+// not the gaps and rows it passed over (rows just claimed or being settled),
+// so it makes no settle and no other claim wait.
 func (s *Store) ClaimStale(ctx context.Context, lease time.Duration, limit int) (payments.Claimed, error) {
 	var out payments.Claimed
-	err := db.Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err := db.TransactReadCommitted(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = payments.Claimed{}
 		const query = `SELECT ` + keyColumns + ` FROM idempotency_keys
 WHERE state = 'IN_PROGRESS' AND (reconcile_after <= NOW(6) OR reconcile_after IS NULL) AND locked_until <= NOW(6)
