@@ -24,7 +24,7 @@ import (
 // after a purge puts the keys back without new payments.
 func TestFillHistoryRows(t *testing.T) {
 	ctx := context.Background()
-	dbe, err := openDatabase(ctx, os.Getenv, newProgress(io.Discard))
+	dbe, err := openDatabase(ctx, os.Getenv, newProgress(io.Discard), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,4 +131,40 @@ func count(t *testing.T, dbx *sqlx.DB, q string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+func TestPrivateBufferPool(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GATEWAY_BENCH_BUFFER_POOL" {
+				return v
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		large  bool
+		env    string
+		memory int64
+		want   int64
+	}{
+		{false, "", 64 << 30, 0},
+		{true, "", 8 << 30, 2 << 30},
+		{true, "", 64 << 30, 4 << 30},
+		{true, "", 0, 512 << 20},
+		{true, "768M", 64 << 30, 768 << 20},
+		{false, "2G", 0, 2 << 30},
+		{false, "3GiB", 0, 3 << 30},
+		{false, "134217728", 0, 128 << 20},
+	} {
+		got, err := privateBufferPool(c.large, env(c.env), c.memory)
+		if err != nil || got != c.want {
+			t.Errorf("large=%v env=%q memory=%d: %d, %v; want %d", c.large, c.env, c.memory, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"lots", "1T", "-1G", "1M"} {
+		if _, err := privateBufferPool(true, env(bad), 0); err == nil {
+			t.Errorf("GATEWAY_BENCH_BUFFER_POOL=%q accepted", bad)
+		}
+	}
 }
