@@ -453,26 +453,38 @@ func fillChunkRows(ctx context.Context, conn *sqlx.Conn, c, rows int, now time.T
 	body := fmt.Sprintf(`REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(?, '%d', amount),
     '%s', DATE_FORMAT(at, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ')), '%s', pid), '%s', k), '%s', ord), '%s', ref)`,
 		tokAmount, tokAt, tokID, tokKey, tokOrder, tokRef)
+	var written int64 // rows inserted (INSERT IGNORE skips the keys a purge left)
 	write := func() error {
+		written = 0
 		tx, err := conn.BeginTxx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 		if withPayments {
-			if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount,
+			res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount,
     currency, payment_method, description, metadata, psp, psp_reference, created_at, updated_at)
 SELECT m, pid, k, ord, 'succeeded', amount, 'USD', 'pm_card_ok', CONCAT('Order ', k),
-    CONCAT('{"channel":"web","order":"', k, '"}'), 'fake', ref, at, at FROM `+fillRows+` ORDER BY m, pid`, gen...); err != nil {
+    CONCAT('{"channel":"web","order":"', k, '"}'), 'fake', ref, at, at FROM `+fillRows+` ORDER BY m, pid`, gen...)
+			if err != nil {
+				return err
+			}
+			if written, err = res.RowsAffected(); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
+		res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
     payment_id, lease_version, charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
 SELECT m, 'POST /payments', k, UNHEX(SHA2(k, 256)), 'COMPLETED', pid, 1, 1, 0, ?, `+body+`, at, at, at
-FROM `+fillRows+` ORDER BY m, k`, append([]any{status, tmpl}, gen...)...); err != nil {
+FROM `+fillRows+` ORDER BY m, k`, append([]any{status, tmpl}, gen...)...)
+		if err != nil {
 			return err
 		}
+		keys, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		written += keys
 		if _, err := tx.ExecContext(ctx, `INSERT INTO bench_fill (chunk, has_keys) VALUES (?, 1) ON DUPLICATE KEY UPDATE has_keys = 1`, c); err != nil {
 			return err
 		}
@@ -487,11 +499,7 @@ FROM `+fillRows+` ORDER BY m, k`, append([]any{status, tmpl}, gen...)...); err !
 	if err != nil {
 		return 0, err
 	}
-	written := hi - lo
-	if withPayments {
-		written *= 2
-	}
-	return written, nil
+	return int(written), nil
 }
 
 // seedColdKeys writes n completed keys of merchantID with their payments,
