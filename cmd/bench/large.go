@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	rtmetrics "runtime/metrics"
 	"strings"
@@ -590,7 +591,7 @@ func (b *bench) purgeUnderLoad(ctx context.Context, hc *http.Client, rep *report
 	if err != nil {
 		return err
 	}
-	if _, err := dbx.ExecContext(ctx, `UPDATE bench_fill SET has_keys = 0`); err != nil {
+	if err := markPurged(ctx, dbx); err != nil {
 		return err
 	}
 	n := purged.Load()
@@ -608,6 +609,28 @@ func (b *bench) purgeUnderLoad(ctx context.Context, hc *http.Client, rep *report
 		Gateway: stats{Throughput: rate, Requests: int(n), Seconds: took.Seconds()}, FloorLabel: "fresh rate",
 		Reference: st[0].Throughput, Goal: 5, GoalText: ">= 5 x fresh rate", NoLatency: true})
 	return nil
+}
+
+// markPurged marks the chunks whose keys a purge removed, for the next
+// fill to put back. The purge walks keys oldest first, and the history's
+// row i is older than row i+1 and than any key the runs add, so the oldest
+// key left is the first one the purge did not reach: the chunks before its
+// own lack their keys, its own some of them (all, when no history key is
+// left).
+func markPurged(ctx context.Context, dbx *sqlx.DB) error {
+	var oldest []string
+	if err := dbx.SelectContext(ctx, &oldest, `SELECT idem_key FROM idempotency_keys WHERE state = 'COMPLETED'
+ORDER BY completed_at LIMIT 1`); err != nil {
+		return err
+	}
+	var first int
+	if len(oldest) == 0 || !strings.HasPrefix(oldest[0], "fill-") {
+		first = math.MaxInt32
+	} else if _, err := fmt.Sscanf(oldest[0], "fill-%d", &first); err != nil {
+		return fmt.Errorf("the oldest key %q: %w", oldest[0], err)
+	}
+	_, err := dbx.ExecContext(ctx, `UPDATE bench_fill SET has_keys = 0 WHERE chunk <= ?`, first/fillChunk)
+	return err
 }
 
 // backlog has one reconciler settle --backlog-rows stale rows, timed beside the lookup bound.

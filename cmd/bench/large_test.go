@@ -106,12 +106,16 @@ FROM idempotency_keys WHERE idem_key LIKE 'fill-%' ORDER BY idem_key`); err != n
 	if n, err := fillHistory(ctx, dbx, rows, newProgress(io.Discard)); err != nil || n != 0 {
 		t.Fatalf("second fill: %d rows, %v; want none", n, err)
 	}
-	// A purge took the first chunk's keys: the next fill writes them again.
+	// A purge took the first chunk's keys (the oldest): the next fill writes them again.
 	if _, err := dbx.ExecContext(ctx, `DELETE FROM idempotency_keys WHERE idem_key LIKE 'fill-%' AND idem_key < ?`, fmt.Sprintf("fill-%011d", fillChunk)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dbx.ExecContext(ctx, `UPDATE bench_fill SET has_keys = 0`); err != nil {
+	if err := markPurged(ctx, dbx); err != nil {
 		t.Fatal(err)
+	}
+	// The oldest key left is the second chunk's first: the first two are marked.
+	if got := count(t, dbx, `SELECT COUNT(*) FROM bench_fill WHERE has_keys = 0`); got != 2 {
+		t.Errorf("%d chunks marked as purged, want 2", got)
 	}
 	if n, err := fillHistory(ctx, dbx, rows, newProgress(io.Discard)); err != nil || n != fillChunk {
 		t.Fatalf("fill after a purge: %d rows, %v; want %d (the purged keys)", n, err, fillChunk)
