@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -438,8 +437,7 @@ func fillBodyTemplate() (int, string) {
 		Description: "Order " + tokKey, Metadata: map[string]string{"order": tokKey, "channel": "web"},
 		PSP: "fake", PSPReference: tokRef, CreatedAt: at, UpdatedAt: at}
 	r := payments.Render(p)
-	stamp, _ := json.Marshal(at)
-	return r.Status, strings.ReplaceAll(string(r.Body), strings.Trim(string(stamp), `"`), tokAt)
+	return r.Status, strings.ReplaceAll(string(r.Body), at.Format(time.RFC3339Nano), tokAt)
 }
 
 // fillChunkRows writes chunk c's payments (when withPayments) and keys in
