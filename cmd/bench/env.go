@@ -160,7 +160,11 @@ func openDatabase(ctx context.Context, getenv func(string) string, prog *progres
 		if err != nil {
 			return nil, err
 		}
-		prog.line("starting a private MariaDB in %s, buffer pool %.0f MiB", dir, mib(max(bufferPool, 128<<20)))
+		shown := bufferPool
+		if shown == 0 {
+			shown = 128 << 20 // the private server's default
+		}
+		prog.line("starting a private MariaDB in %s, buffer pool %.0f MiB", dir, mib(shown))
 		srv, err := localdb.Start(ctx, localdb.Options{DataDir: dir, BufferPool: bufferPool})
 		if err != nil {
 			_ = os.RemoveAll(dir)
