@@ -105,10 +105,17 @@ type Config struct {
 	Retention time.Duration
 	// EventRetention is how long an event is kept (and listed).
 	EventRetention time.Duration
-	// PurgeBatch is how many keys one DELETE removes; PurgePause is the rest
-	// between two, so that a large purge never crowds out payments.
+	// PurgeBatch is how many keys one DELETE removes. After each batch the
+	// purge rests PurgeRest times as long as the batch took, and at least
+	// PurgePause, so that a large purge never crowds out payments: it holds
+	// one connection at most 1/(1+PurgeRest) of the time, and its batches
+	// (and so its pace) slow down by themselves when the database is busy.
 	PurgeBatch int
 	PurgePause time.Duration
+	PurgeRest  float64
+	// PurgeSleep is how the purge rests between batches; nil waits on a
+	// timer (tests record the rests instead).
+	PurgeSleep func(ctx context.Context, d time.Duration) error
 	// Now is this process's clock, for how much of its own lease is left; the
 	// rest is judged on the database's clock. time.Now when nil.
 	Now func() time.Time
@@ -154,6 +161,7 @@ const (
 	DefaultActionBackoffMax  = time.Hour
 	DefaultPurgeBatch        = 500
 	DefaultPurgePause        = 5 * time.Millisecond
+	DefaultPurgeRest         = 0.25
 	DefaultSchedule          = "@every 30s"
 )
 
@@ -203,6 +211,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.PurgeBatch == 0 {
 		c.PurgeBatch = DefaultPurgeBatch
+	}
+	if c.PurgeRest == 0 {
+		c.PurgeRest = DefaultPurgeRest
+	}
+	if c.PurgeSleep == nil {
+		c.PurgeSleep = sleep
 	}
 	if c.Gate == nil {
 		c.Gate = func() error { return nil }
@@ -760,45 +774,58 @@ func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
 }
 
 // purge runs one batch (step) after another until one says it was the
-// last, resting between them at least PurgePause and as long as the last
-// batch took (so that it never takes more than half of the database's time
-// from the payments, and slows down by itself when they need more), and
-// logging its progress every purgeProgress.
+// last, resting after each PurgeRest times as long as it took and at least
+// PurgePause (see Config), and logging its progress every purgeProgress.
+// Batches are timed on this process's clock (Config.Now).
 func (r *Reconciler) purge(ctx context.Context, what string, retention time.Duration,
 	step func(context.Context) (n int64, done bool, err error), counted func(int64)) (int64, error) {
 	var (
 		total    int64
-		start    = time.Now()
+		now      = r.cfg.Now
+		start    = now()
 		reported = start
 	)
 	for {
-		began := time.Now()
+		began := now()
 		n, done, err := step(ctx)
-		took := time.Since(began)
+		took := now().Sub(began)
 		total += n
 		counted(n)
 		if err != nil || done {
 			if total > 0 {
 				r.log.Info("purged "+what, "count", total, "retention", retention.String(),
-					"elapsed", time.Since(start).Round(time.Millisecond).String())
+					"elapsed", now().Sub(start).Round(time.Millisecond).String())
 			}
 			return total, err
 		}
-		if time.Since(reported) >= purgeProgress {
-			reported = time.Now()
-			el := time.Since(start)
+		if now().Sub(reported) >= purgeProgress {
+			reported = now()
+			el := reported.Sub(start)
 			r.log.Info("purging "+what, "count", total, "elapsed", el.Round(time.Second).String(),
 				"rows_per_second", int64(float64(total)/el.Seconds()))
 		}
-		if r.cfg.PurgePause > 0 || took > 0 {
-			t := time.NewTimer(max(r.cfg.PurgePause, took))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return total, ctx.Err()
-			case <-t.C:
+		if rest := r.purgeRest(took); rest > 0 {
+			if err := r.cfg.PurgeSleep(ctx, rest); err != nil {
+				return total, err
 			}
 		}
+	}
+}
+
+// purgeRest is the rest after a purge batch that took took.
+func (r *Reconciler) purgeRest(took time.Duration) time.Duration {
+	return max(r.cfg.PurgePause, time.Duration(float64(max(took, 0))*r.cfg.PurgeRest))
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -542,5 +543,70 @@ func TestResolveReviewedPayment(t *testing.T) {
 	}
 	if out.Response.Status != http.StatusCreated || !bytes.Contains(out.Response.Body, []byte(`"psp_reference":"psp_123"`)) {
 		t.Fatalf("replay after resolution: %d %s", out.Response.Status, out.Response.Body)
+	}
+}
+
+// pacedStore purges fake batches of keys, each taking the next of took on
+// the test's clock, the last one saying it was the last.
+type pacedStore struct {
+	reconcile.Store
+	clock *clock
+	took  []time.Duration
+	calls int
+}
+
+func (p *pacedStore) PurgeKeys(_ context.Context, _ time.Duration, after payments.PurgeCursor, limit int) (int64, payments.PurgeCursor, bool, error) {
+	p.clock.Advance(p.took[p.calls])
+	p.calls++
+	return int64(limit), after, p.calls == len(p.took), nil
+}
+
+// The purge rests after each batch but the last PurgeRest times as long as
+// the batch took, and never less than PurgePause; a cancelled rest ends it.
+func TestPurgeRestsInProportionToItsBatches(t *testing.T) {
+	e := newEnv(t)
+	took := []time.Duration{40 * time.Millisecond, 200 * time.Millisecond, 4 * time.Millisecond, time.Second, 10 * time.Millisecond}
+	st := &pacedStore{Store: e.store, clock: e.clock, took: took}
+	var rests []time.Duration
+	r := e.reconciler(nil, st, func(c *reconcile.Config) {
+		c.PurgeBatch, c.PurgeRest, c.PurgePause = 100, 0.25, 5*time.Millisecond
+		c.PurgeSleep = func(_ context.Context, d time.Duration) error {
+			rests = append(rests, d)
+			return nil
+		}
+	})
+	purged, err := r.Purge(context.Background())
+	if err != nil || purged != 500 {
+		t.Fatalf("purged %d, %v; want 500", purged, err)
+	}
+	want := []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 5 * time.Millisecond, 250 * time.Millisecond}
+	if !slices.Equal(rests, want) {
+		t.Fatalf("rests %v, want %v", rests, want)
+	}
+
+	// The default rest is DefaultPurgeRest of the batch's time.
+	st = &pacedStore{Store: e.store, clock: e.clock, took: []time.Duration{time.Second, time.Second}}
+	rests = nil
+	r = e.reconciler(nil, st, func(c *reconcile.Config) {
+		c.PurgeSleep = func(_ context.Context, d time.Duration) error {
+			rests = append(rests, d)
+			return nil
+		}
+	})
+	if _, err := r.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []time.Duration{time.Duration(reconcile.DefaultPurgeRest * float64(time.Second))}; !slices.Equal(rests, want) {
+		t.Fatalf("default rests %v, want %v", rests, want)
+	}
+
+	// A rest cut short by the context ends the purge with what it purged.
+	st = &pacedStore{Store: e.store, clock: e.clock, took: took}
+	r = e.reconciler(nil, st, func(c *reconcile.Config) {
+		c.PurgeBatch = 100
+		c.PurgeSleep = func(context.Context, time.Duration) error { return context.Canceled }
+	})
+	if purged, err := r.Purge(context.Background()); !errors.Is(err, context.Canceled) || purged != 100 || st.calls != 1 {
+		t.Fatalf("cancelled rest: purged %d in %d batches, %v; want 100 in 1, context.Canceled", purged, st.calls, err)
 	}
 }

@@ -123,7 +123,7 @@ func TestParseScenarios(t *testing.T) {
 // nothing.
 func TestFloorIssuesTheFlowsStatements(t *testing.T) {
 	ctx := context.Background()
-	dbe, err := openDatabase(ctx, os.Getenv, newProgress(io.Discard))
+	dbe, err := openDatabase(ctx, os.Getenv, newProgress(io.Discard), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -99,7 +101,11 @@ func setup(ctx context.Context, opts options, getenv func(string) string, prog *
 	_, _ = rand.Read(nb[:])
 	b := &bench{opts: opts, prog: prog, nonce: hex.EncodeToString(nb[:]),
 		label: opts.cpuProfile != "" || opts.pprofAddr != ""}
-	dbe, err := openDatabase(ctx, getenv, prog)
+	pool, err := privateBufferPool(opts.large, getenv, totalMemory())
+	if err != nil {
+		return nil, err
+	}
+	dbe, err := openDatabase(ctx, getenv, prog, pool)
 	if err != nil {
 		return nil, err
 	}
@@ -138,8 +144,9 @@ func (b *bench) close() error {
 
 // openDatabase creates and migrates a fresh database: on the server named by
 // GATEWAY_BENCH_DSN or GATEWAY_TEST_DSN (dropped afterwards), or on a private
-// MariaDB in a temporary directory (removed afterwards).
-func openDatabase(ctx context.Context, getenv func(string) string, prog *progress) (*database, error) {
+// MariaDB in a temporary directory (removed afterwards) whose buffer pool
+// is bufferPool bytes (0: the private server's default, 128 MiB).
+func openDatabase(ctx context.Context, getenv func(string) string, prog *progress, bufferPool int64) (*database, error) {
 	d := &database{cleanup: func() error { return nil }}
 	var serverDSN string
 	var stopServer func() error
@@ -153,8 +160,12 @@ func openDatabase(ctx context.Context, getenv func(string) string, prog *progres
 		if err != nil {
 			return nil, err
 		}
-		prog.line("starting a private MariaDB in %s", dir)
-		srv, err := localdb.Start(ctx, localdb.Options{DataDir: dir})
+		shown := bufferPool
+		if shown == 0 {
+			shown = 128 << 20 // the private server's default
+		}
+		prog.line("starting a private MariaDB in %s, buffer pool %.0f MiB", dir, mib(shown))
+		srv, err := localdb.Start(ctx, localdb.Options{DataDir: dir, BufferPool: bufferPool})
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("no GATEWAY_BENCH_DSN or GATEWAY_TEST_DSN set and a private MariaDB could not start: %w", err)
@@ -378,4 +389,62 @@ func (c *chargeCounter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.
 func (c *chargeCounter) watchOrder(orderID string) {
 	c.calls.Store(0)
 	c.watch.Store(&orderID)
+}
+
+// privateBufferPool is the buffer pool of the private MariaDB a run starts
+// when no server is named: GATEWAY_BENCH_BUFFER_POOL (bytes, or with a
+// K, M or G suffix) when set; with --large, a quarter of the machine's
+// memory, at least 512 MiB and at most 4 GiB, as a deployment sizes its
+// pool to its hot indexes; else 0 (the private server's 128 MiB).
+func privateBufferPool(large bool, getenv func(string) string, memory int64) (int64, error) {
+	if v := strings.TrimSpace(getenv("GATEWAY_BENCH_BUFFER_POOL")); v != "" {
+		n, err := parseBytes(v)
+		if err != nil || n < 5<<20 {
+			return 0, fmt.Errorf("GATEWAY_BENCH_BUFFER_POOL=%q: want a size of at least 5M such as 512M or 4G", v)
+		}
+		return n, nil
+	}
+	if !large {
+		return 0, nil
+	}
+	return min(max(memory/4, 512<<20), 4<<30), nil
+}
+
+// parseBytes reads 1073741824, 1024M, 1G (binary units; a trailing B or iB is allowed).
+func parseBytes(v string) (int64, error) {
+	s := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(v), "B"), "I")
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			mult, s = 1<<10, s[:n-1]
+		case 'M':
+			mult, s = 1<<20, s[:n-1]
+		case 'G':
+			mult, s = 1<<30, s[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("not a size: %q", v)
+	}
+	return n * mult, nil
+}
+
+// totalMemory is the machine's memory in bytes (MemTotal of /proc/meminfo),
+// 0 when unknown.
+func totalMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }

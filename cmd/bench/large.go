@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	rtmetrics "runtime/metrics"
 	"strings"
@@ -35,8 +35,9 @@ import (
 const (
 	fillMerchants = 1000
 	fillDays      = 90
-	fillChunk     = 1000 // rows of one fill transaction, and of one mark in bench_fill
-	fillPerInsert = 500
+	fillChunk     = 1000 // rows of one fill transaction and of one INSERT per table, and of one mark in bench_fill
+	fillRun       = 100  // consecutive rows of one merchant: a chunk writes fillChunk/fillRun runs in key order
+	fillPerInsert = 500  // rows of one INSERT of seedColdKeys
 	fillWorkers   = 4
 	coldKeys      = 40_000 // completed keys each cold-replay phase may read, none seen by the gateway
 )
@@ -48,14 +49,31 @@ type largeReport struct {
 	Filled      int     `json:"filled_rows"`
 	FillSeconds float64 `json:"fill_seconds"`
 	FillRate    float64 `json:"fill_rows_per_second"`
-	Purged      int64   `json:"purged_keys"`
-	PurgeRate   float64 `json:"purge_keys_per_second"`
-	PurgeErrors string  `json:"purge_error,omitempty"`
+	// TableBytes is the history tables' (payments, idempotency_keys) data
+	// and indexes as information_schema.TABLES estimates them, beside the
+	// server's buffer pool.
+	TableBytes      int64   `json:"history_table_bytes"`
+	BufferPoolBytes int64   `json:"buffer_pool_bytes"`
+	Purged          int64   `json:"purged_keys"`
+	PurgeRate       float64 `json:"purge_keys_per_second"`
+	PurgeErrors     string  `json:"purge_error,omitempty"`
 	// TableSizes and Throughputs: fresh payments per table size, for the chart.
 	TableSizes  []int     `json:"table_sizes"`
 	Throughputs []float64 `json:"fresh_throughputs"`
 	BacklogRows int       `json:"backlog_rows,omitempty"`
 	BacklogSecs float64   `json:"backlog_seconds,omitempty"`
+}
+
+// poolWarning says when the history's tables outgrow the buffer pool: then
+// every random unique-index page the flow reads is a disk read, which a
+// deployment avoids by sizing its pool to its hot indexes.
+func (l *largeReport) poolWarning() string {
+	if l.TableBytes <= l.BufferPoolBytes {
+		return ""
+	}
+	return fmt.Sprintf("the history's tables (%.0f MiB) are larger than the buffer pool (%.0f MiB): their index pages are read from disk;"+
+		" size the pool as for production (GATEWAY_BENCH_BUFFER_POOL for the private server, innodb_buffer_pool_size for a named one)",
+		mib(l.TableBytes), mib(l.BufferPoolBytes))
 }
 
 func (b *bench) runLarge(ctx context.Context, hc *http.Client, rep *report) error {
@@ -257,6 +275,26 @@ func (b *bench) openLarge(ctx context.Context, rep *report) (string, *sqlx.DB, e
 	rep.Large.Filled, rep.Large.FillSeconds = filled, time.Since(start).Seconds()
 	if filled > 0 {
 		rep.Large.FillRate = float64(filled) / rep.Large.FillSeconds
+		b.prog.line("filled %d rows in %.1f s (%.0f rows/s)", filled, rep.Large.FillSeconds, rep.Large.FillRate)
+	}
+	if filled > 0 {
+		// The sizes information_schema gives are the statistics', which
+		// lag behind a fill; ANALYZE samples a few pages of each index.
+		if _, err := dbx.ExecContext(ctx, `ANALYZE TABLE payments, idempotency_keys`); err != nil {
+			dbx.Close()
+			return "", nil, fmt.Errorf("history size: %w", err)
+		}
+	}
+	if err := dbx.QueryRowxContext(ctx, `SELECT @@innodb_buffer_pool_size,
+    (SELECT COALESCE(SUM(data_length + index_length), 0) FROM information_schema.TABLES
+     WHERE table_schema = DATABASE() AND table_name IN ('payments', 'idempotency_keys'))`).
+		Scan(&rep.Large.BufferPoolBytes, &rep.Large.TableBytes); err != nil {
+		dbx.Close()
+		return "", nil, fmt.Errorf("history size: %w", err)
+	}
+	b.prog.line("history tables %.0f MiB (data and indexes), buffer pool %.0f MiB", mib(rep.Large.TableBytes), mib(rep.Large.BufferPoolBytes))
+	if w := rep.Large.poolWarning(); w != "" {
+		b.prog.line("WARNING: %s", w)
 	}
 	return dsn, dbx, nil
 }
@@ -316,14 +354,23 @@ func fillHistory(ctx context.Context, dbx *sqlx.DB, rows int, prog *progress) (i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			fail := func(err error) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			conn, err := fillConn(ctx, dbx)
+			if err != nil {
+				fail(err)
+				return
+			}
+			defer conn.Close()
 			for i := int(next.Add(1)) - 1; i < len(todo) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
 				c := todo[i]
 				_, paid := state[c]
-				n, err := fillChunkRows(ctx, dbx, c, rows, now, !paid)
+				n, err := fillChunkRows(ctx, conn, c, rows, now, !paid)
 				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
+					fail(err)
 					return
 				}
 				written.Add(int64(n))
@@ -340,54 +387,126 @@ func fillHistory(ctx context.Context, dbx *sqlx.DB, rows int, prog *progress) (i
 
 func fillMerchant(m int) string { return fmt.Sprintf("mer_fill_%04d", m) }
 
-// fillChunkRows writes chunk c's payments (when payments) and keys in one transaction.
-func fillChunkRows(ctx context.Context, dbx *sqlx.DB, c, rows int, now time.Time, withPayments bool) (int, error) {
+// fillMerchantOf is the merchant of history row i: runs of fillRun
+// consecutive rows per merchant, the merchants in turn, so that each
+// INSERT appends runs in the order of the primary keys and of the
+// (merchant, ...) indexes instead of touching a page per row.
+func fillMerchantOf(i int) string { return fillMerchant((i / fillRun) % fillMerchants) }
+
+// fillConn is a connection of its own for one fill worker, with the
+// session settings of a bulk load: the generated rows are unique by
+// construction (their keys are numbered, and a chunk and its mark in
+// bench_fill commit together), so the secondary unique indexes need not
+// be checked and no foreign key is involved.
+func fillConn(ctx context.Context, dbx *sqlx.DB) (*sqlx.Conn, error) {
+	conn, err := dbx.Connx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, "SET SESSION unique_checks = 0, foreign_key_checks = 0"); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("fill session: %w", err)
+	}
+	return conn, nil
+}
+
+// fillRows is the history's rows lo (the first argument) to hi (the
+// second, excluded), made by the database: the row number i, its merchant,
+// key, payment id, merchant order id (payments.MerchantOrderID), amount,
+// PSP reference and time (the third argument, the history's start, plus i
+// times the fourth, microseconds per row). Generating them there spares
+// the client rendering and the server parsing a thousand rows of values
+// per statement, which cost as much CPU as the inserts themselves.
+var fillRows = fmt.Sprintf(`(SELECT i, m, k, pid, CONCAT('ord_', LEFT(SHA2(CONCAT(m, CHAR(0 USING ascii), k), 256), 24)) AS ord,
+    1000 + i MOD 90000 AS amount, CONCAT('fake_ch_f', i) AS ref, at
+  FROM (SELECT i, CONCAT('mer_fill_', LPAD((i DIV %d) MOD %d, 4, '0')) AS m,
+      CONCAT('fill-', LPAD(i, 11, '0')) AS k, CONCAT('pay_f', LPAD(i, 11, '0')) AS pid,
+      ? + INTERVAL FLOOR(i * ?) MICROSECOND AS at
+    FROM (WITH RECURSIVE n (i) AS (SELECT CAST(? AS UNSIGNED) UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?) SELECT i FROM n) AS n) AS r) AS f`, fillRun, fillMerchants)
+
+// Placeholders rendered into the template of a history row's stored
+// response (payments.Render), replaced by the row's values in SQL.
+const (
+	tokID     = "QQPAYMENTIDQQ"
+	tokKey    = "QQIDEMKEYQQ"
+	tokOrder  = "QQORDERIDQQ"
+	tokRef    = "QQPSPREFQQ"
+	tokAmount = 987654321
+	tokAt     = "QQCREATEDATQQ"
+)
+
+// fillBodyTemplate is payments.Render's answer for a history payment, its
+// varying values as placeholders; the time is written with all six
+// fractional digits.
+func fillBodyTemplate() (int, string) {
+	at := time.Date(2001, 2, 3, 4, 5, 6, 123456000, time.UTC)
+	p := payments.Payment{ID: tokID, MerchantID: "m", IdempotencyKey: tokKey, MerchantOrderID: tokOrder,
+		Status: payments.Succeeded, Amount: payments.Money{Minor: tokAmount, Currency: "USD"}, PaymentMethod: "pm_card_ok",
+		Description: "Order " + tokKey, Metadata: map[string]string{"order": tokKey, "channel": "web"},
+		PSP: "fake", PSPReference: tokRef, CreatedAt: at, UpdatedAt: at}
+	r := payments.Render(p)
+	return r.Status, strings.ReplaceAll(string(r.Body), at.Format(time.RFC3339Nano), tokAt)
+}
+
+// fillChunkRows writes chunk c's payments (when withPayments) and keys in
+// one transaction with one INSERT ... SELECT per table, retrying a deadlock.
+func fillChunkRows(ctx context.Context, conn *sqlx.Conn, c, rows int, now time.Time, withPayments bool) (int, error) {
 	span := time.Duration(fillDays) * 24 * time.Hour
-	written := 0
-	err := db.Transact(ctx, dbx, func(tx *sqlx.Tx) error {
+	lo, hi := c*fillChunk, min((c+1)*fillChunk, rows)
+	// Oldest first, as they were made: the last rows are today's.
+	gen := []any{now.Add(-span), float64(span.Microseconds()) / float64(rows), lo, hi}
+	status, tmpl := fillBodyTemplate()
+	// The amount first: no placeholder's value can then hold its digits.
+	body := fmt.Sprintf(`REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(REPLACE(?, '%d', amount),
+    '%s', DATE_FORMAT(at, '%%Y-%%m-%%dT%%H:%%i:%%s.%%fZ')), '%s', pid), '%s', k), '%s', ord), '%s', ref)`,
+		tokAmount, tokAt, tokID, tokKey, tokOrder, tokRef)
+	var written int64 // rows inserted (INSERT IGNORE skips the keys a purge left)
+	write := func() error {
 		written = 0
-		for lo := c * fillChunk; lo < min((c+1)*fillChunk, rows); lo += fillPerInsert {
-			hi := min(lo+fillPerInsert, (c+1)*fillChunk, rows)
-			var pv, kv []string
-			var pa, ka []any
-			for i := lo; i < hi; i++ {
-				merchant := fillMerchant(i % fillMerchants)
-				key := fmt.Sprintf("fill-%011d", i)
-				// Oldest first, as they were made: the last rows are today's.
-				at := now.Add(-span + time.Duration(float64(span)*float64(i)/float64(rows))).Truncate(time.Microsecond)
-				p := payments.Payment{ID: fmt.Sprintf("pay_f%011d", i), MerchantID: merchant, IdempotencyKey: key,
-					MerchantOrderID: payments.MerchantOrderID(merchant, key), Status: payments.Succeeded,
-					Amount: payments.Money{Minor: int64(1000 + i%90000), Currency: "USD"}, PaymentMethod: "pm_card_ok",
-					Description: "Order " + key, Metadata: map[string]string{"order": key, "channel": "web"},
-					PSP: "fake", PSPReference: fmt.Sprintf("fake_ch_f%d", i), CreatedAt: at, UpdatedAt: at}
-				if withPayments {
-					pv = append(pv, "(?, ?, ?, ?, 'succeeded', ?, 'USD', 'pm_card_ok', ?, ?, 'fake', ?, ?, ?)")
-					pa = append(pa, p.MerchantID, p.ID, key, p.MerchantOrderID, p.Amount.Minor, p.Description,
-						`{"channel":"web","order":"`+key+`"}`, p.PSPReference, at, at)
-				}
-				resp := payments.Render(p)
-				fp := sha256.Sum256([]byte(key))
-				kv = append(kv, "(?, 'POST /payments', ?, ?, 'COMPLETED', ?, 1, 1, 0, ?, ?, ?, ?, ?)")
-				ka = append(ka, merchant, key, fp[:], p.ID, resp.Status, resp.Body, at, at, at)
-			}
-			if withPayments {
-				if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount,
-    currency, payment_method, description, metadata, psp, psp_reference, created_at, updated_at) VALUES `+strings.Join(pv, ","), pa...); err != nil {
-					return err
-				}
-				written += hi - lo
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT IGNORE INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
-    payment_id, lease_version, charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
-VALUES `+strings.Join(kv, ","), ka...); err != nil {
+		tx, err := conn.BeginTxx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+		if withPayments {
+			res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount,
+    currency, payment_method, description, metadata, psp, psp_reference, created_at, updated_at)
+SELECT m, pid, k, ord, 'succeeded', amount, 'USD', 'pm_card_ok', CONCAT('Order ', k),
+    CONCAT('{"channel":"web","order":"', k, '"}'), 'fake', ref, at, at FROM `+fillRows+` ORDER BY m, pid`, gen...)
+			if err != nil {
 				return err
 			}
-			written += hi - lo
+			if written, err = res.RowsAffected(); err != nil {
+				return err
+			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO bench_fill (chunk, has_keys) VALUES (?, 1) ON DUPLICATE KEY UPDATE has_keys = 1`, c)
-		return err
-	})
-	return written, err
+		res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
+    payment_id, lease_version, charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
+SELECT m, 'POST /payments', k, UNHEX(SHA2(k, 256)), 'COMPLETED', pid, 1, 1, 0, ?, `+body+`, at, at, at
+FROM `+fillRows+` ORDER BY m, k`, append([]any{status, tmpl}, gen...)...)
+		if err != nil {
+			return err
+		}
+		keys, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		written += keys
+		if _, err := tx.ExecContext(ctx, `INSERT INTO bench_fill (chunk, has_keys) VALUES (?, 1) ON DUPLICATE KEY UPDATE has_keys = 1`, c); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		if err = write(); err == nil || !errors.Is(db.Classify(err), db.ErrRetryable) {
+			break
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	return int(written), nil
 }
 
 // seedColdKeys writes n completed keys of merchantID with their payments,
@@ -467,6 +586,10 @@ func (b *bench) purgeUnderLoad(ctx context.Context, hc *http.Client, rep *report
 		defer close(done)
 		_, perr = rec.Purge(pctx)
 		took = time.Since(start)
+		if pctx.Err() != nil {
+			// The phase's end cancelled it, whatever statement it was in.
+			perr = nil
+		}
 	}()
 	st, rss, err := b.gatewayPhase(ctx, "L purge under load · gateway", "large-purge", b.freshGroup(hc, "gateway", "lp", freshClients))
 	cancel()
@@ -474,13 +597,13 @@ func (b *bench) purgeUnderLoad(ctx context.Context, hc *http.Client, rep *report
 	if err != nil {
 		return err
 	}
-	if _, err := dbx.ExecContext(ctx, `UPDATE bench_fill SET has_keys = 0`); err != nil {
+	if err := markPurged(ctx, dbx); err != nil {
 		return err
 	}
 	n := purged.Load()
 	rate := float64(n) / took.Seconds()
 	rep.Large.Purged, rep.Large.PurgeRate = n, rate
-	if perr != nil && !errors.Is(perr, context.Canceled) {
+	if perr != nil {
 		rep.Large.PurgeErrors = perr.Error()
 		rep.Violations = append(rep.Violations, "purge under load: "+perr.Error())
 	}
@@ -492,6 +615,28 @@ func (b *bench) purgeUnderLoad(ctx context.Context, hc *http.Client, rep *report
 		Gateway: stats{Throughput: rate, Requests: int(n), Seconds: took.Seconds()}, FloorLabel: "fresh rate",
 		Reference: st[0].Throughput, Goal: 5, GoalText: ">= 5 x fresh rate", NoLatency: true})
 	return nil
+}
+
+// markPurged marks the chunks whose keys a purge removed, for the next
+// fill to put back. The purge walks keys oldest first, and the history's
+// row i is older than row i+1 and than any key the runs add, so the oldest
+// key left is the first one the purge did not reach: the chunks before its
+// own lack their keys, its own some of them (all, when no history key is
+// left).
+func markPurged(ctx context.Context, dbx *sqlx.DB) error {
+	var oldest []string
+	if err := dbx.SelectContext(ctx, &oldest, `SELECT idem_key FROM idempotency_keys WHERE state = 'COMPLETED'
+ORDER BY completed_at LIMIT 1`); err != nil {
+		return err
+	}
+	var first int
+	if len(oldest) == 0 || !strings.HasPrefix(oldest[0], "fill-") {
+		first = math.MaxInt32
+	} else if _, err := fmt.Sscanf(oldest[0], "fill-%d", &first); err != nil {
+		return fmt.Errorf("the oldest key %q: %w", oldest[0], err)
+	}
+	_, err := dbx.ExecContext(ctx, `UPDATE bench_fill SET has_keys = 0 WHERE chunk <= ?`, first/fillChunk)
+	return err
 }
 
 // backlog has one reconciler settle --backlog-rows stale rows, timed beside the lookup bound.

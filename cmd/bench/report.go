@@ -200,6 +200,11 @@ func (r *report) print(w io.Writer) {
 		} else {
 			fmt.Fprintln(w, "reused as it was")
 		}
+		fmt.Fprintf(w, "History tables (payments, idempotency_keys): %.0f MiB of data and indexes; buffer pool %.0f MiB\n",
+			mib(l.TableBytes), mib(l.BufferPoolBytes))
+		if pw := l.poolWarning(); pw != "" {
+			fmt.Fprintln(w, "  WARNING:", pw)
+		}
 		fmt.Fprintf(w, "Purge under load: %d keys in its window, %.0f keys/s", l.Purged, l.PurgeRate)
 		if l.PurgeErrors != "" {
 			fmt.Fprintf(w, ", error: %s", l.PurgeErrors)

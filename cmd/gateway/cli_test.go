@@ -237,6 +237,7 @@ func TestDefaultsComeFromTheConstants(t *testing.T) {
 		"backoff":        {c.Reconcile.Backoff, reconcile.DefaultBackoffBase},
 		"backoff max":    {c.Reconcile.BackoffMax, reconcile.DefaultBackoffMax},
 		"purge batch":    {c.Reconcile.PurgeBatch, reconcile.DefaultPurgeBatch},
+		"purge rest":     {c.Reconcile.PurgeRest, reconcile.DefaultPurgeRest},
 		"addr":           {c.HTTP.Addr, "127.0.0.1:8080"},
 		"psp":            {c.PSP.adapter(), "fake"},
 		"auto migrate":   {s.AutoMigrate, false},

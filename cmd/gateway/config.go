@@ -43,6 +43,7 @@ func defaultVars() map[string]string {
 		"reconcile_backoff":      durationDefault(reconcile.DefaultBackoffBase),
 		"reconcile_backoff_max":  durationDefault(reconcile.DefaultBackoffMax),
 		"purge_batch":            fmt.Sprint(reconcile.DefaultPurgeBatch),
+		"purge_rest":             fmt.Sprint(reconcile.DefaultPurgeRest),
 		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
 		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
 		"replay_cache_bytes":     fmt.Sprint(payments.DefaultReplayCacheBytes),
@@ -303,6 +304,7 @@ type reconcileConfig struct {
 	Backoff     time.Duration `name:"reconcile-backoff" env:"GATEWAY_RECONCILE_BACKOFF" default:"${reconcile_backoff}" group:"reconcile" help:"wait after a failed lookup; doubles per attempt"`
 	BackoffMax  time.Duration `name:"reconcile-backoff-max" env:"GATEWAY_RECONCILE_BACKOFF_MAX" default:"${reconcile_backoff_max}" group:"reconcile" help:"longest wait between lookups of one payment"`
 	PurgeBatch  int           `name:"purge-batch" env:"GATEWAY_PURGE_BATCH" default:"${purge_batch}" group:"reconcile" help:"expired keys deleted per purge statement"`
+	PurgeRest   float64       `name:"purge-rest" env:"GATEWAY_PURGE_REST" default:"${purge_rest}" group:"reconcile" help:"rest after each purge batch, as a fraction of the time it took (1: the purge holds its connection at most half the time)"`
 }
 
 func (c *reconcileConfig) check() []error {
@@ -316,6 +318,9 @@ func (c *reconcileConfig) check() []error {
 	errs = positiveDuration(errs, "GATEWAY_RECONCILE_BACKOFF", c.Backoff)
 	errs = positiveDuration(errs, "GATEWAY_RECONCILE_BACKOFF_MAX", c.BackoffMax)
 	errs = positive(errs, "GATEWAY_PURGE_BATCH", c.PurgeBatch)
+	if !(c.PurgeRest > 0 && c.PurgeRest <= 100) {
+		errs = append(errs, problem("GATEWAY_PURGE_REST", "must be a fraction above 0 and at most 100, such as 0.25 or 1"))
+	}
 	if c.BackoffMax < c.Backoff {
 		errs = append(errs, fmt.Errorf("GATEWAY_RECONCILE_BACKOFF_MAX (%s) must not be below GATEWAY_RECONCILE_BACKOFF (%s)", c.BackoffMax, c.Backoff))
 	}

@@ -216,6 +216,7 @@ func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx
 		BackoffMax:     rc.BackoffMax,
 		Retention:      flow.Retention,
 		PurgeBatch:     rc.PurgeBatch,
+		PurgeRest:      rc.PurgeRest,
 		EventRetention: flow.EventRetention,
 		Logger:         log,
 		Observer:       obs,
