@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math"
@@ -364,7 +365,7 @@ func fillHistory(ctx context.Context, dbx *sqlx.DB, rows int, prog *progress) (i
 				fail(err)
 				return
 			}
-			defer conn.Close()
+			defer closeFillConn(conn)
 			for i := int(next.Add(1)) - 1; i < len(todo) && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
 				c := todo[i]
 				_, paid := state[c]
@@ -408,6 +409,18 @@ func fillConn(ctx context.Context, dbx *sqlx.DB) (*sqlx.Conn, error) {
 		return nil, fmt.Errorf("fill session: %w", err)
 	}
 	return conn, nil
+}
+
+// closeFillConn gives a fill connection back to its pool with the checks
+// on again, or, when they cannot be restored, closes it for good: no other
+// statement of the pool may run without them.
+func closeFillConn(conn *sqlx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "SET SESSION unique_checks = 1, foreign_key_checks = 1"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	_ = conn.Close()
 }
 
 // fillRows is the history's rows lo (the first argument) to hi (the
