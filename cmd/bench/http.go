@@ -47,7 +47,12 @@ func (g *gateway) createPayment(ctx context.Context, hc *http.Client, key string
 
 // post sends POST /payments with the merchant's apiKey.
 func (g *gateway) post(ctx context.Context, hc *http.Client, apiKey, key string, body []byte) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+"/payments", bytes.NewReader(body))
+	return g.postTo(ctx, hc, "/payments", apiKey, key, body)
+}
+
+// postTo sends a POST of body to path with apiKey and Idempotency-Key key.
+func (g *gateway) postTo(ctx context.Context, hc *http.Client, path, apiKey, key string, body []byte) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}

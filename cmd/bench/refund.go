@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -47,23 +45,10 @@ func createRequest(merchantID, key string) payments.CreateRequest {
 
 // refund posts one refund of paymentID with key for the bench merchant.
 func (g *gateway) refund(ctx context.Context, hc *http.Client, paymentID, key string) (answer, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+"/payments/"+paymentID+"/refunds", bytes.NewReader(refundBody(key)))
+	a, err := g.postTo(ctx, hc, "/payments/"+paymentID+"/refunds", g.apiKey, key, refundBody(key))
 	if err != nil {
 		return answer{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+g.apiKey)
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return answer{}, err
-	}
-	a := answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", body: b}
 	if a.status != http.StatusCreated || a.replayed {
 		return a, fmt.Errorf("fresh refund: status %d (replayed %v): %.200s", a.status, a.replayed, a.body)
 	}
