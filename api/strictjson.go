@@ -76,19 +76,8 @@ func (s *jsonScan) value(depth int, path string) {
 		}
 		for !s.stopped() {
 			s.value(depth+1, path+"[]")
-			s.ws()
-			if s.i >= len(s.b) {
-				s.bad = true
+			if s.closes(']') {
 				return
-			}
-			switch s.b[s.i] {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return
-			default:
-				s.bad = true
 			}
 		}
 	case '"':
@@ -145,21 +134,30 @@ func (s *jsonScan) object(depth int, path string) {
 		}
 		s.i++
 		s.value(depth+1, path+key+".")
-		s.ws()
-		if s.i >= len(s.b) {
-			s.bad = true
+		if s.closes('}') {
 			return
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return
-		default:
-			s.bad = true
 		}
 	}
+}
+
+// closes reads what follows a member of an array or object: a comma (more
+// to come, false) or its closer (true); anything else marks the text bad.
+func (s *jsonScan) closes(closer byte) bool {
+	s.ws()
+	if s.i >= len(s.b) {
+		s.bad = true
+		return true
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return false
+	case closer:
+		s.i++
+		return true
+	}
+	s.bad = true
+	return true
 }
 
 // str reads the string at s.i and returns its value (decoded only when it
