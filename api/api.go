@@ -15,28 +15,30 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/merchants"
 	"gateway/payments"
 )
 
 // Pinger reports whether the gateway can serve from its database; /readyz
-// uses it. A *payments.Error is answered as it is (a schema this release
+// uses it. A *errs.Error is answered as it is (a schema this release
 // cannot use, say); any other error means the database does not answer.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Authenticator resolves an API key to its merchant; payments.Auth is one.
+// Authenticator resolves an API key to its merchant; merchants.Auth is one.
 type Authenticator interface {
-	// Authenticate returns the merchant owning an active key, or an *payments.Error
+	// Authenticate returns the merchant owning an active key, or an *errs.Error
 	// with CodeUnauthorized (or CodeUnavailable when it cannot tell).
-	Authenticate(ctx context.Context, apiKey string) (payments.Merchant, error)
+	Authenticate(ctx context.Context, apiKey string) (merchants.Merchant, error)
 }
 
 // cachedAuthenticator answers keys verified lately from memory, without a
 // deadline set up for a database read that does not happen.
 type cachedAuthenticator interface {
-	Cached(apiKey string) (payments.Merchant, bool)
+	Cached(apiKey string) (merchants.Merchant, bool)
 }
 
 // Observer is told about HTTP traffic, for metrics.
@@ -172,7 +174,7 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 		defer func() {
 			if r := recover(); r != nil {
 				s.log.ErrorContext(c.Request().Context(), "panic in handler", "panic", r, "route", s.routeLabel(c))
-				err = &payments.Error{Code: payments.CodeInternal, Message: "internal error"}
+				err = &errs.Error{Code: errs.CodeInternal, Message: "internal error"}
 			}
 		}()
 		return next(c)

@@ -9,7 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/time/rate"
 
-	"gateway/payments"
+	"gateway/errs"
 )
 
 // Failed authentications are limited per client address: each costs the
@@ -121,7 +121,7 @@ func (s *Server) checkAuthFailures(c echo.Context) error {
 	}
 	if blocked, wait := s.authFails.blocked(clientAddr(c), s.opts.Now()); blocked {
 		s.obs.RateLimited()
-		return &payments.Error{Code: codeRateLimited, RetryAfter: wait,
+		return &errs.Error{Code: codeRateLimited, RetryAfter: wait,
 			Message: "too many failed authentications from this address; retry after the Retry-After delay with a valid key"}
 	}
 	return nil
@@ -129,7 +129,7 @@ func (s *Server) checkAuthFailures(c echo.Context) error {
 
 // countAuthFailure counts err against the request's address when it is a refused credential.
 func (s *Server) countAuthFailure(c echo.Context, err error) error {
-	if s.authFails != nil && payments.ErrorCode(err) == payments.CodeUnauthorized {
+	if s.authFails != nil && errs.CodeOf(err) == errs.CodeUnauthorized {
 		s.authFails.failed(clientAddr(c), s.opts.Now())
 	}
 	return err

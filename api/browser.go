@@ -8,6 +8,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
+	"gateway/merchants"
 	"gateway/payments"
 )
 
@@ -22,12 +24,12 @@ import (
 // merchant's origins. Everything else is refused.
 
 // BrowserAuthenticator resolves publishable keys and judges browser
-// origins; payments.BrowserAuth is one.
+// origins; merchants.BrowserAuth is one.
 type BrowserAuthenticator interface {
 	// AuthenticatePublishable returns the merchant owning an active
-	// publishable key and the origins it allows, or an *payments.Error with
+	// publishable key and the origins it allows, or an *errs.Error with
 	// CodeUnauthorized (or CodeUnavailable when it cannot tell).
-	AuthenticatePublishable(ctx context.Context, key string) (payments.Merchant, []string, error)
+	AuthenticatePublishable(ctx context.Context, key string) (merchants.Merchant, []string, error)
 	// OriginAllowed reports whether any merchant allows origin.
 	OriginAllowed(ctx context.Context, origin string) (bool, error)
 }
@@ -39,10 +41,10 @@ const HeaderClientSecret = "Client-Secret"
 const (
 	// codeForbidden: the credentials cannot do this (a publishable key
 	// anywhere but its two routes; a secret key sent by a browser).
-	codeForbidden payments.Code = "forbidden"
+	codeForbidden errs.Code = "forbidden"
 	// codeOriginNotAllowed: the request's Origin is not one its merchant
 	// allows (or, for a preflight, one any merchant allows).
-	codeOriginNotAllowed payments.Code = "origin_not_allowed"
+	codeOriginNotAllowed errs.Code = "origin_not_allowed"
 )
 
 // corsAllowHeaders are the request headers a browser may send; every one
@@ -68,8 +70,8 @@ func bearerKey(c echo.Context) string {
 // keys only, before anything is read.
 func (s *Server) refusePublishable(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if strings.HasPrefix(bearerKey(c), payments.PublishableKeyPrefix) {
-			return &payments.Error{Code: codeForbidden, Message: "a publishable key can only read and confirm the payment whose client secret it presents " +
+		if strings.HasPrefix(bearerKey(c), merchants.PublishableKeyPrefix) {
+			return &errs.Error{Code: codeForbidden, Message: "a publishable key can only read and confirm the payment whose client secret it presents " +
 				"(GET /payments/{id}, POST /payments/{id}/confirm); everything else takes the secret API key, on the merchant's server"}
 		}
 		return next(c)
@@ -93,15 +95,15 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}
 		key := bearerKey(c)
-		if !strings.HasPrefix(key, payments.PublishableKeyPrefix) {
+		if !strings.HasPrefix(key, merchants.PublishableKeyPrefix) {
 			if origin != "" {
-				return &payments.Error{Code: codeForbidden, Message: "a secret API key must never reach a browser: " +
+				return &errs.Error{Code: codeForbidden, Message: "a secret API key must never reach a browser: " +
 					"create the payment on the merchant's server, and confirm it from the page with a publishable key and the payment's client_secret"}
 			}
 			return s.authenticate(next)(c)
 		}
 		if s.opts.Browser == nil {
-			return &payments.Error{Code: payments.CodeUnauthorized, Message: "publishable keys are not accepted here"}
+			return &errs.Error{Code: errs.CodeUnauthorized, Message: "publishable keys are not accepted here"}
 		}
 		if err := s.checkAuthFailures(c); err != nil {
 			return err
@@ -110,22 +112,22 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return s.countAuthFailure(c, err)
 		}
-		if origin != "" && !payments.AllowsOrigin(origins, origin) {
-			return &payments.Error{Code: codeOriginNotAllowed,
+		if origin != "" && !merchants.AllowsOrigin(origins, origin) {
+			return &errs.Error{Code: codeOriginNotAllowed,
 				Message: "this merchant does not allow browser requests from " + strconv.Quote(origin) + " (gateway merchants origins add)"}
 		}
 		secret := c.Request().Header.Get(HeaderClientSecret)
 		if secret == "" {
-			return &payments.Error{Code: payments.CodeUnauthorized, Message: "send the payment's client_secret as the " + HeaderClientSecret + " header with a publishable key"}
+			return &errs.Error{Code: errs.CodeUnauthorized, Message: "send the payment's client_secret as the " + HeaderClientSecret + " header with a publishable key"}
 		}
 		p, err := s.svc.Payment(ctx, m.ID, c.Param("id"))
-		if err != nil && payments.ErrorCode(err) != payments.CodeNotFound {
+		if err != nil && errs.CodeOf(err) != errs.CodeNotFound {
 			return err
 		}
 		// Another payment, or none, or the wrong secret: the same answer, so
 		// that a publishable key learns nothing of payments it cannot read.
 		if err != nil || !payments.ClientSecretMatches(p, secret) {
-			return &payments.Error{Code: payments.CodeNotFound, Message: "payment not found (a publishable key reads only the payment whose client_secret it presents)"}
+			return &errs.Error{Code: errs.CodeNotFound, Message: "payment not found (a publishable key reads only the payment whose client_secret it presents)"}
 		}
 		c.Set(merchantKey, m)
 		return next(c)
@@ -162,7 +164,7 @@ func (s *Server) handlePreflight(method string) echo.HandlerFunc {
 		h.Add(echo.HeaderVary, echo.HeaderAccessControlRequestMethod)
 		h.Add(echo.HeaderVary, echo.HeaderAccessControlRequestHeaders)
 		if origin == "" || asked == "" {
-			return &payments.Error{Code: codeOriginNotAllowed, Message: "not a CORS preflight: send Origin and Access-Control-Request-Method"}
+			return &errs.Error{Code: codeOriginNotAllowed, Message: "not a CORS preflight: send Origin and Access-Control-Request-Method"}
 		}
 		allowed := false
 		if s.opts.Browser != nil {
@@ -175,14 +177,14 @@ func (s *Server) handlePreflight(method string) echo.HandlerFunc {
 			}
 		}
 		if !allowed {
-			return &payments.Error{Code: codeOriginNotAllowed, Message: "no merchant allows browser requests from " + strconv.Quote(origin)}
+			return &errs.Error{Code: codeOriginNotAllowed, Message: "no merchant allows browser requests from " + strconv.Quote(origin)}
 		}
 		if asked != method {
-			return &payments.Error{Code: codeForbidden, Message: "browsers may only " + method + " " + req.URL.Path}
+			return &errs.Error{Code: codeForbidden, Message: "browsers may only " + method + " " + req.URL.Path}
 		}
 		for _, name := range strings.Split(req.Header.Get(echo.HeaderAccessControlRequestHeaders), ",") {
 			if name = strings.TrimSpace(name); name != "" && !allowedHeader(name) {
-				return &payments.Error{Code: codeForbidden, Message: "browsers may not send the header " + strconv.Quote(name) +
+				return &errs.Error{Code: codeForbidden, Message: "browsers may not send the header " + strconv.Quote(name) +
 					"; they may send " + strings.Join(corsAllowHeaders, ", ")}
 			}
 		}

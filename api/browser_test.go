@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"gateway/api"
+	"gateway/merchants"
 	"gateway/payments"
 	"gateway/psp/fake"
 )
@@ -27,9 +28,9 @@ type browserSide struct {
 }
 
 // newBrowserSide mints a publishable key for m and allows origins.
-func (e *env) newBrowserSide(m payments.Merchant, origins ...string) browserSide {
+func (e *env) newBrowserSide(m merchants.Merchant, origins ...string) browserSide {
 	e.t.Helper()
-	access := payments.NewBrowserAccess(e.store, e.clock.Now)
+	access := merchants.NewBrowserAccess(e.store, e.clock.Now)
 	key, err := access.CreatePublishableKey(context.Background(), m.ID)
 	if err != nil {
 		e.t.Fatal(err)
@@ -168,7 +169,7 @@ func TestPublishableKeyCanDoNothingElse(t *testing.T) {
 	b2 := e.newBrowserSide(m2, shopOrigin)
 	wantProblem(t, e.browse(http.MethodGet, "/payments/"+mine.ID, b2.pk, mine.ClientSecret, shopOrigin, nil, ""), http.StatusNotFound, "not-found")
 	// A revoked publishable key, and a made-up one.
-	if err := payments.NewBrowserAccess(e.store, e.clock.Now).RevokePublishableKey(context.Background(), m2.ID, payments.PublishablePrefix(b2.pk)); err != nil {
+	if err := merchants.NewBrowserAccess(e.store, e.clock.Now).RevokePublishableKey(context.Background(), m2.ID, merchants.PublishablePrefix(b2.pk)); err != nil {
 		t.Fatal(err)
 	}
 	wantProblem(t, e.browse(http.MethodGet, "/payments/"+mine.ID, b2.pk, mine.ClientSecret, shopOrigin, nil, ""), http.StatusUnauthorized, "unauthorized")

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db"
+	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/mysql"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
@@ -26,11 +27,11 @@ type lostAck struct {
 
 func (s *lostAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
 	if s.dropped.Add(-1) >= 0 {
-		return time.Time{}, payments.ErrWriteUnknown
+		return time.Time{}, errs.ErrWriteUnknown
 	}
 	now, err := s.FlowStore.Claim(ctx, c)
 	if err == nil && s.claims.Add(-1) >= 0 {
-		return now, payments.ErrWriteUnknown
+		return now, errs.ErrWriteUnknown
 	}
 	return now, err
 }
@@ -38,7 +39,7 @@ func (s *lostAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error
 func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
 	err := s.FlowStore.Settle(ctx, ref, token, p, resp)
 	if err == nil && s.settles.Add(-1) >= 0 {
-		return payments.ErrWriteUnknown
+		return errs.ErrWriteUnknown
 	}
 	return err
 }
@@ -83,7 +84,7 @@ type deadAfterCharge struct {
 	down atomic.Bool
 }
 
-var errConnLost = fmt.Errorf("store.Settle: %w: %w", payments.ErrWriteUnknown, db.ErrConnLost)
+var errConnLost = fmt.Errorf("store.Settle: %w: %w", errs.ErrWriteUnknown, mysql.ErrConnLost)
 
 func (s *deadAfterCharge) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
 	if s.down.Load() {
@@ -94,7 +95,7 @@ func (s *deadAfterCharge) Settle(ctx context.Context, ref idemkeys.Ref, token id
 
 func (s *deadAfterCharge) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
 	if s.down.Load() {
-		return idemkeys.Record{}, fmt.Errorf("store: read key: %w", db.ErrConnLost)
+		return idemkeys.Record{}, fmt.Errorf("store: read key: %w", mysql.ErrConnLost)
 	}
 	return s.FlowStore.Record(ctx, ref)
 }

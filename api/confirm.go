@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
 	"gateway/payments"
 )
 
@@ -47,8 +48,8 @@ func (s *Server) parseConfirm(c echo.Context) (payments.ConfirmRequest, error) {
 	req := payments.ConfirmRequest{MerchantID: merchantOf(c).ID, PaymentID: c.Param("id"), IdempotencyKey: key, Amount: body.Amount}
 	switch {
 	case body.PaymentMethod != nil && body.PaymentKey != nil:
-		return req, &payments.Error{Code: payments.CodeInvalid, Message: "the request body is invalid",
-			Fields: []payments.FieldError{{Field: "payment_key", Reason: "send payment_method or payment_key, not both"}}}
+		return req, &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid",
+			Fields: []errs.FieldError{{Field: "payment_key", Reason: "send payment_method or payment_key, not both"}}}
 	case body.PaymentMethod != nil:
 		req.PaymentMethod = *body.PaymentMethod
 	case body.PaymentKey != nil:

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
 	"gateway/payments"
 )
 
@@ -14,8 +15,8 @@ var eventParams = map[string]bool{"limit": true, "starting_after": true, "type":
 
 func (s *Server) handleListEvents(c echo.Context) error {
 	q := payments.EventQuery{MerchantID: merchantOf(c).ID}
-	var fields []payments.FieldError
-	bad := func(field, reason string) { fields = append(fields, payments.FieldError{Field: field, Reason: reason}) }
+	var fields []errs.FieldError
+	bad := func(field, reason string) { fields = append(fields, errs.FieldError{Field: field, Reason: reason}) }
 	params := c.QueryParams()
 	for name, vs := range params {
 		switch {
@@ -39,7 +40,7 @@ func (s *Server) handleListEvents(c echo.Context) error {
 	}
 	q.StartingAfter, q.Type, q.ObjectID = one("starting_after"), payments.EventType(one("type")), one("object_id")
 	if len(fields) > 0 {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "invalid listing query", Fields: fields}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing query", Fields: fields}
 	}
 	page, err := s.opts.Listings.Events(c.Request().Context(), q)
 	if err != nil {

@@ -11,7 +11,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/merchants"
 	"gateway/payments"
 )
 
@@ -43,7 +45,7 @@ func FuzzParseCreate(f *testing.F) {
 		req, err := parse(e, s, key, body)
 		if err != nil {
 			var (
-				pe *payments.Error
+				pe *errs.Error
 				mb *http.MaxBytesError
 			)
 			switch {
@@ -87,7 +89,7 @@ func parse(e *echo.Echo, s *Server, key string, body []byte) (payments.CreateReq
 	r.Header.Set("Content-Type", "application/json")
 	r.Header["Idempotency-Key"] = []string{key}
 	c := e.NewContext(r, httptest.NewRecorder())
-	c.Set(merchantKey, payments.Merchant{ID: "mer_fuzz"})
+	c.Set(merchantKey, merchants.Merchant{ID: "mer_fuzz"})
 	k, err := s.idempotencyKey(c, "")
 	if err != nil {
 		return payments.CreateRequest{}, err
@@ -101,7 +103,7 @@ func parse(e *echo.Echo, s *Server, key string, body []byte) (payments.CreateReq
 		return req, err
 	}
 	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
-		return req, &payments.Error{Code: payments.CodeInvalidKey, Message: err.Error()}
+		return req, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
 	}
 	req.Normalize()
 	return req, req.Validate()

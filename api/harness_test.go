@@ -15,14 +15,15 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/api"
-	"gateway/db/dbtest"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { mysqltest.Main(m) }
 
 // clock is an injected time source that only moves when a test says so.
 type clock struct {
@@ -47,7 +48,7 @@ type env struct {
 	t     *testing.T
 	tb    testing.TB // t, or a benchmark's *testing.B
 	db    *sqlx.DB
-	store *store.Store
+	store *mysql.Store
 	psp   *fake.PSP
 	clock *clock
 	svc   *payments.Service
@@ -56,7 +57,7 @@ type env struct {
 	// raw is the API alone, for clients whose requests do not parse.
 	handler, raw http.Handler
 	apiKey       string
-	merch        payments.Merchant
+	merch        merchants.Merchant
 	// checked is set when srv checks every exchange against the OpenAPI
 	// contract itself; otherwise do checks what the client sees.
 	checked bool
@@ -74,11 +75,11 @@ type envSetup struct {
 	// authTTL is how long a verified API key is trusted without a read.
 	authTTL time.Duration
 	// authStore, when set, decorates what authentication reads (to count its reads, say).
-	authStore func(payments.AuthStore) payments.AuthStore
+	authStore func(merchants.AuthStore) merchants.AuthStore
 	// notices, when set, receives the PSPs' notifications (webhooks).
-	notices func(*store.Store) api.NoticeReceiver
+	notices func(*mysql.Store) api.NoticeReceiver
 	// webhooks, when set, manages the webhook endpoints.
-	webhooks func(*store.Store) api.WebhookEndpoints
+	webhooks func(*mysql.Store) api.WebhookEndpoints
 }
 
 type envOption func(*envSetup)
@@ -87,8 +88,8 @@ type envOption func(*envSetup)
 // *testing.T (e.t is nil) and serves through e.raw.
 func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
-	dbx := dbtest.MustOpen(t)
-	st := store.New(dbx)
+	dbx := mysqltest.MustOpen(t)
+	st := mysql.NewStore(dbx)
 	clk := &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	setup := envSetup{cfg: payments.Config{
 		Lease:        30 * time.Second,
@@ -110,7 +111,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	svc := payments.NewService(svcStore, payments.OnePSP(adapter), setup.cfg)
 	apiOpts := api.Options{MaxBodyBytes: 16 << 10, Listings: payments.NewListings(st),
-		Browser: payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now})}
+		Browser: merchants.NewBrowserAuth(st, merchants.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now})}
 	if setup.api != nil {
 		setup.api(&apiOpts)
 	}
@@ -130,11 +131,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	// checked against the published OpenAPI document; a finding fails the test.
 	var tally exchangeTally
 	t.Cleanup(func() { t.Logf("OpenAPI contract checked %s", tally.String()) }) // after srv.Close: all served
-	var authStore payments.AuthStore = st
+	var authStore merchants.AuthStore = st
 	if setup.authStore != nil {
 		authStore = setup.authStore(st)
 	}
-	e.raw = api.NewHandler(svc, payments.NewAuth(authStore, payments.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now}), st, apiOpts)
+	e.raw = api.NewHandler(svc, merchants.NewAuth(authStore, merchants.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now}), st, apiOpts)
 	e.handler = contract.checked(e.raw, func(x exchange, findings []string) {
 		tally.add(x.status)
 		if len(findings) > 0 {
@@ -151,15 +152,17 @@ func (e *env) admin() *payments.Admin {
 	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
 }
 
+func (e *env) merchantAdmin() *merchants.Admin { return merchants.NewAdmin(e.store, e.clock.Now) }
+
 // advance lets d pass, on the gateway's clock and on the database's.
 func (e *env) advance(d time.Duration) {
 	e.clock.Advance(d)
-	dbtest.Advance(e.t, e.db, d)
+	mysqltest.Advance(e.t, e.db, d)
 }
 
-func (e *env) newMerchant(name string) (payments.Merchant, string) {
+func (e *env) newMerchant(name string) (merchants.Merchant, string) {
 	e.tb.Helper()
-	m, key, err := payments.NewMerchant(name, e.clock.Now())
+	m, key, err := merchants.NewMerchant(name, e.clock.Now())
 	if err != nil {
 		e.tb.Fatal(err)
 	}
@@ -253,7 +256,7 @@ func (e *env) getAs(apiKey, path string) response {
 
 func (e *env) count(query string, args ...any) int {
 	e.t.Helper()
-	return dbtest.Count(e.t, e.db, query, args...)
+	return mysqltest.Count(e.t, e.db, query, args...)
 }
 
 // counts is the state the invariants are checked against.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"gateway/api"
+	"gateway/merchants"
 	"gateway/payments"
 )
 
@@ -232,11 +233,11 @@ func encodeUnescaped(t *testing.T, v any) []byte {
 
 // countingAuthStore counts the key lookups authentication sends to the database.
 type countingAuthStore struct {
-	payments.AuthStore
+	merchants.AuthStore
 	reads atomic.Int64
 }
 
-func (s *countingAuthStore) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]payments.StoredKey, []payments.Merchant, error) {
+func (s *countingAuthStore) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
 	s.reads.Add(1)
 	return s.AuthStore.ActiveKeysByPrefix(ctx, prefix)
 }
@@ -251,7 +252,7 @@ func TestBadKeyFloodLeavesGoodMerchantServed(t *testing.T) {
 	_, proxy, _ := net.ParseCIDR("127.0.0.1/32")
 	e := newEnv(t, func(s *envSetup) {
 		s.authTTL = 10 * time.Second
-		s.authStore = func(st payments.AuthStore) payments.AuthStore { counting.AuthStore = st; return counting }
+		s.authStore = func(st merchants.AuthStore) merchants.AuthStore { counting.AuthStore = st; return counting }
 		s.api = func(o *api.Options) {
 			// Refills so slowly that the test's own duration never matters.
 			o.AuthFailureRate, o.AuthFailureBurst = 1e-6, burst
@@ -358,15 +359,15 @@ func TestBadKeyFloodLeavesGoodMerchantServed(t *testing.T) {
 // servers on one database, each having trusted the key, refuse it once
 // that much time has passed on their clock.
 func TestRevocationReachesEveryReplica(t *testing.T) {
-	e := newEnv(t, func(s *envSetup) { s.authTTL = payments.DefaultAuthCacheTTL })
+	e := newEnv(t, func(s *envSetup) { s.authTTL = merchants.DefaultAuthCacheTTL })
 	other := httptest.NewServer(api.NewHandler(e.svc,
-		payments.NewAuth(e.store, payments.AuthConfig{CacheTTL: payments.DefaultAuthCacheTTL, Now: e.clock.Now}), e.store, api.Options{Listings: payments.NewListings(e.store)}))
+		merchants.NewAuth(e.store, merchants.AuthConfig{CacheTTL: merchants.DefaultAuthCacheTTL, Now: e.clock.Now}), e.store, api.Options{Listings: payments.NewListings(e.store)}))
 	defer other.Close()
 	second := &env{t: t, srv: other, db: e.db}
 	for _, r := range []*env{e, second} {
 		wantStatus(t, r.getAs(e.apiKey, "/payments"), http.StatusOK) // each replica now trusts the key
 	}
-	if err := e.admin().RevokeAPIKey(context.Background(), e.merch.ID, payments.KeyPrefix(e.apiKey)); err != nil {
+	if err := e.merchantAdmin().RevokeAPIKey(context.Background(), e.merch.ID, merchants.KeyPrefix(e.apiKey)); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(2 * time.Second) // the bound the README documents
@@ -379,9 +380,9 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 
 // stalledAuthStore is a database that accepted the query and never answers
 // (until the caller gives up).
-type stalledAuthStore struct{ payments.AuthStore }
+type stalledAuthStore struct{ merchants.AuthStore }
 
-func (stalledAuthStore) ActiveKeysByPrefix(ctx context.Context, _ string) ([]payments.StoredKey, []payments.Merchant, error) {
+func (stalledAuthStore) ActiveKeysByPrefix(ctx context.Context, _ string) ([]merchants.StoredKey, []merchants.Merchant, error) {
 	<-ctx.Done()
 	return nil, nil, ctx.Err()
 }
@@ -391,7 +392,7 @@ func (stalledAuthStore) ActiveKeysByPrefix(ctx context.Context, _ string) ([]pay
 // 503 with Retry-After when it passes.
 func TestStalledDatabaseReadsHaveADeadline(t *testing.T) {
 	e := newEnv(t, func(s *envSetup) {
-		s.authStore = func(st payments.AuthStore) payments.AuthStore { return stalledAuthStore{st} }
+		s.authStore = func(st merchants.AuthStore) merchants.AuthStore { return stalledAuthStore{st} }
 		s.api = func(o *api.Options) { o.LookupTimeout = 200 * time.Millisecond }
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

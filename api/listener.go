@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"sync"
 
-	"gateway/payments"
+	"gateway/errs"
 )
 
 // Request framing, watched on the wire. A request with both Content-Length
@@ -192,7 +192,7 @@ func refuseAmbiguousFraming(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		kind := problems[payments.CodeInvalid]
+		kind := problems[errs.CodeInvalid]
 		body, _ := json.Marshal(problem{Type: ProblemTypeBase + kind.slug, Title: kind.title, Status: kind.status,
 			Detail: "send Content-Length or Transfer-Encoding, not both", Instance: r.URL.Path})
 		w.Header().Set("Connection", "close")

@@ -14,6 +14,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
+	"gateway/merchants"
 	"gateway/payments"
 )
 
@@ -28,7 +30,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		h := c.Request().Header.Get(echo.HeaderAuthorization)
 		scheme, key, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || key == "" {
-			return s.countAuthFailure(c, &payments.Error{Code: payments.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"})
+			return s.countAuthFailure(c, &errs.Error{Code: errs.CodeUnauthorized, Message: "send the API key as Authorization: Bearer <api_key>"})
 		}
 		key = strings.TrimSpace(key)
 		if ca, ok := s.auth.(cachedAuthenticator); ok {
@@ -55,14 +57,14 @@ func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
 		ok, wait := s.limits.allow(merchantOf(c).ID, s.opts.Now())
 		if !ok {
 			s.obs.RateLimited()
-			return &payments.Error{Code: codeRateLimited, Message: "too many requests for this merchant; retry after the Retry-After delay", RetryAfter: wait}
+			return &errs.Error{Code: codeRateLimited, Message: "too many requests for this merchant; retry after the Retry-After delay", RetryAfter: wait}
 		}
 		return next(c)
 	}
 }
 
-func merchantOf(c echo.Context) payments.Merchant {
-	m, _ := c.Get(merchantKey).(payments.Merchant)
+func merchantOf(c echo.Context) merchants.Merchant {
+	m, _ := c.Get(merchantKey).(merchants.Merchant)
 	return m
 }
 
@@ -134,12 +136,12 @@ func (s *Server) idempotencyKey(c echo.Context, hint string) (string, error) {
 		if !present {
 			s.obs.MissingKey()
 		}
-		return "", &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (" + hint + ")"}
+		return "", &errs.Error{Code: errs.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (" + hint + ")"}
 	}
 	return key[0], nil
 }
 
-// parseCreate turns the request into the command, or a 4xx *payments.Error
+// parseCreate turns the request into the command, or a 4xx *errs.Error
 // (or *http.MaxBytesError) naming what to fix. It reads no state.
 func (s *Server) parseCreate(c echo.Context, key string, raw []byte) (payments.CreateRequest, error) {
 	var body createPaymentBody
@@ -152,19 +154,19 @@ func (s *Server) parseCreate(c echo.Context, key string, raw []byte) (payments.C
 		Metadata:       body.Metadata,
 		ConfirmLater:   body.Confirm != nil && !*body.Confirm,
 	}
-	var missing []payments.FieldError
+	var missing []errs.FieldError
 	if body.Amount == nil {
-		missing = append(missing, payments.FieldError{Field: "amount", Reason: "is required"})
+		missing = append(missing, errs.FieldError{Field: "amount", Reason: "is required"})
 	} else {
 		req.Amount.Minor = *body.Amount
 	}
 	if body.Currency == nil {
-		missing = append(missing, payments.FieldError{Field: "currency", Reason: "is required"})
+		missing = append(missing, errs.FieldError{Field: "currency", Reason: "is required"})
 	} else {
 		req.Amount.Currency = *body.Currency
 	}
 	if body.PaymentMethod == nil && !req.ConfirmLater {
-		missing = append(missing, payments.FieldError{Field: "payment_method", Reason: "is required"})
+		missing = append(missing, errs.FieldError{Field: "payment_method", Reason: "is required"})
 	} else if body.PaymentMethod != nil {
 		req.PaymentMethod = *body.PaymentMethod
 	}
@@ -172,7 +174,7 @@ func (s *Server) parseCreate(c echo.Context, key string, raw []byte) (payments.C
 		req.Description = *body.Description
 	}
 	if len(missing) > 0 {
-		return req, &payments.Error{Code: payments.CodeInvalid, Message: "the request body is invalid", Fields: missing}
+		return req, &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid", Fields: missing}
 	}
 	return req, nil
 }
@@ -194,7 +196,7 @@ func (s *Server) readJSONBody(c echo.Context) ([]byte, error) {
 	if ct := c.Request().Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be application/json"}
+			return nil, &errs.Error{Code: errs.CodeInvalid, Message: "the request body must be application/json"}
 		}
 	}
 	raw, err := readBody(c, s.opts.MaxBodyBytes)
@@ -215,13 +217,13 @@ func decodeRaw(raw []byte, body any) error {
 		return invalidJSON(err)
 	}
 	if dec.More() {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the request body must hold exactly one JSON object"}
 	}
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "the request body must be a JSON object"}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the request body must be a JSON object"}
 	}
 	return nil
 }
@@ -232,7 +234,7 @@ func invalidJSON(err error) error {
 		syn *json.SyntaxError
 		typ *json.UnmarshalTypeError
 	)
-	e := &payments.Error{Code: payments.CodeInvalid, Message: "the request body is not valid JSON"}
+	e := &errs.Error{Code: errs.CodeInvalid, Message: "the request body is not valid JSON"}
 	switch {
 	case errors.As(err, &syn):
 		e.Message = fmt.Sprintf("the request body is not valid JSON (at byte %d)", syn.Offset)
@@ -240,14 +242,14 @@ func invalidJSON(err error) error {
 		if typ.Field == "" {
 			e.Message = "the request body must be a JSON object"
 		} else {
-			e.Fields = []payments.FieldError{{Field: typ.Field, Reason: "must be " + jsonKind(typ.Type.Kind().String())}}
+			e.Fields = []errs.FieldError{{Field: typ.Field, Reason: "must be " + jsonKind(typ.Type.Kind().String())}}
 			e.Message = "the request body is invalid"
 		}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		e.Message = "the request body is empty or truncated; send a JSON object"
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		e.Fields = []payments.FieldError{{Field: field, Reason: "is not a known field"}}
+		e.Fields = []errs.FieldError{{Field: field, Reason: "is not a known field"}}
 		e.Message = "the request body is invalid"
 	}
 	return e
@@ -286,7 +288,7 @@ func (s *Server) handleFindPayment(c echo.Context) error {
 		return s.handleListPayments(c)
 	}
 	if len(keys) != 1 {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "pass exactly one idempotency_key query parameter to find the payment it created"}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "pass exactly one idempotency_key query parameter to find the payment it created"}
 	}
 	p, err := s.svc.PaymentByKey(c.Request().Context(), merchantOf(c).ID, keys[0])
 	if err != nil {
@@ -303,11 +305,11 @@ func (s *Server) handleReadyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 	defer cancel()
 	if err := s.db.Ping(ctx); err != nil {
-		var pe *payments.Error
+		var pe *errs.Error
 		if errors.As(err, &pe) {
 			return pe // says why this replica is not ready
 		}
-		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database does not answer", Err: err}
+		return &errs.Error{Code: errs.CodeUnavailable, Message: "the database does not answer", Err: err}
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gateway/payments"
+	"gateway/errs"
 )
 
 // problemKind is one row of the error table: the HTTP status and the stable
@@ -24,32 +24,32 @@ type problemKind struct {
 
 // problems is the single map from error codes to HTTP. The README's status
 // table lists the same rows.
-var problems = map[payments.Code]problemKind{
-	payments.CodeInvalid:         {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
-	payments.CodeInvalidKey:      {http.StatusBadRequest, "invalid-idempotency-key", "The Idempotency-Key header is missing or invalid"},
-	payments.CodeUnauthorized:    {http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
-	payments.CodeNotFound:        {http.StatusNotFound, "not-found", "Not found"},
-	payments.CodeInFlight:        {http.StatusConflict, "request-in-flight", "A request with this Idempotency-Key is in progress"},
-	payments.CodeKeyMismatch:     {http.StatusUnprocessableEntity, "idempotency-key-mismatch", "The Idempotency-Key was used with a different request"},
-	payments.CodeKeyReused:       {http.StatusConflict, "idempotency-key-reused", "The Idempotency-Key belongs to an existing payment"},
-	payments.CodePSPUnavailable:  {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
-	payments.CodePSPUnknown:      {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
-	payments.CodeUnavailable:     {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
-	payments.CodeNotRefundable:   {http.StatusConflict, "payment-not-refundable", "The payment cannot be refunded now"},
-	payments.CodeRefundExceeds:   {http.StatusUnprocessableEntity, "refund-exceeds-refundable", "The refund exceeds what is left to refund"},
-	payments.CodeConflict:        {http.StatusConflict, "conflict", "The request conflicts with the current state"},
-	payments.CodePSPCannotAccept: {http.StatusUnprocessableEntity, "psp-cannot-accept", "The payment provider cannot accept this payment"},
-	payments.CodeNotConfirmable:  {http.StatusConflict, "payment-not-confirmable", "The payment is not awaiting confirmation"},
-	payments.CodeConfirmMismatch: {http.StatusUnprocessableEntity, "confirm-mismatch", "The confirm does not match the payment"},
-	payments.CodeNoticeRejected:  {http.StatusBadRequest, "notice-rejected", "The notification could not be verified"},
-	payments.CodeInternal:        {http.StatusInternalServerError, "internal", "Internal error"},
-	codeRateLimited:              {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
-	codeForbidden:                {http.StatusForbidden, "forbidden", "These credentials cannot do this"},
-	codeOriginNotAllowed:         {http.StatusForbidden, "origin-not-allowed", "Browser requests from this origin are not allowed"},
+var problems = map[errs.Code]problemKind{
+	errs.CodeInvalid:         {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
+	errs.CodeInvalidKey:      {http.StatusBadRequest, "invalid-idempotency-key", "The Idempotency-Key header is missing or invalid"},
+	errs.CodeUnauthorized:    {http.StatusUnauthorized, "unauthorized", "Missing or invalid API key"},
+	errs.CodeNotFound:        {http.StatusNotFound, "not-found", "Not found"},
+	errs.CodeInFlight:        {http.StatusConflict, "request-in-flight", "A request with this Idempotency-Key is in progress"},
+	errs.CodeKeyMismatch:     {http.StatusUnprocessableEntity, "idempotency-key-mismatch", "The Idempotency-Key was used with a different request"},
+	errs.CodeKeyReused:       {http.StatusConflict, "idempotency-key-reused", "The Idempotency-Key belongs to an existing payment"},
+	errs.CodePSPUnavailable:  {http.StatusServiceUnavailable, "psp-unavailable", "The payment provider did not process the payment"},
+	errs.CodePSPUnknown:      {http.StatusBadGateway, "psp-outcome-unknown", "The payment provider did not confirm the outcome"},
+	errs.CodeUnavailable:     {http.StatusServiceUnavailable, "service-unavailable", "The service is unavailable"},
+	errs.CodeNotRefundable:   {http.StatusConflict, "payment-not-refundable", "The payment cannot be refunded now"},
+	errs.CodeRefundExceeds:   {http.StatusUnprocessableEntity, "refund-exceeds-refundable", "The refund exceeds what is left to refund"},
+	errs.CodeConflict:        {http.StatusConflict, "conflict", "The request conflicts with the current state"},
+	errs.CodePSPCannotAccept: {http.StatusUnprocessableEntity, "psp-cannot-accept", "The payment provider cannot accept this payment"},
+	errs.CodeNotConfirmable:  {http.StatusConflict, "payment-not-confirmable", "The payment is not awaiting confirmation"},
+	errs.CodeConfirmMismatch: {http.StatusUnprocessableEntity, "confirm-mismatch", "The confirm does not match the payment"},
+	errs.CodeNoticeRejected:  {http.StatusBadRequest, "notice-rejected", "The notification could not be verified"},
+	errs.CodeInternal:        {http.StatusInternalServerError, "internal", "Internal error"},
+	codeRateLimited:          {http.StatusTooManyRequests, "rate-limited", "Too many requests"},
+	codeForbidden:            {http.StatusForbidden, "forbidden", "These credentials cannot do this"},
+	codeOriginNotAllowed:     {http.StatusForbidden, "origin-not-allowed", "Browser requests from this origin are not allowed"},
 }
 
 // codeRateLimited is the HTTP layer's own code: a limit is no domain outcome.
-const codeRateLimited payments.Code = "rate_limited"
+const codeRateLimited errs.Code = "rate_limited"
 
 // Problems of the HTTP layer itself, with no domain code.
 var (
@@ -63,15 +63,15 @@ const ProblemTypeBase = "/problems/"
 
 // problem is an application/problem+json body.
 type problem struct {
-	Type      string                `json:"type"`
-	Title     string                `json:"title"`
-	Status    int                   `json:"status"`
-	Detail    string                `json:"detail,omitempty"`
-	Instance  string                `json:"instance,omitempty"`
-	RequestID string                `json:"request_id,omitempty"`
-	Errors    []payments.FieldError `json:"errors,omitempty"`
-	PaymentID string                `json:"payment_id,omitempty"`
-	RefundID  string                `json:"refund_id,omitempty"`
+	Type      string            `json:"type"`
+	Title     string            `json:"title"`
+	Status    int               `json:"status"`
+	Detail    string            `json:"detail,omitempty"`
+	Instance  string            `json:"instance,omitempty"`
+	RequestID string            `json:"request_id,omitempty"`
+	Errors    []errs.FieldError `json:"errors,omitempty"`
+	PaymentID string            `json:"payment_id,omitempty"`
+	RefundID  string            `json:"refund_id,omitempty"`
 }
 
 // handleError is echo's error handler: every error a handler returns, and
@@ -81,7 +81,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	var (
-		pe *payments.Error
+		pe *errs.Error
 		he *echo.HTTPError
 		mb *http.MaxBytesError
 		bu *bodyUnreadable
@@ -92,16 +92,16 @@ func (s *Server) handleError(err error, c echo.Context) {
 		// nothing of ours failed, and nobody reads this answer.
 		s.log.InfoContext(c.Request().Context(), "client went away", "err", err, "path", c.Path())
 		c.Response().Header().Set(echo.HeaderConnection, "close")
-		s.writeProblem(c, problems[payments.CodeInvalid], problem{Detail: "the client closed the request before its answer"})
+		s.writeProblem(c, problems[errs.CodeInvalid], problem{Detail: "the client closed the request before its answer"})
 	case errors.As(err, &bu):
 		s.log.InfoContext(c.Request().Context(), "request body unreadable", "err", bu.err, "path", c.Path())
 		c.Response().Header().Set(echo.HeaderConnection, "close")
-		s.writeProblem(c, problems[payments.CodeInvalid], problem{
+		s.writeProblem(c, problems[errs.CodeInvalid], problem{
 			Detail: "the request body could not be read: it ended early, came too slowly or was malformed; send it again whole"})
 	case errors.As(err, &pe):
 		kind, ok := problems[pe.Code]
 		if !ok {
-			kind = problems[payments.CodeInternal]
+			kind = problems[errs.CodeInternal]
 		}
 		detail := pe.Message
 		if pe.PaymentID != "" {
@@ -109,7 +109,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		}
 		switch {
 		case kind.status < 500:
-		case pe.Code == payments.CodeInternal || !ok:
+		case pe.Code == errs.CodeInternal || !ok:
 			s.log.ErrorContext(c.Request().Context(), "request failed", "code", string(pe.Code), "err", pe.Err,
 				"route", s.routeLabel(c))
 			detail = "" // the cause is logged, never shown
@@ -121,7 +121,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		if pe.RetryAfter > 0 {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(int((pe.RetryAfter+time.Second-1)/time.Second)))
 		}
-		if pe.Code == payments.CodeUnauthorized {
+		if pe.Code == errs.CodeUnauthorized {
 			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="gateway"`)
 		}
 		s.writeProblem(c, kind, problem{Detail: detail, Errors: pe.Fields, PaymentID: pe.PaymentID, RefundID: pe.RefundID})
@@ -136,11 +136,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		default:
 			// No route of ours raises any other echo error; should one appear, it is a bug.
 			s.log.ErrorContext(c.Request().Context(), "unexpected echo error", "err", err, "route", s.routeLabel(c))
-			s.writeProblem(c, problems[payments.CodeInternal], problem{})
+			s.writeProblem(c, problems[errs.CodeInternal], problem{})
 		}
 	default:
 		s.log.ErrorContext(c.Request().Context(), "request failed", "err", err, "route", s.routeLabel(c))
-		s.writeProblem(c, problems[payments.CodeInternal], problem{})
+		s.writeProblem(c, problems[errs.CodeInternal], problem{})
 	}
 }
 

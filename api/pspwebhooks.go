@@ -6,12 +6,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gateway/payments"
+	"gateway/errs"
 )
 
 // NoticeReceiver settles payments and refunds from a PSP's notifications;
 // payments.Notices is one. Receive's nil acknowledges the notification; its
-// errors are *payments.Error (CodeNotFound, CodeNoticeRejected,
+// errors are *errs.Error (CodeNotFound, CodeNoticeRejected,
 // CodeUnavailable: the PSP sends it again).
 type NoticeReceiver interface {
 	Receive(ctx context.Context, source string, header http.Header, body []byte) error
@@ -27,7 +27,7 @@ const maxNoticeBytes = 1 << 20
 func (s *Server) handlePSPWebhook(source string) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if s.opts.Notices == nil {
-			return &payments.Error{Code: payments.CodeNotFound, Message: "notifications from " + source + " are not configured here"}
+			return &errs.Error{Code: errs.CodeNotFound, Message: "notifications from " + source + " are not configured here"}
 		}
 		raw, err := readBody(c, maxNoticeBytes)
 		if err != nil {

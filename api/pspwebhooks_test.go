@@ -11,8 +11,8 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 
 	"gateway/api"
+	"gateway/mysql"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/psp/stripe"
@@ -56,7 +56,7 @@ func newStripeEnv(t *testing.T, payPSP psp.Adapter) *stripeEnv {
 		if payPSP != nil {
 			s.adapter = payPSP
 		}
-		s.notices = func(st *store.Store) api.NoticeReceiver {
+		s.notices = func(st *mysql.Store) api.NoticeReceiver {
 			return payments.NewNotices(st, map[string]payments.NoticeSource{"stripe": {PSP: "stripe", Reader: a}}, payments.NoticeConfig{})
 		}
 	})
@@ -284,7 +284,7 @@ func TestTossNotificationSettlesDeposit(t *testing.T) {
 	}
 	e := newEnv(t, func(s *envSetup) {
 		s.adapter = a
-		s.notices = func(st *store.Store) api.NoticeReceiver {
+		s.notices = func(st *mysql.Store) api.NoticeReceiver {
 			return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": {PSP: "toss", Reader: a}}, payments.NoticeConfig{})
 		}
 	})

@@ -9,18 +9,19 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
 	"gateway/payments"
 )
 
 // Lister answers the merchant's listings; payments.Listings is one.
 type Lister interface {
 	// Payments and Refunds return a page of q.MerchantID's objects, newest
-	// first, or an *payments.Error (CodeInvalid for a bad query or cursor,
+	// first, or an *errs.Error (CodeInvalid for a bad query or cursor,
 	// CodeNotFound for a refunds listing of an unknown payment).
 	Payments(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Payment], error)
 	Refunds(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Refund], error)
 	// Events returns a page of q.MerchantID's events, oldest first, or an
-	// *payments.Error (CodeInvalid for a bad query or cursor); Event one of
+	// *errs.Error (CodeInvalid for a bad query or cursor); Event one of
 	// the merchant's events, or CodeNotFound.
 	Events(ctx context.Context, q payments.EventQuery) (payments.Page[payments.Event], error)
 	Event(ctx context.Context, merchantID, id string) (payments.Event, error)
@@ -40,7 +41,7 @@ func (s *Server) handleCreateRefund(c echo.Context) error {
 		if !present {
 			s.obs.MissingKey()
 		}
-		return &payments.Error{Code: payments.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
+		return &errs.Error{Code: errs.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
 	}
 	var body createRefundBody
 	if err := s.decodeBody(c, &body); err != nil {
@@ -124,8 +125,8 @@ var listParams = map[string]bool{"limit": true, "starting_after": true, "ending_
 // repeated ones with a 400 naming them.
 func listQuery(c echo.Context, also ...string) (payments.ListQuery, error) {
 	q := payments.ListQuery{MerchantID: merchantOf(c).ID}
-	var fields []payments.FieldError
-	bad := func(field, reason string) { fields = append(fields, payments.FieldError{Field: field, Reason: reason}) }
+	var fields []errs.FieldError
+	bad := func(field, reason string) { fields = append(fields, errs.FieldError{Field: field, Reason: reason}) }
 	params := c.QueryParams()
 	for name, vs := range params {
 		known := listParams[name]
@@ -164,7 +165,7 @@ func listQuery(c echo.Context, also ...string) (payments.ListQuery, error) {
 		}
 	}
 	if len(fields) > 0 {
-		return q, &payments.Error{Code: payments.CodeInvalid, Message: "invalid listing query", Fields: fields}
+		return q, &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing query", Fields: fields}
 	}
 	return q, nil
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"gateway/payments"
+	"gateway/errs"
 )
 
 // A request body must mean one thing. encoding/json alone lets the last of
@@ -22,12 +22,12 @@ import (
 // twice: in the body's top object (whose fields are those of the struct
 // body points to) a key in another case than its field's, or two keys equal
 // but for case; in nested objects two equal keys. It returns a 4xx
-// *payments.Error naming the problem, or nil; syntax errors are left to the
+// *errs.Error naming the problem, or nil; syntax errors are left to the
 // decoder. One pass over the bytes, allocating only for escaped keys: it
 // runs on every request, replays included.
 func strictJSON(raw []byte, body any) error {
 	if !utf8.Valid(raw) {
-		return &payments.Error{Code: payments.CodeInvalid,
+		return &errs.Error{Code: errs.CodeInvalid,
 			Message: fmt.Sprintf("the request body is not valid UTF-8 (at byte %d)", invalidUTF8At(raw))}
 	}
 	sc := jsonScan{b: raw, fields: jsonFields(body)}
@@ -191,7 +191,7 @@ func (s *jsonScan) str() (string, bool) {
 				continue
 			}
 			if at, lone := s.surrogate(); lone {
-				s.err = &payments.Error{Code: payments.CodeInvalid,
+				s.err = &errs.Error{Code: errs.CodeInvalid,
 					Message: fmt.Sprintf("the request body escapes a lone UTF-16 surrogate, which is no character (at byte %d)", at)}
 				return "", false
 			}
@@ -229,8 +229,8 @@ func (s *jsonScan) surrogate() (at int, lone bool) {
 }
 
 func fieldProblem(field, reason string) error {
-	return &payments.Error{Code: payments.CodeInvalid, Message: "the request body is invalid",
-		Fields: []payments.FieldError{{Field: field, Reason: reason}}}
+	return &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid",
+		Fields: []errs.FieldError{{Field: field, Reason: reason}}}
 }
 
 // jsonFieldNames caches jsonFields per type.

@@ -12,9 +12,9 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/api"
-	"gateway/db"
+	"gateway/merchants"
+	"gateway/mysql"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp/fake"
 )
 
@@ -26,7 +26,7 @@ func TestDatabaseUnreachable(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nobody listens here now
-	cfg, err := db.Config("root@tcp(" + addr + ")/gateway?timeout=1s")
+	cfg, err := mysql.Config("root@tcp(" + addr + ")/gateway?timeout=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,9 +35,9 @@ func TestDatabaseUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dbx.Close()
-	st := store.New(dbx)
+	st := mysql.NewStore(dbx)
 	svc := payments.NewService(st, payments.OnePSP(fake.New()), payments.Config{Lease: time.Minute, PSPTimeout: time.Second, InFlightWait: time.Second})
-	srv := httptest.NewServer(api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{}), st, api.Options{}))
+	srv := httptest.NewServer(api.NewHandler(svc, merchants.NewAuth(st, merchants.AuthConfig{}), st, api.Options{}))
 	defer srv.Close()
 	e := &env{t: t, srv: srv}
 	res, err := e.do(context.Background(), http.MethodPost, "/payments", "sk_"+strings.Repeat("a", 32), map[string]string{"Idempotency-Key": "k"}, okBody)

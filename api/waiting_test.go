@@ -11,6 +11,7 @@ import (
 
 	"gateway/api"
 	"gateway/idemkeys"
+	"gateway/merchants"
 	"gateway/payments"
 	"gateway/psp"
 )
@@ -81,7 +82,7 @@ func TestWaitingForAPaymentInFlight(t *testing.T) {
 	other := recordReads{FlowStore: e.store}
 	svc2 := payments.NewService(&other, payments.OnePSP(e.psp), payments.Config{Lease: 30 * time.Second,
 		PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Second, Now: e.clock.Now, Observer: ends})
-	replica2 := httptest.NewServer(api.NewHandler(svc2, payments.NewAuth(e.store, payments.AuthConfig{}), e.store, api.Options{}))
+	replica2 := httptest.NewServer(api.NewHandler(svc2, merchants.NewAuth(e.store, merchants.AuthConfig{}), e.store, api.Options{}))
 	defer replica2.Close()
 	second := &env{t: t, srv: replica2, db: e.db, apiKey: e.apiKey}
 	remote := make(chan response, 1)

@@ -7,12 +7,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"gateway/payments"
+	"gateway/errs"
 	"gateway/webhooks"
 )
 
 // WebhookEndpoints manages a merchant's webhook endpoints;
-// *webhooks.Endpoints is one. Errors are *payments.Error: CodeInvalid for
+// *webhooks.Endpoints is one. Errors are *errs.Error: CodeInvalid for
 // a bad URL (one the SSRF guard refuses included) or event type,
 // CodeNotFound for another merchant's or an unknown endpoint, CodeConflict
 // past the number of endpoints a merchant may have.
@@ -63,7 +63,7 @@ type rotateBody struct {
 
 func (s *Server) webhookEndpoints() (WebhookEndpoints, error) {
 	if s.opts.Webhooks == nil {
-		return nil, &payments.Error{Code: payments.CodeNotFound, Message: "webhooks are not enabled on this gateway"}
+		return nil, &errs.Error{Code: errs.CodeNotFound, Message: "webhooks are not enabled on this gateway"}
 	}
 	return s.opts.Webhooks, nil
 }
@@ -78,8 +78,8 @@ func (s *Server) handleCreateEndpoint(c echo.Context) error {
 		return err
 	}
 	if body.URL == nil {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "url is required",
-			Fields: []payments.FieldError{{Field: "url", Reason: "is required"}}}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "url is required",
+			Fields: []errs.FieldError{{Field: "url", Reason: "is required"}}}
 	}
 	req := webhooks.EndpointRequest{MerchantID: merchantOf(c).ID, URL: *body.URL, EventTypes: body.EventTypes}
 	if body.Description != nil {
@@ -100,7 +100,7 @@ func (s *Server) handleListEndpoints(c echo.Context) error {
 		return err
 	}
 	if len(c.QueryParams()) > 0 {
-		return &payments.Error{Code: payments.CodeInvalid, Message: "this listing takes no query parameters"}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "this listing takes no query parameters"}
 	}
 	eps, err := w.List(c.Request().Context(), merchantOf(c).ID)
 	if err != nil {
@@ -155,8 +155,8 @@ func (s *Server) handleRotateEndpoint(c echo.Context) error {
 	if body.GracePeriodSeconds != nil {
 		g := time.Duration(*body.GracePeriodSeconds) * time.Second
 		if *body.GracePeriodSeconds < 0 || g > webhooks.MaxRotationGrace {
-			return &payments.Error{Code: payments.CodeInvalid, Message: "grace_period_seconds must be between 0 and 604800",
-				Fields: []payments.FieldError{{Field: "grace_period_seconds", Reason: "must be between 0 and 604800"}}}
+			return &errs.Error{Code: errs.CodeInvalid, Message: "grace_period_seconds must be between 0 and 604800",
+				Fields: []errs.FieldError{{Field: "grace_period_seconds", Reason: "must be between 0 and 604800"}}}
 		}
 		grace = &g
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"gateway/api"
-	"gateway/payments/store"
+	"gateway/mysql"
 	"gateway/webhooks"
 )
 
@@ -18,7 +18,7 @@ import (
 // receivers) and nothing else private.
 func withWebhooks(grace time.Duration) envOption {
 	return func(s *envSetup) {
-		s.webhooks = func(st *store.Store) api.WebhookEndpoints {
+		s.webhooks = func(st *mysql.Store) api.WebhookEndpoints {
 			key, _ := webhooks.ParseKey(strings.Repeat("ab", 32))
 			c, _ := webhooks.NewCipher(key)
 			return webhooks.NewEndpoints(st, c, webhooks.NewGuard([]netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, nil), grace)

@@ -25,12 +25,12 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jmoiron/sqlx"
 
-	"gateway/db/dbtest"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
 	"gateway/psp/fake/fakeserver"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { mysqltest.Main(m) }
 
 // The reference checkout page in a real, headless Chromium, against a real
 // `gateway dev` process (so that it can be killed) over a private database
@@ -81,7 +81,7 @@ type world struct {
 }
 
 func newWorld(t *testing.T, chromium string) *world {
-	w := &world{t: t, db: dbtest.MustOpen(t), artifacts: artifactsDir(t)}
+	w := &world{t: t, db: mysqltest.MustOpen(t), artifacts: artifactsDir(t)}
 	srv, err := fakeserver.New(fakeserver.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func newWorld(t *testing.T, chromium string) *world {
 
 	w.gw = &gatewayProc{t: t, bin: buildGateway(t), addr: freeAddr(t), logPath: filepath.Join(w.artifacts, "gateway.log"),
 		env: []string{
-			"GATEWAY_DATABASE_DSN=" + dbtest.DSNOf(t, w.db),
+			"GATEWAY_DATABASE_DSN=" + mysqltest.DSNOf(t, w.db),
 			"GATEWAY_PSP=fakehttp",
 			"GATEWAY_PSP_URL=" + pspSrv.URL,
 			// A lease short enough that a restarted gateway takes over the
@@ -376,7 +376,7 @@ func tryAgain(t *testing.T, w *world) {
 func publishableKeyLimits(t *testing.T, w *world) {
 	p := w.open(t, "")
 	other := w.gw.newOrder(t) // another payment of the same merchant
-	before := dbtest.Count(t, w.db, `SELECT COUNT(*) FROM payments`)
+	before := mysqltest.Count(t, w.db, `SELECT COUNT(*) FROM payments`)
 	// From the page, with its publishable key and its own client secret.
 	got := p.eval(`(async () => {
 		const o = JSON.parse(sessionStorage.getItem('demo.checkout.order'));
@@ -398,7 +398,7 @@ func publishableKeyLimits(t *testing.T, w *world) {
 	if !regexp.MustCompile(`^error: TypeError\S* error: TypeError\S* 404 404 200$`).MatchString(strings.ReplaceAll(got, ": Failed to fetch", "")) {
 		t.Errorf("create, list, read another, confirm another, read mine: %s", got)
 	}
-	if after := dbtest.Count(t, w.db, `SELECT COUNT(*) FROM payments`); after != before {
+	if after := mysqltest.Count(t, w.db, `SELECT COUNT(*) FROM payments`); after != before {
 		t.Errorf("%d payments after, %d before", after, before)
 	}
 	var status string
@@ -445,7 +445,7 @@ r.dataset.done = 'yes';
 	if err := w.db.Get(&status, `SELECT status FROM payments WHERE id = ?`, o.PaymentID); err != nil || status != string(payments.RequiresConfirmation) {
 		t.Errorf("the payment is %q (%v), want untouched", status, err)
 	}
-	if n := dbtest.Count(t, w.db, `SELECT COUNT(*) FROM idempotency_keys WHERE endpoint = ? AND payment_id = ?`, payments.EndpointConfirmPayment, o.PaymentID); n != 0 {
+	if n := mysqltest.Count(t, w.db, `SELECT COUNT(*) FROM idempotency_keys WHERE endpoint = ? AND payment_id = ?`, payments.EndpointConfirmPayment, o.PaymentID); n != 0 {
 		t.Errorf("%d confirm keys stored for a refused origin", n)
 	}
 	// The preflight the browser sent was refused, without CORS headers.

@@ -11,7 +11,7 @@
  * inserts the refund's key and row; a refund that ends failed gives its
  * reservation back in the statement that settles it. The refund order id is
  * f(merchant, payment, key); the PSP deduplicates on it. Go:
- * payments/refundflow.go (refundSubject), payments/store/refund.go.
+ * payments/refundflow.go (refundSubject), mysql/refund.go.
  *
  * Same conventions as charge.pml: relative time on the database's clock,
  * one atomic step per SQL transaction or compare-and-set, an answer joined

@@ -9,43 +9,34 @@ import (
 	"strings"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
 )
 
-// AdminStore is what merchant and ops administration reads and writes.
+// AdminStore is what ops' administration of payments and refunds reads and writes.
 type AdminStore interface {
-	// CreateMerchant stores m with its first API key (only the hash).
-	CreateMerchant(ctx context.Context, m Merchant, key APIKey) error
-	// AddAPIKey stores another key for an existing merchant; ErrNotFound for an unknown merchant.
-	AddAPIKey(ctx context.Context, merchantID string, key APIKey, now time.Time) error
-	// RevokeAPIKey revokes the merchant's active keys with a prefix and reports how many.
-	RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error)
-	// APIKeys lists a merchant's keys, revoked ones included.
-	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
-	// Merchants lists every merchant with its key counts, oldest first.
-	Merchants(ctx context.Context) ([]MerchantSummary, error)
 	// FindPayments lists up to f.Limit payments matching f across merchants,
 	// oldest first.
 	FindPayments(ctx context.Context, f PaymentFilter) ([]Payment, error)
 	// PaymentRecord returns the payment with id, whatever its merchant, with
-	// its resolutions and its key's record (nil once purged). ErrNotFound for
+	// its resolutions and its key's record (nil once purged). errs.ErrNotFound for
 	// an unknown id.
 	PaymentRecord(ctx context.Context, id string) (PaymentRecord, error)
-	// PaymentByID reads a payment by its id alone; ErrNotFound otherwise.
+	// PaymentByID reads a payment by its id alone; errs.ErrNotFound otherwise.
 	PaymentByID(ctx context.Context, id string) (Payment, error)
 	// FindRefunds lists refunds across merchants, oldest first, by f.
 	FindRefunds(ctx context.Context, f RefundFilter) ([]Refund, error)
-	// RefundByID reads a refund by its id alone; ErrNotFound otherwise.
+	// RefundByID reads a refund by its id alone; errs.ErrNotFound otherwise.
 	RefundByID(ctx context.Context, id string) (Refund, error)
 	// ResolveRefund applies decide to the refund with id under its and its
 	// payment's row locks, moves the payment's amounts with it, rewrites its
 	// key's answer when it leaves review, and records res in the audit
-	// table, all in one transaction. ErrNotFound for an unknown id.
+	// table, all in one transaction. errs.ErrNotFound for an unknown id.
 	ResolveRefund(ctx context.Context, id string, decide func(Refund) (Refund, error), res Resolution) (Refund, error)
 	// Resolve applies decide to the payment with id under a row lock, stores
 	// the result, rewrites its key's stored response and records res in the
-	// audit table, all in one transaction. ErrNotFound for an unknown id.
+	// audit table, all in one transaction. errs.ErrNotFound for an unknown id.
 	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution) (Payment, error)
 }
 
@@ -64,9 +55,9 @@ type AdminConfig struct {
 	PSPTimeout time.Duration
 }
 
-// Admin is merchant and ops administration: merchants, their API keys,
-// listings, and operators' decisions on payments nobody could settle. It
-// never charges.
+// Admin is ops' administration of payments and refunds: listings across
+// merchants, and operators' decisions on payments and refunds nobody could
+// settle. It never charges.
 type Admin struct {
 	store      AdminStore
 	now        func() time.Time
@@ -96,57 +87,6 @@ func NewAdmin(store AdminStore, cfg AdminConfig) *Admin {
 	return &Admin{store: store, now: cfg.Now, log: cfg.Logger, hash: cfg.Hasher, psps: cfg.PSPs, pspTimeout: cfg.PSPTimeout}
 }
 
-// CreateMerchant validates name, mints the merchant and its first API key,
-// and stores both; the plaintext key in the result is shown once.
-func (a *Admin) CreateMerchant(ctx context.Context, name string) (Merchant, APIKey, error) {
-	m, key, err := NewMerchant(name, a.now())
-	if err != nil {
-		return Merchant{}, APIKey{}, err
-	}
-	if err := a.store.CreateMerchant(ctx, m, key); err != nil {
-		return Merchant{}, APIKey{}, internal(fmt.Errorf("create merchant: %w", err))
-	}
-	return m, key, nil
-}
-
-// CreateAPIKey mints another key for a merchant, for rotation: several keys
-// may be active at once. The plaintext in the result is shown once.
-func (a *Admin) CreateAPIKey(ctx context.Context, merchantID string) (APIKey, error) {
-	key, err := NewAPIKey()
-	if err != nil {
-		return APIKey{}, internal(err)
-	}
-	err = a.store.AddAPIKey(ctx, merchantID, key, a.now().UTC().Truncate(time.Microsecond))
-	if errors.Is(err, ErrNotFound) {
-		return APIKey{}, Errorf(CodeNotFound, "no merchant %s", merchantID)
-	}
-	if err != nil {
-		return APIKey{}, internal(err)
-	}
-	return key, nil
-}
-
-// RevokeAPIKey revokes the merchant's active key with the given visible prefix.
-func (a *Admin) RevokeAPIKey(ctx context.Context, merchantID, prefix string) error {
-	n, err := a.store.RevokeAPIKey(ctx, merchantID, prefix, a.now().UTC().Truncate(time.Microsecond))
-	if err != nil {
-		return internal(err)
-	}
-	if n == 0 {
-		return Errorf(CodeNotFound, "merchant %s has no active key with prefix %s", merchantID, prefix)
-	}
-	return nil
-}
-
-// APIKeys lists a merchant's keys (prefixes and dates, never secrets).
-func (a *Admin) APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error) {
-	keys, err := a.store.APIKeys(ctx, merchantID)
-	if err != nil {
-		return nil, internal(fmt.Errorf("list keys: %w", err))
-	}
-	return keys, nil
-}
-
 // Resolve records an operator's decision on a payment in requires_review,
 // or, with Force, corrects the outcome of a settled one. It asks the
 // payment's own PSP first and refuses a decision the PSP's answer
@@ -161,15 +101,15 @@ func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 		return Payment{}, err
 	}
 	current, err := a.store.PaymentByID(ctx, r.PaymentID)
-	if errors.Is(err, ErrNotFound) {
-		return Payment{}, Errorf(CodeNotFound, "no payment %s", r.PaymentID)
+	if errors.Is(err, errs.ErrNotFound) {
+		return Payment{}, errs.Errorf(errs.CodeNotFound, "no payment %s", r.PaymentID)
 	}
 	if err != nil {
-		return Payment{}, internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
+		return Payment{}, errs.Internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
 	}
 	evidence := a.evidence(ctx, current, r)
 	if evidence.refuse != "" && !r.Force {
-		return Payment{}, Errorf(CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", evidence.refuse)
+		return Payment{}, errs.Errorf(errs.CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", evidence.refuse)
 	}
 	r.Reason = r.Reason + " [PSP: " + evidence.said + "]"
 	if len(r.Reason) > 1000 {
@@ -182,9 +122,9 @@ func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 		case r.Force && p.Status.Final():
 			// A correction of an earlier outcome, audited like any decision.
 		case p.Status.Final():
-			return p, Errorf(CodeConflict, "payment %s is already %s; correcting a settled payment needs --force and a reason", p.ID, p.Status)
+			return p, errs.Errorf(errs.CodeConflict, "payment %s is already %s; correcting a settled payment needs --force and a reason", p.ID, p.Status)
 		default:
-			return p, Errorf(CodeConflict, "payment %s is %s: the payment flow or the reconciler is still settling it", p.ID, p.Status)
+			return p, errs.Errorf(errs.CodeConflict, "payment %s is %s: the payment flow or the reconciler is still settling it", p.ID, p.Status)
 		}
 		p.Status, p.ReviewReason = r.To, ""
 		switch {
@@ -199,15 +139,15 @@ func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 		}
 		return p, nil
 	}, r)
-	if errors.Is(err, ErrNotFound) {
-		return Payment{}, Errorf(CodeNotFound, "no payment %s", r.PaymentID)
+	if errors.Is(err, errs.ErrNotFound) {
+		return Payment{}, errs.Errorf(errs.CodeNotFound, "no payment %s", r.PaymentID)
 	}
-	var e *Error
+	var e *errs.Error
 	if errors.As(err, &e) {
 		return Payment{}, e
 	}
 	if err != nil {
-		return Payment{}, internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
+		return Payment{}, errs.Internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
 	}
 	a.log.InfoContext(ctx, "payment resolved by hand", "payment_id", p.ID, a.hash.Attr(idemkeys.Ref{
 		MerchantID: p.MerchantID, Endpoint: EndpointCreatePayment, Key: p.IdempotencyKey,
@@ -274,12 +214,6 @@ func StatusNames() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
-// MerchantSummary is a merchant as ops list it.
-type MerchantSummary struct {
-	Merchant
-	ActiveKeys, RevokedKeys int
-}
-
 // PaymentFilter selects payments for ops; a zero field selects everything.
 type PaymentFilter struct {
 	Status     Status
@@ -313,33 +247,24 @@ type PaymentRecord struct {
 	Key *idemkeys.Record
 }
 
-// Merchants lists every merchant with its key counts.
-func (a *Admin) Merchants(ctx context.Context) ([]MerchantSummary, error) {
-	ms, err := a.store.Merchants(ctx)
-	if err != nil {
-		return nil, internal(fmt.Errorf("list merchants: %w", err))
-	}
-	return ms, nil
-}
-
 // Payments lists payments across merchants, oldest first; more reports
 // that further payments match beyond f.Limit.
 func (a *Admin) Payments(ctx context.Context, f PaymentFilter) (ps []Payment, more bool, err error) {
-	var fields []FieldError
+	var fields []errs.FieldError
 	if f.Status != "" && !slices.Contains(Statuses, f.Status) {
-		fields = append(fields, FieldError{Field: "status", Reason: "must be " + StatusNames()})
+		fields = append(fields, errs.FieldError{Field: "status", Reason: "must be " + StatusNames()})
 	}
 	if f.Limit < 1 || f.Limit > MaxListLimit {
-		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})
+		fields = append(fields, errs.FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})
 	}
 	if len(fields) > 0 {
-		return nil, false, &Error{Code: CodeInvalid, Message: "invalid listing", Fields: fields}
+		return nil, false, &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing", Fields: fields}
 	}
 	limit := f.Limit
 	f.Limit++ // one more tells whether there are more
 	ps, err = a.store.FindPayments(ctx, f)
 	if err != nil {
-		return nil, false, internal(fmt.Errorf("list payments: %w", err))
+		return nil, false, errs.Internal(fmt.Errorf("list payments: %w", err))
 	}
 	if len(ps) > limit {
 		return ps[:limit], true, nil
@@ -351,11 +276,11 @@ func (a *Admin) Payments(ctx context.Context, f PaymentFilter) (ps []Payment, mo
 // with its resolution history and its key's state.
 func (a *Admin) PaymentRecord(ctx context.Context, id string) (PaymentRecord, error) {
 	rec, err := a.store.PaymentRecord(ctx, id)
-	if errors.Is(err, ErrNotFound) {
-		return PaymentRecord{}, Errorf(CodeNotFound, "no payment %s", id)
+	if errors.Is(err, errs.ErrNotFound) {
+		return PaymentRecord{}, errs.Errorf(errs.CodeNotFound, "no payment %s", id)
 	}
 	if err != nil {
-		return PaymentRecord{}, internal(fmt.Errorf("payment %s: %w", id, err))
+		return PaymentRecord{}, errs.Internal(fmt.Errorf("payment %s: %w", id, err))
 	}
 	return rec, nil
 }
@@ -380,22 +305,22 @@ type RefundResolution struct {
 func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, error) {
 	res := Resolution{PaymentID: r.RefundID, To: Status(r.To), PSPReference: r.PSPReference, Reason: r.Reason, Actor: r.Actor, Force: r.Force}
 	if r.To != RefundSucceeded && r.To != RefundFailed {
-		return Refund{}, &Error{Code: CodeInvalid, Message: "invalid resolution", Fields: []FieldError{{Field: "as", Reason: "must be succeeded or failed"}}}
+		return Refund{}, &errs.Error{Code: errs.CodeInvalid, Message: "invalid resolution", Fields: []errs.FieldError{{Field: "as", Reason: "must be succeeded or failed"}}}
 	}
 	res.To = Succeeded // validated as a payment decision; the refund's status is r.To
 	if err := res.Validate(); err != nil {
 		return Refund{}, err
 	}
 	current, err := a.store.RefundByID(ctx, r.RefundID)
-	if errors.Is(err, ErrNotFound) {
-		return Refund{}, Errorf(CodeNotFound, "no refund %s", r.RefundID)
+	if errors.Is(err, errs.ErrNotFound) {
+		return Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
 	}
 	if err != nil {
-		return Refund{}, internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
+		return Refund{}, errs.Internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
 	}
 	said, refuse, found := a.refundEvidence(ctx, current, r.To)
 	if refuse != "" && !r.Force {
-		return Refund{}, Errorf(CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", refuse)
+		return Refund{}, errs.Errorf(errs.CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", refuse)
 	}
 	res.Reason = r.Reason + " [PSP: " + said + "]"
 	if len(res.Reason) > 1000 {
@@ -408,9 +333,9 @@ func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, 
 		case x.Status == RefundRequiresReview:
 		case r.Force && (x.Status == RefundSucceeded || x.Status == RefundFailed):
 		case x.Status == RefundSucceeded || x.Status == RefundFailed:
-			return x, Errorf(CodeConflict, "refund %s is already %s; correcting a settled refund needs --force and a reason", x.ID, x.Status)
+			return x, errs.Errorf(errs.CodeConflict, "refund %s is already %s; correcting a settled refund needs --force and a reason", x.ID, x.Status)
 		default:
-			return x, Errorf(CodeConflict, "refund %s is %s: the refund flow or the reconciler is still settling it", x.ID, x.Status)
+			return x, errs.Errorf(errs.CodeConflict, "refund %s is %s: the refund flow or the reconciler is still settling it", x.ID, x.Status)
 		}
 		x.Status, x.ReviewReason = r.To, ""
 		switch {
@@ -425,15 +350,15 @@ func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, 
 		}
 		return x, nil
 	}, res)
-	if errors.Is(err, ErrNotFound) {
-		return Refund{}, Errorf(CodeNotFound, "no refund %s", r.RefundID)
+	if errors.Is(err, errs.ErrNotFound) {
+		return Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
 	}
-	var e *Error
+	var e *errs.Error
 	if errors.As(err, &e) {
 		return Refund{}, e
 	}
 	if err != nil {
-		return Refund{}, internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
+		return Refund{}, errs.Internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
 	}
 	a.log.InfoContext(ctx, "refund resolved by hand", "refund_id", out.ID, "payment_id", out.PaymentID,
 		a.hash.Attr(idemkeys.Ref{MerchantID: out.MerchantID, Endpoint: EndpointCreateRefund, Key: out.IdempotencyKey}),
@@ -492,21 +417,21 @@ type RefundFilter struct {
 // Refunds lists refunds across merchants, oldest first, for ops; more
 // says whether more match than the limit.
 func (a *Admin) Refunds(ctx context.Context, f RefundFilter) (rs []Refund, more bool, err error) {
-	var fields []FieldError
+	var fields []errs.FieldError
 	if f.Status != "" && !slices.Contains(RefundStatuses, string(f.Status)) {
-		fields = append(fields, FieldError{Field: "status", Reason: "must be one of pending, succeeded, failed, requires_review"})
+		fields = append(fields, errs.FieldError{Field: "status", Reason: "must be one of pending, succeeded, failed, requires_review"})
 	}
 	if f.Limit < 1 || f.Limit > MaxListLimit {
-		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})
+		fields = append(fields, errs.FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})
 	}
 	if len(fields) > 0 {
-		return nil, false, &Error{Code: CodeInvalid, Message: "invalid listing", Fields: fields}
+		return nil, false, &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing", Fields: fields}
 	}
 	limit := f.Limit
 	f.Limit++
 	rs, err = a.store.FindRefunds(ctx, f)
 	if err != nil {
-		return nil, false, internal(fmt.Errorf("list refunds: %w", err))
+		return nil, false, errs.Internal(fmt.Errorf("list refunds: %w", err))
 	}
 	if len(rs) > limit {
 		return rs[:limit], true, nil

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 )
 
@@ -47,20 +48,20 @@ type ConfirmRequest struct {
 	OrderID string
 }
 
-// Validate reports every invalid field at once, as a CodeInvalid *Error.
+// Validate reports every invalid field at once, as a errs.CodeInvalid *errs.Error.
 func (r ConfirmRequest) Validate() error {
-	var fields []FieldError
+	var fields []errs.FieldError
 	if utf8.RuneCountInString(r.PaymentMethod) > MaxPaymentMethodLen || !printable(r.PaymentMethod) {
-		fields = append(fields, FieldError{Field: "payment_method", Reason: fmt.Sprintf("must be at most %d printable characters", MaxPaymentMethodLen)})
+		fields = append(fields, errs.FieldError{Field: "payment_method", Reason: fmt.Sprintf("must be at most %d printable characters", MaxPaymentMethodLen)})
 	}
 	if r.Amount != nil && (*r.Amount <= 0 || *r.Amount > MaxAmountMinor) {
-		fields = append(fields, FieldError{Field: "amount", Reason: fmt.Sprintf("must be a positive integer in minor units, at most %d", int64(MaxAmountMinor))})
+		fields = append(fields, errs.FieldError{Field: "amount", Reason: fmt.Sprintf("must be a positive integer in minor units, at most %d", int64(MaxAmountMinor))})
 	}
 	if len(r.OrderID) > MaxOrderIDLen || !printable(r.OrderID) {
-		fields = append(fields, FieldError{Field: "order_id", Reason: fmt.Sprintf("must be at most %d printable characters", MaxOrderIDLen)})
+		fields = append(fields, errs.FieldError{Field: "order_id", Reason: fmt.Sprintf("must be at most %d printable characters", MaxOrderIDLen)})
 	}
 	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid", Fields: fields}
 	}
 	return nil
 }
@@ -78,23 +79,23 @@ func (r ConfirmRequest) Fingerprint() [32]byte {
 // clock, whether req may confirm p, and returns p as it is to be charged.
 // Its refusals depend on state, so they are never stored: the key stays free.
 func confirmable(p Payment, req ConfirmRequest, dbNow time.Time) (Payment, error) {
-	var fields []FieldError
+	var fields []errs.FieldError
 	if req.Amount != nil && *req.Amount != p.Amount.Minor {
-		fields = append(fields, FieldError{Field: "amount", Reason: fmt.Sprintf("is %d; the payment is %d %s", *req.Amount, p.Amount.Minor, p.Amount.Currency)})
+		fields = append(fields, errs.FieldError{Field: "amount", Reason: fmt.Sprintf("is %d; the payment is %d %s", *req.Amount, p.Amount.Minor, p.Amount.Currency)})
 	}
 	if req.OrderID != "" && req.OrderID != p.MerchantOrderID {
-		fields = append(fields, FieldError{Field: "order_id", Reason: "is not the payment's merchant_order_id " + p.MerchantOrderID})
+		fields = append(fields, errs.FieldError{Field: "order_id", Reason: "is not the payment's merchant_order_id " + p.MerchantOrderID})
 	}
 	if len(fields) > 0 {
-		return p, &Error{Code: CodeConfirmMismatch, PaymentID: p.ID, Fields: fields,
+		return p, &errs.Error{Code: errs.CodeConfirmMismatch, PaymentID: p.ID, Fields: fields,
 			Message: "the confirm does not match the payment; nothing was sent to the provider"}
 	}
 	switch {
 	case p.Status != RequiresConfirmation:
-		return p, &Error{Code: CodeNotConfirmable, PaymentID: p.ID,
+		return p, &errs.Error{Code: errs.CodeNotConfirmable, PaymentID: p.ID,
 			Message: fmt.Sprintf("payment %s is %s, not awaiting confirmation; look it up with GET /payments/%s", p.ID, p.Status, p.ID)}
 	case !p.ExpiresAt.IsZero() && !dbNow.Before(p.ExpiresAt):
-		return p, &Error{Code: CodeNotConfirmable, PaymentID: p.ID,
+		return p, &errs.Error{Code: errs.CodeNotConfirmable, PaymentID: p.ID,
 			Message: fmt.Sprintf("payment %s expired unconfirmed at %s; create a new payment", p.ID, p.ExpiresAt.UTC().Format(time.RFC3339))}
 	}
 	pm := req.PaymentMethod
@@ -102,8 +103,8 @@ func confirmable(p Payment, req ConfirmRequest, dbNow time.Time) (Payment, error
 		pm = p.PaymentMethod
 	}
 	if pm == "" {
-		return p, &Error{Code: CodeInvalid, Message: "the request body is invalid",
-			Fields: []FieldError{{Field: "payment_method", Reason: "is required: the payment was created without one"}}}
+		return p, &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid",
+			Fields: []errs.FieldError{{Field: "payment_method", Reason: "is required: the payment was created without one"}}}
 	}
 	p.Status, p.PaymentMethod, p.ConfirmKey = Processing, pm, req.IdempotencyKey
 	return p, nil
@@ -117,14 +118,14 @@ func confirmable(p Payment, req ConfirmRequest, dbNow time.Time) (Payment, error
 // charge that needs the customer answers 202 requires_action with what the
 // front end must do, stored; its outcome arrives later.
 //
-// Errors are *Error: CodeInvalidKey, CodeInvalid; CodeNotFound (no such
-// payment for the merchant), CodeNotConfirmable (409) and
-// CodeConfirmMismatch (422): nothing stored, the key stays free;
-// CodeKeyMismatch, CodeInFlight; CodePSPUnavailable and CodePSPUnknown
-// (retry with the same key); CodeUnavailable, CodeInternal.
+// Errors are *errs.Error: errs.CodeInvalidKey, errs.CodeInvalid; errs.CodeNotFound (no such
+// payment for the merchant), errs.CodeNotConfirmable (409) and
+// errs.CodeConfirmMismatch (422): nothing stored, the key stays free;
+// errs.CodeKeyMismatch, errs.CodeInFlight; errs.CodePSPUnavailable and errs.CodePSPUnknown
+// (retry with the same key); errs.CodeUnavailable, errs.CodeInternal.
 func (s *Service) Confirm(ctx context.Context, req ConfirmRequest) (Outcome, error) {
 	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
-		return Outcome{}, &Error{Code: CodeInvalidKey, Message: err.Error()}
+		return Outcome{}, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
 	}
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
@@ -140,7 +141,7 @@ func (s *Service) Confirm(ctx context.Context, req ConfirmRequest) (Outcome, err
 			return out, err
 		}
 	}
-	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
+	return Outcome{}, errs.Internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
 }
 
 // newAttempt starts a request's work on ref: done ends it.
@@ -161,7 +162,7 @@ func (s *Service) claimConfirm(a attempt, req ConfirmRequest) (Outcome, error) {
 	if p, err := s.store.Payment(a.work, req.MerchantID, req.PaymentID); err == nil && p.Status == RequiresConfirmation {
 		if _, ok := s.psps.For(p.PSP); !ok {
 			s.obs.UnconfiguredPSP()
-			return Outcome{}, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second, PaymentID: p.ID,
+			return Outcome{}, &errs.Error{Code: errs.CodeUnavailable, RetryAfter: 5 * time.Second, PaymentID: p.ID,
 				Message: "this payment cannot be confirmed from here right now; retry with the same Idempotency-Key"}
 		}
 	}
@@ -175,25 +176,25 @@ func (s *Service) claimConfirm(a attempt, req ConfirmRequest) (Outcome, error) {
 		return s.chargeConfirmed(a, h, p, start)
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(a)
-	case errors.Is(err, ErrNotFound):
-		return Outcome{}, &Error{Code: CodeNotFound, Message: "payment not found"}
-	case errors.Is(err, ErrWriteUnknown):
+	case errors.Is(err, errs.ErrNotFound):
+		return Outcome{}, &errs.Error{Code: errs.CodeNotFound, Message: "payment not found"}
+	case errors.Is(err, errs.ErrWriteUnknown):
 		got, gp, gerr := s.store.LoadKey(a.work, a.ref)
 		switch {
 		case errors.Is(gerr, idemkeys.ErrNotFound):
 			return Outcome{}, errVanished
 		case gerr != nil:
-			return Outcome{}, internal(errors.Join(err, gerr))
+			return Outcome{}, errs.Internal(errors.Join(err, gerr))
 		case got.PaymentID == req.PaymentID && got.State == idemkeys.InProgress && got.Token == h.token:
 			return s.chargeConfirmed(a, h, gp, start)
 		}
 		return s.join(a)
 	}
-	var e *Error
+	var e *errs.Error
 	if errors.As(err, &e) {
 		return Outcome{}, e
 	}
-	return Outcome{}, internal(err)
+	return Outcome{}, errs.Internal(err)
 }
 
 // chargeConfirmed charges a payment whose confirm's key a holds from start.
@@ -218,10 +219,10 @@ func (s *Service) createUnconfirmed(a attempt, req CreateRequest) (Outcome, erro
 	p := newPayment(req, RequiresConfirmation, name)
 	checkout, err := CheckoutFor(p, adapter.Capabilities())
 	if err != nil {
-		return Outcome{}, internal(err)
+		return Outcome{}, errs.Internal(err)
 	}
 	if p.ClientSecret, p.ClientSecretHash, err = newClientSecret(p.ID); err != nil {
-		return Outcome{}, internal(err)
+		return Outcome{}, errs.Internal(err)
 	}
 	p, resp, err := s.store.ClaimUnconfirmed(a.work, Claim{Ref: a.ref, Fingerprint: a.fp, Token: idemkeys.FirstToken(), Lease: s.cfg.Lease, Payment: p},
 		s.cfg.ConfirmExpiry, func(p Payment) idemkeys.Response {
@@ -236,13 +237,13 @@ func (s *Service) createUnconfirmed(a attempt, req CreateRequest) (Outcome, erro
 		return Outcome{Response: resp, PaymentID: p.ID}, nil
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(a)
-	case errors.Is(err, ErrWriteUnknown):
+	case errors.Is(err, errs.ErrWriteUnknown):
 		rec, gerr := s.store.Record(a.work, a.ref)
 		switch {
 		case errors.Is(gerr, idemkeys.ErrNotFound):
 			return Outcome{}, errVanished
 		case gerr != nil:
-			return Outcome{}, internal(errors.Join(err, gerr))
+			return Outcome{}, errs.Internal(errors.Join(err, gerr))
 		case rec.PaymentID == p.ID:
 			return Outcome{Response: rec.Response, PaymentID: p.ID}, nil // ours committed
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
@@ -31,7 +32,7 @@ func TestFingerprintOfConfirmLater(t *testing.T) {
 		t.Fatalf("confirm: false without a payment method: %v", err)
 	}
 	now.PaymentMethod = ""
-	if err := now.Validate(); payments.ErrorCode(err) != payments.CodeInvalid {
+	if err := now.Validate(); errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("a charge now without a payment method: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 )
 
@@ -59,11 +60,11 @@ func (r *CreateRequest) Normalize() {
 	r.Amount.Currency = string(b)
 }
 
-// Validate reports every invalid field at once, as a CodeInvalid *Error.
+// Validate reports every invalid field at once, as a errs.CodeInvalid *errs.Error.
 func (r CreateRequest) Validate() error {
-	var fields []FieldError
+	var fields []errs.FieldError
 	add := func(field, format string, args ...any) {
-		fields = append(fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+		fields = append(fields, errs.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
 	switch {
 	case r.Amount.Minor <= 0:
@@ -86,17 +87,17 @@ func (r CreateRequest) Validate() error {
 	fields = append(fields, validateMetadata(r.Metadata)...)
 	fields = append(fields, validateTextBytes(r.Metadata, r.PaymentMethod, r.Description)...)
 	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid", Fields: fields}
 	}
 	return nil
 }
 
 // validateMetadata checks a request's metadata: the same rules for every
 // object that carries some.
-func validateMetadata(md map[string]string) []FieldError {
-	var fields []FieldError
+func validateMetadata(md map[string]string) []errs.FieldError {
+	var fields []errs.FieldError
 	add := func(field, format string, args ...any) {
-		fields = append(fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+		fields = append(fields, errs.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
 	if len(md) > MaxMetadataKeys {
 		add("metadata", "must have at most %d keys", MaxMetadataKeys)
@@ -114,7 +115,7 @@ func validateMetadata(md map[string]string) []FieldError {
 }
 
 // validateTextBytes checks the text of a request against MaxTextBytes.
-func validateTextBytes(md map[string]string, texts ...string) []FieldError {
+func validateTextBytes(md map[string]string, texts ...string) []errs.FieldError {
 	n := 0
 	for _, t := range texts {
 		n += len(t)
@@ -123,7 +124,7 @@ func validateTextBytes(md map[string]string, texts ...string) []FieldError {
 		n += len(k) + len(v)
 	}
 	if n > MaxTextBytes {
-		return []FieldError{{Field: "metadata", Reason: fmt.Sprintf(
+		return []errs.FieldError{{Field: "metadata", Reason: fmt.Sprintf(
 			"together with the other text fields holds %d bytes of UTF-8; at most %d are stored", n, MaxTextBytes)}}
 	}
 	return nil

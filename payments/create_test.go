@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"gateway/errs"
 	"gateway/payments"
 )
 
@@ -201,14 +202,14 @@ func TestCreateRequestValidateReasons(t *testing.T) {
 	}
 }
 
-func mustInvalid(tb testing.TB, err error) *payments.Error {
+func mustInvalid(tb testing.TB, err error) *errs.Error {
 	tb.Helper()
-	var e *payments.Error
+	var e *errs.Error
 	if !errors.As(err, &e) {
-		tb.Fatalf("Validate() = %v (%T), want *payments.Error", err, err)
+		tb.Fatalf("Validate() = %v (%T), want *errs.Error", err, err)
 	}
-	if e.Code != payments.CodeInvalid {
-		tb.Fatalf("Code = %q, want %q", e.Code, payments.CodeInvalid)
+	if e.Code != errs.CodeInvalid {
+		tb.Fatalf("errs.Code = %q, want %q", e.Code, errs.CodeInvalid)
 	}
 	if e.Message == "" {
 		tb.Errorf("Message is empty")

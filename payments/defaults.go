@@ -16,13 +16,6 @@ const (
 	// DefaultEventRetention is how long an event stays listed by GET /events
 	// before the purge deletes it.
 	DefaultEventRetention = 30 * 24 * time.Hour
-	// DefaultAuthCacheTTL is how long a replica trusts a verified API key
-	// (or publishable key, or a merchant's browser origins) without a
-	// database read: the bound within which a revocation reaches every
-	// replica. One read per active key per replica every two seconds.
-	DefaultAuthCacheTTL = 2 * time.Second
-	// MaxAuthCacheTTL is the most that bound may be configured to.
-	MaxAuthCacheTTL = 5 * time.Second
 	// DefaultReplayCacheBytes bounds the final answers a replica keeps for
 	// replays (one merchant may hold a quarter of it).
 	DefaultReplayCacheBytes = 32 << 20

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+
+	"gateway/errs"
 )
 
 // EventType names what happened to a payment or a refund: the object's kind
@@ -110,24 +112,24 @@ type EventQuery struct {
 
 // Validate checks the query before anything is read.
 func (q *EventQuery) Validate() error {
-	var fields []FieldError
+	var fields []errs.FieldError
 	switch {
 	case q.Limit == 0:
 		q.Limit = DefaultPageSize
 	case q.Limit < 0 || q.Limit > MaxPageSize:
-		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
+		fields = append(fields, errs.FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
 	}
 	if q.Type != "" && !slices.Contains(EventTypes, q.Type) {
-		fields = append(fields, FieldError{Field: "type", Reason: "must be one of " + eventTypeNames()})
+		fields = append(fields, errs.FieldError{Field: "type", Reason: "must be one of " + eventTypeNames()})
 	}
 	if len(q.ObjectID) > 40 {
-		fields = append(fields, FieldError{Field: "object_id", Reason: "must be a payment or refund id"})
+		fields = append(fields, errs.FieldError{Field: "object_id", Reason: "must be a payment or refund id"})
 	}
 	if len(q.StartingAfter) > 40 {
-		fields = append(fields, FieldError{Field: "starting_after", Reason: "must be the id of one of your events"})
+		fields = append(fields, errs.FieldError{Field: "starting_after", Reason: "must be the id of one of your events"})
 	}
 	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "invalid listing query", Fields: fields}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing query", Fields: fields}
 	}
 	return nil
 }
@@ -147,11 +149,11 @@ func (l *Listings) Events(ctx context.Context, q EventQuery) (Page[Event], error
 	}
 	p, err := l.store.MerchantEvents(ctx, q)
 	if errors.Is(err, ErrCursorNotFound) {
-		return Page[Event]{}, &Error{Code: CodeInvalid, Message: "the cursor names no event of this listing",
-			Fields: []FieldError{{Field: "starting_after", Reason: "must be the id of one of your events"}}}
+		return Page[Event]{}, &errs.Error{Code: errs.CodeInvalid, Message: "the cursor names no event of this listing",
+			Fields: []errs.FieldError{{Field: "starting_after", Reason: "must be the id of one of your events"}}}
 	}
 	if err != nil {
-		return Page[Event]{}, internal(err)
+		return Page[Event]{}, errs.Internal(err)
 	}
 	return p, nil
 }
@@ -160,10 +162,10 @@ func (l *Listings) Events(ctx context.Context, q EventQuery) (Page[Event], error
 func (l *Listings) Event(ctx context.Context, merchantID, id string) (Event, error) {
 	e, err := l.store.MerchantEvent(ctx, merchantID, id)
 	switch {
-	case errors.Is(err, ErrNotFound):
-		return Event{}, &Error{Code: CodeNotFound, Message: "event not found"}
+	case errors.Is(err, errs.ErrNotFound):
+		return Event{}, &errs.Error{Code: errs.CodeNotFound, Message: "event not found"}
 	case err != nil:
-		return Event{}, internal(err)
+		return Event{}, errs.Internal(err)
 	}
 	return e, nil
 }

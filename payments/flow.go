@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
 )
@@ -107,9 +108,9 @@ func (s *Service) replay(a attempt, paymentID string, resp idemkeys.Response) Ou
 var errVanished = errors.New("payments: key vanished; claim again")
 
 // closed answers a request this replica may not claim or charge for now.
-func (s *Service) closed() *Error {
+func (s *Service) closed() *errs.Error {
 	if err := s.cfg.Gate(); err != nil {
-		return &Error{Code: CodeUnavailable, Message: "this replica cannot take payments right now; retry with the same Idempotency-Key", RetryAfter: time.Second, Err: err}
+		return &errs.Error{Code: errs.CodeUnavailable, Message: "this replica cannot take payments right now; retry with the same Idempotency-Key", RetryAfter: time.Second, Err: err}
 	}
 	return nil
 }
@@ -139,15 +140,15 @@ func (s *Service) join(a attempt) (Outcome, error) {
 			if errors.Is(err, idemkeys.ErrNotFound) {
 				return Outcome{}, errVanished
 			}
-			return Outcome{}, internal(err)
+			return Outcome{}, errs.Internal(err)
 		}
 		if rec.Fingerprint != a.fp {
 			stop()
 			waited()
 			s.obs.KeyOutcome(OutcomeMismatch)
 			s.log.InfoContext(a.client, "idempotency key mismatch", s.hash.Attr(a.ref), "payment_id", rec.PaymentID)
-			return Outcome{}, &Error{
-				Code:    CodeKeyMismatch,
+			return Outcome{}, &errs.Error{
+				Code:    errs.CodeKeyMismatch,
 				Message: "this Idempotency-Key was already used with a different request; use a new key for a new payment",
 			}
 		}
@@ -194,8 +195,8 @@ func (s *Service) join(a attempt) (Outcome, error) {
 			stop()
 			waited()
 			s.obs.KeyOutcome(OutcomeInFlight)
-			return Outcome{}, named(&Error{
-				Code:       CodeInFlight,
+			return Outcome{}, named(&errs.Error{
+				Code:       errs.CodeInFlight,
 				Message:    "a request with this Idempotency-Key is still being processed; retry later with the same key",
 				RetryAfter: time.Second,
 			}, rec.PaymentID)
@@ -216,7 +217,7 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 	}
 	sub, err := s.load(a, rec)
 	if err != nil {
-		return Outcome{}, internal(err), false
+		return Outcome{}, errs.Internal(err), false
 	}
 	adapter, ok := s.psps.For(sub.pspName())
 	if !ok {
@@ -224,7 +225,7 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 		s.obs.UnconfiguredPSP()
 		s.log.WarnContext(a.client, "the PSP it was sent to is not configured on this replica", s.hash.Attr(a.ref),
 			"object_id", sub.id(), "psp", sub.pspName())
-		return Outcome{}, named(&Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
+		return Outcome{}, named(&errs.Error{Code: errs.CodeUnavailable, RetryAfter: 5 * time.Second,
 			Message: "this request cannot be resumed here right now; retry with the same Idempotency-Key"}, sub.id()), false
 	}
 	token, err := s.store.TakeOver(a.work, a.ref, rec.Token, s.cfg.Lease)
@@ -232,7 +233,7 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 		return Outcome{}, nil, true
 	}
 	if err != nil {
-		return Outcome{}, internal(err), false
+		return Outcome{}, errs.Internal(err), false
 	}
 	s.obs.LeaseTakenOver()
 	s.begin(a)
@@ -269,13 +270,13 @@ func (s *Service) load(a attempt, rec idemkeys.Record) (subject, error) {
 // recorded runs once the write is known to have landed.
 func (s *Service) write(a attempt, h holding, id string, status string, resp idemkeys.Response, settle func(context.Context) error, recorded func()) (Outcome, error) {
 	err := settle(s.writeCtx(a))
-	if errors.Is(err, ErrWriteUnknown) {
+	if errors.Is(err, errs.ErrWriteUnknown) {
 		// The write's fate is unknown: read what is there and go on from it.
 		rec, gerr := s.store.Record(s.writeCtx(a), a.ref)
 		switch {
 		case gerr != nil:
 			s.log.WarnContext(a.client, "settle outcome unknown and the key cannot be read", s.hash.Attr(a.ref), "object_id", id, "err", errors.Join(err, gerr))
-			return s.release(a, h, id, false, &Error{Code: CodeUnavailable, RetryAfter: time.Second, Err: errors.Join(err, gerr),
+			return s.release(a, h, id, false, &errs.Error{Code: errs.CodeUnavailable, RetryAfter: time.Second, Err: errors.Join(err, gerr),
 				Message: "the outcome could not be recorded yet; retry with the same Idempotency-Key"})
 		case rec.State == idemkeys.Completed && rec.Token == h.token:
 			err = nil // our write landed
@@ -298,17 +299,17 @@ func (s *Service) write(a attempt, h holding, id string, status string, resp ide
 		s.log.WarnContext(a.client, "stale worker refused by fencing token", s.hash.Attr(a.ref),
 			"object_id", id, "grant", h.token.Grant())
 		return s.join(a)
-	case errors.Is(err, ErrWriteUnknown):
-		return s.release(a, h, id, false, &Error{Code: CodeUnavailable, RetryAfter: time.Second, Err: err,
+	case errors.Is(err, errs.ErrWriteUnknown):
+		return s.release(a, h, id, false, &errs.Error{Code: errs.CodeUnavailable, RetryAfter: time.Second, Err: err,
 			Message: "the outcome could not be recorded yet; retry with the same Idempotency-Key"})
 	}
-	return Outcome{}, internal(err)
+	return Outcome{}, errs.Internal(err)
 }
 
 // release gives the lease back early after a PSP call that produced no
 // result, so the client's retry resumes at once, and answers with cause.
 // notSent says the caller's send certainly did nothing.
-func (s *Service) release(a attempt, h holding, id string, notSent bool, cause *Error) (Outcome, error) {
+func (s *Service) release(a attempt, h holding, id string, notSent bool, cause *errs.Error) (Outcome, error) {
 	if err := s.store.Release(s.writeCtx(a), a.ref, h.token, notSent); err != nil && !errors.Is(err, idemkeys.ErrFenced) {
 		// The lease will expire by itself; the retry just waits longer.
 		s.log.WarnContext(a.client, "release lease", s.hash.Attr(a.ref), "object_id", id, "err", err)
@@ -359,17 +360,17 @@ func (s *Service) writeCtx(a attempt) context.Context {
 // pspError turns a PSP failure into the client's answer: both classes are
 // retried with the same key; an unclassified error is treated as unknown,
 // because assuming "not charged" is the one mistake that double-charges.
-func pspError(err error) *Error {
+func pspError(err error) *errs.Error {
 	if class, ok := psp.ClassOf(err); ok && class == psp.NotProcessed {
-		return &Error{
-			Code:       CodePSPUnavailable,
+		return &errs.Error{
+			Code:       errs.CodePSPUnavailable,
 			Message:    "the payment provider did not process the payment; retry with the same Idempotency-Key",
 			RetryAfter: time.Second,
 			Err:        err,
 		}
 	}
-	return &Error{
-		Code:       CodePSPUnknown,
+	return &errs.Error{
+		Code:       errs.CodePSPUnknown,
 		Message:    "the payment provider did not confirm the outcome; retry with the same Idempotency-Key to learn it",
 		RetryAfter: 2 * time.Second,
 		Err:        err,
@@ -386,7 +387,7 @@ func settledEvent(id string) string {
 
 // named names in e the object its request created (a payment or a refund),
 // unless it names one already.
-func named(e *Error, id string) *Error {
+func named(e *errs.Error, id string) *errs.Error {
 	switch {
 	case e.PaymentID != "" || e.RefundID != "":
 	case strings.HasPrefix(id, "re_"):

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp/fake"
 )
@@ -47,7 +48,7 @@ func TestJoinBacksOffAfterARefusedTakeover(t *testing.T) {
 	svc := NewService(st, OnePSP(fake.New()), Config{InFlightWait: 500 * time.Millisecond})
 	_, err := svc.Create(context.Background(), CreateRequest{MerchantID: "m", IdempotencyKey: "k",
 		Amount: Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: "pm_card_ok"})
-	if ErrorCode(err) != CodeInFlight {
+	if errs.CodeOf(err) != errs.CodeInFlight {
 		t.Fatalf("err %v, want 409 in flight", err)
 	}
 	// 10, 20, 40, 80, 160, 320 ms: about seven looks in half a second.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"gateway/errs"
 )
 
 // MaxPageSize bounds a page of a listing.
@@ -34,15 +36,15 @@ type ListQuery struct {
 
 // Validate checks the query before anything is read.
 func (q *ListQuery) Validate(statuses ...string) error {
-	var fields []FieldError
+	var fields []errs.FieldError
 	switch {
 	case q.Limit == 0:
 		q.Limit = DefaultPageSize
 	case q.Limit < 0 || q.Limit > MaxPageSize:
-		fields = append(fields, FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
+		fields = append(fields, errs.FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
 	}
 	if q.StartingAfter != "" && q.EndingBefore != "" {
-		fields = append(fields, FieldError{Field: "ending_before", Reason: "cannot be used with starting_after"})
+		fields = append(fields, errs.FieldError{Field: "ending_before", Reason: "cannot be used with starting_after"})
 	}
 	if q.Status != "" {
 		ok := false
@@ -50,14 +52,14 @@ func (q *ListQuery) Validate(statuses ...string) error {
 			ok = ok || q.Status == s
 		}
 		if !ok {
-			fields = append(fields, FieldError{Field: "status", Reason: fmt.Sprintf("must be one of %v", statuses)})
+			fields = append(fields, errs.FieldError{Field: "status", Reason: fmt.Sprintf("must be one of %v", statuses)})
 		}
 	}
 	if !q.CreatedFrom.IsZero() && !q.CreatedBefore.IsZero() && !q.CreatedFrom.Before(q.CreatedBefore) {
-		fields = append(fields, FieldError{Field: "created", Reason: "the range is empty"})
+		fields = append(fields, errs.FieldError{Field: "created", Reason: "the range is empty"})
 	}
 	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "invalid listing query", Fields: fields}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing query", Fields: fields}
 	}
 	return nil
 }
@@ -77,13 +79,13 @@ type ListStore interface {
 	// MerchantPayments reads a page of q.MerchantID's payments, newest
 	// first. ErrCursorNotFound when a cursor names none of the merchant's.
 	MerchantPayments(ctx context.Context, q ListQuery) (Page[Payment], error)
-	// MerchantRefunds does the same for refunds; ErrNotFound when
+	// MerchantRefunds does the same for refunds; errs.ErrNotFound when
 	// q.PaymentID names none of the merchant's payments.
 	MerchantRefunds(ctx context.Context, q ListQuery) (Page[Refund], error)
 	// MerchantEvents reads a page of q.MerchantID's events, oldest first.
 	// ErrCursorNotFound when the cursor names none of the merchant's.
 	MerchantEvents(ctx context.Context, q EventQuery) (Page[Event], error)
-	// MerchantEvent reads one of the merchant's events; ErrNotFound otherwise.
+	// MerchantEvent reads one of the merchant's events; errs.ErrNotFound otherwise.
 	MerchantEvent(ctx context.Context, merchantID, id string) (Event, error)
 }
 
@@ -128,10 +130,10 @@ func listErr(err error, what string) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrCursorNotFound):
-		return &Error{Code: CodeInvalid, Message: "the cursor names no " + what + " of this listing",
-			Fields: []FieldError{{Field: "starting_after", Reason: "must be the id of one of your " + what + "s"}}}
-	case errors.Is(err, ErrNotFound):
-		return &Error{Code: CodeNotFound, Message: "payment not found"}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the cursor names no " + what + " of this listing",
+			Fields: []errs.FieldError{{Field: "starting_after", Reason: "must be the id of one of your " + what + "s"}}}
+	case errors.Is(err, errs.ErrNotFound):
+		return &errs.Error{Code: errs.CodeNotFound, Message: "payment not found"}
 	}
-	return internal(err)
+	return errs.Internal(err)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
 )
@@ -97,14 +98,14 @@ const noticeActor = "psp notification"
 // Receive reads one notification from source and settles what it names.
 // A nil error acknowledges it: the PSP need not send it again (nothing to
 // do, an unknown order, a payment of another PSP included). Errors are
-// *Error: CodeNotFound (no such source configured), CodeNoticeRejected (it
+// *errs.Error: errs.CodeNotFound (no such source configured), errs.CodeNoticeRejected (it
 // does not verify or cannot be read: sending it again will not help),
-// CodeUnavailable (the PSP or the database could not be reached: the PSP
+// errs.CodeUnavailable (the PSP or the database could not be reached: the PSP
 // should send it again).
 func (n *Notices) Receive(ctx context.Context, source string, header http.Header, body []byte) error {
 	src, ok := n.sources[source]
 	if !ok {
-		return &Error{Code: CodeNotFound, Message: "notifications from " + source + " are not configured here"}
+		return &errs.Error{Code: errs.CodeNotFound, Message: "notifications from " + source + " are not configured here"}
 	}
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.PSPTimeout)
 	notice, err := src.Reader.ReadNotice(rctx, header, body)
@@ -112,10 +113,10 @@ func (n *Notices) Receive(ctx context.Context, source string, header http.Header
 	switch {
 	case errors.Is(err, psp.ErrUnverified):
 		n.log.WarnContext(ctx, "PSP notification refused", "source", source, "err", err)
-		return &Error{Code: CodeNoticeRejected, Message: "the notification could not be verified", Err: err}
+		return &errs.Error{Code: errs.CodeNoticeRejected, Message: "the notification could not be verified", Err: err}
 	case err != nil:
 		n.log.WarnContext(ctx, "PSP notification could not be read from the PSP", "source", source, "err", err)
-		return &Error{Code: CodeUnavailable, RetryAfter: time.Minute, Err: err,
+		return &errs.Error{Code: errs.CodeUnavailable, RetryAfter: time.Minute, Err: err,
 			Message: "the payment provider could not be asked about this notification; send it again later"}
 	}
 	n.log.InfoContext(ctx, "PSP notification", "source", source, "event_id", notice.ID, "event_type", notice.Type,
@@ -123,15 +124,15 @@ func (n *Notices) Receive(ctx context.Context, source string, header http.Header
 	for _, why := range notice.Skipped {
 		n.log.InfoContext(ctx, "PSP notification: nothing of the gateway's", "source", source, "event_id", notice.ID, "detail", why)
 	}
-	var errs []error
+	var failures []error
 	for _, c := range notice.Charges {
-		errs = append(errs, n.charge(ctx, src, notice, c))
+		failures = append(failures, n.charge(ctx, src, notice, c))
 	}
 	for _, x := range notice.Refunds {
-		errs = append(errs, n.refund(ctx, src, notice, x))
+		failures = append(failures, n.refund(ctx, src, notice, x))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return internal(err)
+	if err := errors.Join(failures...); err != nil {
+		return errs.Internal(err)
 	}
 	return nil
 }
@@ -146,11 +147,11 @@ func (n *Notices) charge(ctx context.Context, src NoticeSource, notice psp.Notic
 		n.log.InfoContext(ctx, "PSP notification for an unknown order", "psp", src.PSP, "event_id", notice.ID, "order_id", c.MerchantOrderID)
 		return nil
 	}
-	var errs []error
+	var failures []error
 	for _, p := range ps {
-		errs = append(errs, n.payment(ctx, src, notice, p, c))
+		failures = append(failures, n.payment(ctx, src, notice, p, c))
 	}
-	return errors.Join(errs...)
+	return errors.Join(failures...)
 }
 
 func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Notice, p Payment, c psp.Charge) error {
@@ -243,11 +244,11 @@ func (n *Notices) refund(ctx context.Context, src NoticeSource, notice psp.Notic
 		n.log.InfoContext(ctx, "PSP notification for an unknown refund", "psp", src.PSP, "event_id", notice.ID, "refund_order_id", x.RefundOrderID)
 		return nil
 	}
-	var errs []error
+	var failures []error
 	for _, r := range rs {
-		errs = append(errs, n.refundOf(ctx, src, notice, r, x))
+		failures = append(failures, n.refundOf(ctx, src, notice, r, x))
 	}
-	return errors.Join(errs...)
+	return errors.Join(failures...)
 }
 
 func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Notice, r Refund, x psp.Refund) error {

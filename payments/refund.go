@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
 )
@@ -90,11 +91,11 @@ type RefundRequest struct {
 	Metadata map[string]string
 }
 
-// Validate reports every invalid field at once, as a CodeInvalid *Error.
+// Validate reports every invalid field at once, as a errs.CodeInvalid *errs.Error.
 func (r RefundRequest) Validate() error {
-	var fields []FieldError
+	var fields []errs.FieldError
 	add := func(field, format string, args ...any) {
-		fields = append(fields, FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+		fields = append(fields, errs.FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
 	if r.Amount != nil {
 		switch {
@@ -110,7 +111,7 @@ func (r RefundRequest) Validate() error {
 	fields = append(fields, validateMetadata(r.Metadata)...)
 	fields = append(fields, validateTextBytes(r.Metadata, r.Reason)...)
 	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "the request body is invalid", Fields: fields}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid", Fields: fields}
 	}
 	return nil
 }
@@ -134,18 +135,18 @@ func (r RefundRequest) Fingerprint() [32]byte {
 // never stored: the key stays free.
 func RefundAmount(p Payment, asked *int64) (int64, error) {
 	if p.Status != Succeeded {
-		return 0, &Error{Code: CodeNotRefundable, PaymentID: p.ID,
+		return 0, &errs.Error{Code: errs.CodeNotRefundable, PaymentID: p.ID,
 			Message: fmt.Sprintf("payment %s is %s; only a succeeded payment can be refunded", p.ID, p.Status)}
 	}
 	left := p.Amount.Minor - p.AmountReserved
 	switch {
 	case left <= 0:
-		return 0, &Error{Code: CodeNotRefundable, PaymentID: p.ID,
+		return 0, &errs.Error{Code: errs.CodeNotRefundable, PaymentID: p.ID,
 			Message: fmt.Sprintf("payment %s is already fully refunded (or its refunds in progress reserve all of it)", p.ID)}
 	case asked == nil:
 		return left, nil
 	case *asked > left:
-		return 0, &Error{Code: CodeRefundExceeds, PaymentID: p.ID, Fields: []FieldError{{Field: "amount",
+		return 0, &errs.Error{Code: errs.CodeRefundExceeds, PaymentID: p.ID, Fields: []errs.FieldError{{Field: "amount",
 			Reason: fmt.Sprintf("at most %d %s of payment %s is left to refund", left, p.Amount.Currency, p.ID)}},
 			Message: "the refund exceeds what is left to refund"}
 	}

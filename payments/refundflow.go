@@ -8,6 +8,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
 )
@@ -32,14 +33,14 @@ type RefundClaim struct {
 // the pending, succeeded and in-review refunds of a payment never add up to
 // more than it, whatever the concurrency; a refund that fails returns it.
 //
-// Errors are *Error: CodeInvalidKey, CodeInvalid; CodeNotFound (no such
-// payment for the merchant), CodeNotRefundable and CodeRefundExceeds
+// Errors are *errs.Error: errs.CodeInvalidKey, errs.CodeInvalid; errs.CodeNotFound (no such
+// payment for the merchant), errs.CodeNotRefundable and errs.CodeRefundExceeds
 // (nothing stored, the key stays free: they depend on state that changes);
-// CodeKeyMismatch, CodeInFlight, CodeKeyReused; CodePSPUnavailable and
-// CodePSPUnknown (retry with the same key); CodeUnavailable, CodeInternal.
+// errs.CodeKeyMismatch, errs.CodeInFlight, errs.CodeKeyReused; errs.CodePSPUnavailable and
+// errs.CodePSPUnknown (retry with the same key); errs.CodeUnavailable, errs.CodeInternal.
 func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Outcome, error) {
 	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
-		return Outcome{}, &Error{Code: CodeInvalidKey, Message: err.Error()}
+		return Outcome{}, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
 	}
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
@@ -66,7 +67,7 @@ func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Outcome,
 			return out, err
 		}
 	}
-	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
+	return Outcome{}, errs.Internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
 }
 
 func (s *Service) claimRefund(a attempt, req RefundRequest) (Outcome, error) {
@@ -100,21 +101,21 @@ func (s *Service) claimRefund(a attempt, req RefundRequest) (Outcome, error) {
 		return rs.send(a, h, start.Add(s.cfg.Lease))
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(a)
-	case errors.Is(err, ErrNotFound):
-		return Outcome{}, &Error{Code: CodeNotFound, Message: "payment not found"}
-	case errors.Is(err, ErrWriteUnknown):
+	case errors.Is(err, errs.ErrNotFound):
+		return Outcome{}, &errs.Error{Code: errs.CodeNotFound, Message: "payment not found"}
+	case errors.Is(err, errs.ErrWriteUnknown):
 		got, gerr := s.store.Record(a.work, a.ref)
 		switch {
 		case errors.Is(gerr, idemkeys.ErrNotFound):
 			return Outcome{}, errVanished
 		case gerr != nil:
-			return Outcome{}, internal(errors.Join(err, gerr))
+			return Outcome{}, errs.Internal(errors.Join(err, gerr))
 		}
 		if got.PaymentID == r.ID && got.State == idemkeys.InProgress && got.Token == h.token {
 			// Ours committed: carry on as the claimant, from what is stored.
 			sub, lerr := s.load(a, got)
 			if lerr != nil {
-				return Outcome{}, internal(lerr)
+				return Outcome{}, errs.Internal(lerr)
 			}
 			rs := sub.(refundSubject)
 			adapter, ok := s.psps.For(rs.pspName())
@@ -129,14 +130,14 @@ func (s *Service) claimRefund(a attempt, req RefundRequest) (Outcome, error) {
 		}
 		return s.join(a)
 	}
-	var e *Error
+	var e *errs.Error
 	if errors.As(err, &e) {
-		if e.Code == CodeKeyReused {
+		if e.Code == errs.CodeKeyReused {
 			s.obs.KeyOutcome(OutcomeKeyReused)
 		}
 		return Outcome{}, e
 	}
-	return Outcome{}, internal(err)
+	return Outcome{}, errs.Internal(err)
 }
 
 // refundSubject is a refund under its key's lease, with its payment.
@@ -252,7 +253,7 @@ func (rs refundSubject) write(a attempt, h holding, r Refund) (Outcome, error) {
 	})
 }
 
-// Refund returns one of the merchant's refunds; CodeNotFound otherwise.
+// Refund returns one of the merchant's refunds; errs.CodeNotFound otherwise.
 func (s *Service) Refund(ctx context.Context, merchantID, id string) (Refund, error) {
 	r, err := s.store.Refund(ctx, merchantID, id)
 	return r, notFound(err, "refund not found")

@@ -1,5 +1,7 @@
 package payments
 
+import "gateway/errs"
+
 // Resolution is an operator's decision on a payment nobody could settle.
 type Resolution struct {
 	PaymentID    string
@@ -16,24 +18,24 @@ type Resolution struct {
 
 // Validate checks the decision before anything is read.
 func (r Resolution) Validate() error {
-	var fields []FieldError
+	var fields []errs.FieldError
 	if r.PaymentID == "" {
-		fields = append(fields, FieldError{Field: "payment_id", Reason: "is required"})
+		fields = append(fields, errs.FieldError{Field: "payment_id", Reason: "is required"})
 	}
 	if r.To != Succeeded && r.To != Failed {
-		fields = append(fields, FieldError{Field: "as", Reason: "must be succeeded or failed"})
+		fields = append(fields, errs.FieldError{Field: "as", Reason: "must be succeeded or failed"})
 	}
 	if r.Reason == "" || len(r.Reason) > 1000 || !printable(r.Reason) {
-		fields = append(fields, FieldError{Field: "reason", Reason: "must be 1 to 1000 printable characters"})
+		fields = append(fields, errs.FieldError{Field: "reason", Reason: "must be 1 to 1000 printable characters"})
 	}
 	if r.Actor == "" || len(r.Actor) > 255 || !printable(r.Actor) {
-		fields = append(fields, FieldError{Field: "actor", Reason: "must be 1 to 255 printable characters"})
+		fields = append(fields, errs.FieldError{Field: "actor", Reason: "must be 1 to 255 printable characters"})
 	}
 	if len(r.PSPReference) > 255 || !printable(r.PSPReference) {
-		fields = append(fields, FieldError{Field: "psp_reference", Reason: "must be at most 255 printable characters"})
+		fields = append(fields, errs.FieldError{Field: "psp_reference", Reason: "must be at most 255 printable characters"})
 	}
 	if len(fields) > 0 {
-		return &Error{Code: CodeInvalid, Message: "invalid resolution", Fields: fields}
+		return &errs.Error{Code: errs.CodeInvalid, Message: "invalid resolution", Fields: fields}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
 )
@@ -170,13 +171,13 @@ func (s *Service) Drain() { s.draining.Store(true) }
 // while its worker holds the lease, so that the client's retry finds a
 // stored answer.
 //
-// Errors are *Error: CodeInvalidKey and CodeInvalid (nothing stored),
-// CodeKeyMismatch (the key was used for another request), CodeInFlight (the
-// key is being processed; retry later), CodeKeyReused, CodePSPUnavailable and
-// CodePSPUnknown (retry with the same key), CodeUnavailable, CodeInternal.
+// Errors are *errs.Error: errs.CodeInvalidKey and errs.CodeInvalid (nothing stored),
+// errs.CodeKeyMismatch (the key was used for another request), errs.CodeInFlight (the
+// key is being processed; retry later), errs.CodeKeyReused, errs.CodePSPUnavailable and
+// errs.CodePSPUnknown (retry with the same key), errs.CodeUnavailable, errs.CodeInternal.
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error) {
 	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
-		return Outcome{}, &Error{Code: CodeInvalidKey, Message: err.Error()}
+		return Outcome{}, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
 	}
 	req.Normalize()
 	if err := req.Validate(); err != nil {
@@ -206,7 +207,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 			return out, err
 		}
 	}
-	return Outcome{}, internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
+	return Outcome{}, errs.Internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
 }
 
 // accepts refuses, before anything is stored or sent, an amount the PSP new
@@ -218,12 +219,12 @@ func (s *Service) accepts(m Money) error {
 	if err == nil {
 		return nil
 	}
-	e := &Error{Code: CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
+	e := &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
 	var ce *psp.CheckError
 	if errors.As(err, &ce) {
-		e.Fields = []FieldError{{Field: ce.Field, Reason: ce.Reason}}
+		e.Fields = []errs.FieldError{{Field: ce.Field, Reason: ce.Reason}}
 	} else {
-		e.Fields = []FieldError{{Field: "amount", Reason: err.Error()}}
+		e.Fields = []errs.FieldError{{Field: "amount", Reason: err.Error()}}
 	}
 	return e
 }
@@ -277,14 +278,14 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 		return paymentSubject{s: s, p: p}.charge(a, h, start.Add(s.cfg.Lease))
 	case errors.Is(err, idemkeys.ErrExists):
 		return s.join(a)
-	case errors.Is(err, ErrWriteUnknown):
+	case errors.Is(err, errs.ErrWriteUnknown):
 		// Find out whether our claim committed before the connection broke.
 		got, gp, gerr := s.store.LoadKey(a.work, a.ref)
 		switch {
 		case errors.Is(gerr, idemkeys.ErrNotFound):
 			return Outcome{}, errVanished
 		case gerr != nil:
-			return Outcome{}, internal(errors.Join(err, gerr))
+			return Outcome{}, errs.Internal(errors.Join(err, gerr))
 		case got.PaymentID == p.ID && got.State == idemkeys.InProgress && got.Token == h.token:
 			s.obs.KeyOutcome(OutcomeFresh)
 			s.begin(a)
@@ -295,24 +296,24 @@ func (s *Service) claim(a attempt, req CreateRequest) (Outcome, error) {
 	return s.claimRefused(err)
 }
 
-// claimRefused answers a claim the store refused: its *Error as it is
+// claimRefused answers a claim the store refused: its *errs.Error as it is
 // (a purged key's payment named), anything else as internal.
 func (s *Service) claimRefused(err error) (Outcome, error) {
-	var e *Error
+	var e *errs.Error
 	if errors.As(err, &e) {
-		if e.Code == CodeKeyReused {
+		if e.Code == errs.CodeKeyReused {
 			s.obs.KeyOutcome(OutcomeKeyReused)
 		}
 		return Outcome{}, e
 	}
-	return Outcome{}, internal(err)
+	return Outcome{}, errs.Internal(err)
 }
 
 // unreachable gives back, unsent, a key claimed on a replica that cannot
 // reach its subject's PSP: a replica that can resumes it.
 func (s *Service) unreachable(a attempt, h holding, id, what string) (Outcome, error) {
 	s.obs.UnconfiguredPSP()
-	return s.release(a, h, id, true, &Error{Code: CodeUnavailable, RetryAfter: 5 * time.Second,
+	return s.release(a, h, id, true, &errs.Error{Code: errs.CodeUnavailable, RetryAfter: 5 * time.Second,
 		Message: "this " + what + " cannot be sent from here right now; retry with the same Idempotency-Key"})
 }
 
@@ -374,7 +375,7 @@ func (s *Service) arm(a attempt, h holding, id string) (deadline time.Time, out 
 		// counting this as an unsent attempt could pair with an earlier send
 		// whose fate is unknown and prove "nothing charged" falsely. Not
 		// counted: at worst the reconciler asks the PSP.
-		out, err = s.release(a, h, id, false, internal(err))
+		out, err = s.release(a, h, id, false, errs.Internal(err))
 		return time.Time{}, out, err, false
 	}
 	return armed.Add(s.cfg.PSPTimeout), Outcome{}, nil, true
@@ -411,15 +412,15 @@ func MayChargeAgain(rec idemkeys.Record, created time.Time, caps psp.Capabilitie
 // reconciler counts on nothing leaving after it when it decides nothing was
 // sent), or why it must give the key back unsent: a worker delayed too close
 // to it (a slow commit, a pause), or a replica shutting down.
-func (s *Service) sendTime(deadline time.Time) (time.Duration, *Error) {
+func (s *Service) sendTime(deadline time.Time) (time.Duration, *errs.Error) {
 	left := deadline.Sub(s.cfg.Now())
 	switch {
 	case s.draining.Load():
-		return 0, &Error{Code: CodePSPUnavailable, RetryAfter: time.Second,
+		return 0, &errs.Error{Code: errs.CodePSPUnavailable, RetryAfter: time.Second,
 			Message: "the gateway is restarting; retry with the same Idempotency-Key",
 			Err:     errors.New("draining: not sent")}
 	case left < s.cfg.PSPTimeout/2:
-		return 0, &Error{Code: CodePSPUnavailable, RetryAfter: time.Second,
+		return 0, &errs.Error{Code: errs.CodePSPUnavailable, RetryAfter: time.Second,
 			Message: "the request was not sent to the provider in time; retry with the same Idempotency-Key",
 			Err:     fmt.Errorf("only %s of the lease left to send", left)}
 	}
@@ -515,7 +516,7 @@ func (ps paymentSubject) write(a attempt, h holding, p Payment) (Outcome, error)
 	})
 }
 
-// Payment returns one of the merchant's payments; CodeNotFound otherwise.
+// Payment returns one of the merchant's payments; errs.CodeNotFound otherwise.
 func (s *Service) Payment(ctx context.Context, merchantID, id string) (Payment, error) {
 	p, err := s.store.Payment(ctx, merchantID, id)
 	return s.withCheckout(p), notFound(err, "payment not found")
@@ -525,7 +526,7 @@ func (s *Service) Payment(ctx context.Context, merchantID, id string) (Payment, 
 // instead of posting again.
 func (s *Service) PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error) {
 	if err := idemkeys.ValidateKey(key); err != nil {
-		return Payment{}, &Error{Code: CodeInvalidKey, Message: err.Error()}
+		return Payment{}, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
 	}
 	p, err := s.store.PaymentByKey(ctx, merchantID, key)
 	return s.withCheckout(p), notFound(err, "no payment was created with this idempotency key")
@@ -535,8 +536,8 @@ func notFound(err error, msg string) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrNotFound):
-		return &Error{Code: CodeNotFound, Message: msg}
+	case errors.Is(err, errs.ErrNotFound):
+		return &errs.Error{Code: errs.CodeNotFound, Message: msg}
 	}
-	return internal(err)
+	return errs.Internal(err)
 }

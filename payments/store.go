@@ -18,8 +18,8 @@ type FlowStore interface {
 	// together, or neither, and returns the database's clock at the claim
 	// (the payment's created_at; every lease time derives from it).
 	// Errors: idemkeys.ErrExists when the key is already claimed (read it to
-	// learn what to do); *Error CodeKeyReused when the key's record was purged
-	// but its payment exists; ErrWriteUnknown when the commit's fate is unknown
+	// learn what to do); *errs.Error errs.CodeKeyReused when the key's record was purged
+	// but its payment exists; errs.ErrWriteUnknown when the commit's fate is unknown
 	// (re-read the key, never re-insert blindly).
 	Claim(ctx context.Context, c Claim) (time.Time, error)
 
@@ -46,7 +46,7 @@ type FlowStore interface {
 
 	// Settle records p's final state (or requires_review) and stores resp for
 	// replay, only while the caller holds token. idemkeys.ErrFenced: nothing
-	// was written. ErrWriteUnknown: the write's fate is unknown; re-read.
+	// was written. errs.ErrWriteUnknown: the write's fate is unknown; re-read.
 	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p Payment, resp idemkeys.Response) error
 
 	// ClaimUnconfirmed stores a payment created to be confirmed later: the
@@ -61,9 +61,9 @@ type FlowStore interface {
 	// database's clock) turn the payment into the one to charge, and moves
 	// it from requires_confirmation to processing with the key's name, all
 	// or nothing. It returns the payment as now stored. Errors:
-	// idemkeys.ErrExists (the key is claimed: read it); ErrNotFound (no such
+	// idemkeys.ErrExists (the key is claimed: read it); errs.ErrNotFound (no such
 	// payment for the merchant); decide's own error (nothing stored, the key
-	// stays free); ErrWriteUnknown (re-read the key).
+	// stays free); errs.ErrWriteUnknown (re-read the key).
 	ClaimConfirm(ctx context.Context, c ConfirmClaim, decide func(p Payment, dbNow time.Time) (Payment, error)) (Payment, error)
 
 	// Release ends the caller's lease now without storing a response, so a
@@ -77,22 +77,22 @@ type FlowStore interface {
 	// row lock, lets decide turn the payment into the refund's amount,
 	// reserves it on the payment and inserts the refund, all or nothing. It
 	// returns the refund as inserted and the payment as locked. Errors:
-	// idemkeys.ErrExists (the key is claimed: read it); ErrNotFound (no such
-	// payment for the merchant); decide's own error (nothing stored); *Error
-	// CodeKeyReused (the key's record was purged but its refund exists);
-	// ErrWriteUnknown (re-read the key).
+	// idemkeys.ErrExists (the key is claimed: read it); errs.ErrNotFound (no such
+	// payment for the merchant); decide's own error (nothing stored); *errs.Error
+	// errs.CodeKeyReused (the key's record was purged but its refund exists);
+	// errs.ErrWriteUnknown (re-read the key).
 	ClaimRefund(ctx context.Context, c RefundClaim, decide func(Payment) (int64, error)) (Refund, Payment, error)
-	// Refund reads one of the merchant's refunds; ErrNotFound otherwise.
+	// Refund reads one of the merchant's refunds; errs.ErrNotFound otherwise.
 	Refund(ctx context.Context, merchantID, id string) (Refund, error)
 	// SettleRefund records r's state (succeeded, failed, pending at the PSP,
 	// or requires_review), moves its payment's amounts with it, and stores
 	// resp for replay, only while the caller holds token.
-	// idemkeys.ErrFenced: nothing was written. ErrWriteUnknown: re-read.
+	// idemkeys.ErrFenced: nothing was written. errs.ErrWriteUnknown: re-read.
 	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r Refund, resp idemkeys.Response) error
 
-	// Payment reads one of the merchant's payments; ErrNotFound otherwise.
+	// Payment reads one of the merchant's payments; errs.ErrNotFound otherwise.
 	Payment(ctx context.Context, merchantID, id string) (Payment, error)
-	// PaymentByKey finds the payment a key created; ErrNotFound otherwise.
+	// PaymentByKey finds the payment a key created; errs.ErrNotFound otherwise.
 	PaymentByKey(ctx context.Context, merchantID, key string) (Payment, error)
 }
 
@@ -164,13 +164,6 @@ type Reschedule struct {
 	// "failed" needs).
 	NotFound bool
 }
-
-var (
-	// ErrNotFound: no such row (for this merchant).
-	ErrNotFound = errors.New("payments: not found")
-	// ErrWriteUnknown: the connection broke while committing; the write may or may not have happened.
-	ErrWriteUnknown = errors.New("payments: outcome of the write is unknown")
-)
 
 // Pending is an unfinished key with what it created, as the reconciler
 // claims it: Key carries the reconciler's new token and the database's

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
@@ -201,10 +202,10 @@ func TestExpiryRacesTheConfirm(t *testing.T) {
 		e.advance(payments.DefaultConfirmExpiry + time.Second)
 		wantOutcomes(t, runOnce(t, e.reconciler(nil, nil)), map[reconcile.Outcome]int{reconcile.Canceled: 1})
 		_, err := e.confirm(p, "c-2", fake.MethodOK)
-		if payments.ErrorCode(err) != payments.CodeNotConfirmable {
+		if errs.CodeOf(err) != errs.CodeNotConfirmable {
 			t.Fatalf("confirm after the expiry: %v", err)
 		}
-		var pe *payments.Error
+		var pe *errs.Error
 		if !errors.As(err, &pe) || pe.PaymentID != p.ID {
 			t.Fatalf("the refusal does not name the payment: %v", err)
 		}

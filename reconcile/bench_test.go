@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db/dbtest"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp/fake"
 	"gateway/reconcile"
 	"gateway/reconcile/reconciletest"
@@ -19,15 +19,15 @@ import (
 // 10,000 stale rows (half of them charged at the PSP) with a 20 ms PSP
 // lookup, for one reconciler and for three running at once. Run it with:
 //
-//	go run ./cmd/withdb -- go test ./reconcile -run '^$' -bench Reconcile -benchtime 1x
+//	go run ./tests/withdb -- go test ./reconcile -run '^$' -bench Reconcile -benchtime 1x
 func BenchmarkReconcile(b *testing.B) {
 	for _, replicas := range []int{1, 3} {
 		b.Run(fmt.Sprintf("reconcilers=%d", replicas), func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				const rows = 10_000
-				dbx := dbtest.MustOpen(b)
-				st := store.New(dbx)
+				dbx := mysqltest.MustOpen(b)
+				st := mysql.NewStore(dbx)
 				m := fake.New(fake.WithCreationWindow(time.Minute))
 				if _, err := reconciletest.SeedStale(context.Background(), dbx, m, rows, time.Hour); err != nil {
 					b.Fatal(err)

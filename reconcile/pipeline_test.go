@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"gateway/idemkeys"
+	"gateway/mysql"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
@@ -37,7 +37,7 @@ func (p *startedLookups) Lookup(ctx context.Context, id string) (psp.Charge, err
 // ends), telling entered about each one first when entered is set; it tells
 // claimed when the pass's last claim (the refund checks') returned.
 type heldSettles struct {
-	*store.Store
+	*mysql.Store
 	release <-chan struct{}
 	entered chan<- struct{}
 	claimed chan<- struct{}
@@ -132,7 +132,7 @@ func TestWriteWaitingPastItsLeaseIsFenced(t *testing.T) {
 // cancelAfterSettles cancels the pass once n settles have committed; the
 // settles in flight then meet a cancelled context mid-transaction.
 type cancelAfterSettles struct {
-	*store.Store
+	*mysql.Store
 	n      int32
 	done   atomic.Int32
 	cancel context.CancelFunc

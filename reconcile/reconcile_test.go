@@ -15,16 +15,18 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"gateway/db/dbtest"
+	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { mysqltest.Main(m) }
 
 type clock struct {
 	mu  sync.Mutex
@@ -53,27 +55,27 @@ const (
 type env struct {
 	t     *testing.T
 	db    *sqlx.DB
-	store *store.Store
+	store *mysql.Store
 	psp   *fake.PSP
 	clock *clock
 	svc   *payments.Service
-	merch payments.Merchant
+	merch merchants.Merchant
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	dbx := dbtest.MustOpen(t)
+	dbx := mysqltest.MustOpen(t)
 	e := &env{
 		t:     t,
 		db:    dbx,
-		store: store.New(dbx),
+		store: mysql.NewStore(dbx),
 		psp:   fake.New(fake.WithCreationWindow(creationWindow)),
 		clock: &clock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)},
 	}
 	e.svc = payments.NewService(e.store, payments.OnePSP(e.psp), payments.Config{
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Second, Now: e.clock.Now,
 	})
-	m, key, err := payments.NewMerchant("Test merchant", e.clock.Now())
+	m, key, err := merchants.NewMerchant("Test merchant", e.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +106,7 @@ func (e *env) reconciler(adapter psp.Adapter, st reconcile.Store, mod ...func(*r
 // advance lets d pass: on the replicas' clock and on the database's.
 func (e *env) advance(d time.Duration) {
 	e.clock.Advance(d)
-	dbtest.Advance(e.t, e.db, d)
+	mysqltest.Advance(e.t, e.db, d)
 }
 
 func (e *env) request(key string) payments.CreateRequest {
@@ -149,7 +151,7 @@ func (e *env) admin() *payments.Admin {
 
 func (e *env) count(q string, args ...any) int {
 	e.t.Helper()
-	return dbtest.Count(e.t, e.db, q, args...)
+	return mysqltest.Count(e.t, e.db, q, args...)
 }
 
 func (e *env) status(paymentID string) payments.Status {
@@ -324,10 +326,10 @@ func TestConcurrentReconcilersSettleEachRowOnce(t *testing.T) {
 	wantOutcomes(t, first, map[reconcile.Outcome]int{reconcile.Succeeded: n / 2, reconcile.Deferred: n / 2})
 	e.advance(creationWindow)
 	var (
-		start = make(chan struct{})
-		wg    sync.WaitGroup
-		sums  [3]reconcile.Summary
-		errs  [3]error
+		start    = make(chan struct{})
+		wg       sync.WaitGroup
+		sums     [3]reconcile.Summary
+		failures [3]error
 	)
 	for i := range sums {
 		r := e.reconciler(nil, nil, func(c *reconcile.Config) { c.BatchSize = 50; c.Concurrency = 8 })
@@ -335,7 +337,7 @@ func TestConcurrentReconcilersSettleEachRowOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			sums[i], errs[i] = r.RunOnce(context.Background())
+			sums[i], failures[i] = r.RunOnce(context.Background())
 		}()
 	}
 	close(start)
@@ -343,8 +345,8 @@ func TestConcurrentReconcilersSettleEachRowOnce(t *testing.T) {
 	total := map[reconcile.Outcome]int{}
 	seen := map[string]bool{}
 	for i, s := range sums {
-		if errs[i] != nil {
-			t.Fatalf("reconciler %d: %v", i, errs[i])
+		if failures[i] != nil {
+			t.Fatalf("reconciler %d: %v", i, failures[i])
 		}
 		for _, res := range s.Results {
 			if seen[res.PaymentID] {
@@ -489,8 +491,8 @@ func TestPurgeExpiredKeys(t *testing.T) {
 	}
 	charges := e.psp.ChargeCalls()
 	_, err = e.svc.Create(ctx, e.request("old00"))
-	var pe *payments.Error
-	if !errors.As(err, &pe) || pe.Code != payments.CodeKeyReused || pe.PaymentID == "" {
+	var pe *errs.Error
+	if !errors.As(err, &pe) || pe.Code != errs.CodeKeyReused || pe.PaymentID == "" {
 		t.Fatalf("retry of a purged key: %v", err)
 	}
 	p, err := e.store.PaymentByKey(ctx, e.merch.ID, "old00")
@@ -512,15 +514,15 @@ func TestResolveReviewedPayment(t *testing.T) {
 	wantOutcomes(t, runOnce(t, r), map[reconcile.Outcome]int{reconcile.Review: 1})
 	ctx := context.Background()
 
-	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Declined, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Declined, Reason: "x", Actor: "ops"}); errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("resolve to declined: %v", err)
 	}
-	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: "pay_nope", To: payments.Failed, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeNotFound {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: "pay_nope", To: payments.Failed, Reason: "x", Actor: "ops"}); errs.CodeOf(err) != errs.CodeNotFound {
 		t.Fatalf("resolve unknown: %v", err)
 	}
 	// The PSP cannot be asked (its lookups fail): only a forced decision is recorded.
 	asked := payments.Resolution{PaymentID: p.ID, To: payments.Succeeded, PSPReference: "psp_123", Reason: "seen in the PSP dashboard", Actor: "alice"}
-	if _, err := e.admin().Resolve(ctx, asked); payments.ErrorCode(err) != payments.CodeConflict {
+	if _, err := e.admin().Resolve(ctx, asked); errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("unforced resolve while the PSP cannot answer: %v", err)
 	}
 	if s := e.status(p.ID); s != payments.RequiresReview {
@@ -531,7 +533,7 @@ func TestResolveReviewedPayment(t *testing.T) {
 	if err != nil || got.Status != payments.Succeeded {
 		t.Fatalf("resolve: %+v %v", got, err)
 	}
-	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Failed, Reason: "again", Actor: "bob"}); payments.ErrorCode(err) != payments.CodeConflict {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: p.ID, To: payments.Failed, Reason: "again", Actor: "bob"}); errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("second resolve: %v", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'alice' AND from_status = 'requires_review' AND to_status = 'succeeded' AND reason LIKE 'seen in the PSP dashboard [PSP: no authoritative answer%'`, p.ID); n != 1 {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"gateway/errs"
+	"gateway/merchants"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
@@ -98,14 +100,14 @@ func TestConcurrentRefundsNeverExceedThePayment(t *testing.T) {
 			case err == nil:
 				codes[fmt.Sprint(out.Response.Status)]++
 			default:
-				codes[string(payments.ErrorCode(err))]++
+				codes[string(errs.CodeOf(err))]++
 				refused = fmt.Sprintf("r%02d", i)
 			}
 		})
 	}
 	close(start)
 	wg.Wait()
-	if codes["201"] != 3 || codes[string(payments.CodeRefundExceeds)] != 47 {
+	if codes["201"] != 3 || codes[string(errs.CodeRefundExceeds)] != 47 {
 		t.Fatalf("answers %v, want 3 refunds and 47 refusals", codes)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM refunds`); n != 3 {
@@ -146,7 +148,7 @@ func TestRefundKeyRules(t *testing.T) {
 			<-start
 			out, err := e.refund(p, "same", amt(400))
 			if err != nil {
-				if payments.ErrorCode(err) != payments.CodeInFlight {
+				if errs.CodeOf(err) != errs.CodeInFlight {
 					t.Errorf("duplicate: %v", err)
 				}
 				return
@@ -172,7 +174,7 @@ func TestRefundKeyRules(t *testing.T) {
 	if err != nil || !again.Replayed || !bytes.Equal(again.Response.Body, first) {
 		t.Fatalf("replay: %+v %v", again, err)
 	}
-	if _, err := e.refund(p, "same", amt(401)); payments.ErrorCode(err) != payments.CodeKeyMismatch {
+	if _, err := e.refund(p, "same", amt(401)); errs.CodeOf(err) != errs.CodeKeyMismatch {
 		t.Fatalf("another body: %v", err)
 	}
 	// The same key string on POST /payments is another key.
@@ -188,7 +190,7 @@ func TestLostRefundAnswerIsLookedUpFirst(t *testing.T) {
 	e := newEnv(t)
 	p := e.paid("pay", 1000)
 	e.psp.FailNextRefunds(fake.FaultUnknownAfterCharge, 1)
-	if _, err := e.refund(p, "r", amt(250)); payments.ErrorCode(err) != payments.CodePSPUnknown {
+	if _, err := e.refund(p, "r", amt(250)); errs.CodeOf(err) != errs.CodePSPUnknown {
 		t.Fatalf("lost answer: %v", err)
 	}
 	out, err := e.refund(p, "r", amt(250))
@@ -223,11 +225,11 @@ func TestRefundOfAnUnsucceededPaymentIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []payments.Payment{d, processing, review, failed} {
-		if _, err := e.refund(p, "r-"+p.ID, nil); payments.ErrorCode(err) != payments.CodeNotRefundable {
+		if _, err := e.refund(p, "r-"+p.ID, nil); errs.CodeOf(err) != errs.CodeNotRefundable {
 			t.Fatalf("refund of a %s payment: %v", p.IdempotencyKey, err)
 		}
 	}
-	if _, err := e.refund(payments.Payment{ID: "pay_nope"}, "r", nil); payments.ErrorCode(err) != payments.CodeNotFound {
+	if _, err := e.refund(payments.Payment{ID: "pay_nope"}, "r", nil); errs.CodeOf(err) != errs.CodeNotFound {
 		t.Fatalf("refund of no payment: %v", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM refunds`) + e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE endpoint = ?`, payments.EndpointCreateRefund); n != 0 {
@@ -245,12 +247,12 @@ func TestStaleRefundsAreReconciled(t *testing.T) {
 	p := e.paid("pay", 1000)
 	// Sent and lost; then nobody retries.
 	e.psp.FailNextRefunds(fake.FaultUnknownAfterCharge, 1)
-	if _, err := e.refund(p, "sent", amt(100)); payments.ErrorCode(err) != payments.CodePSPUnknown {
+	if _, err := e.refund(p, "sent", amt(100)); errs.CodeOf(err) != errs.CodePSPUnknown {
 		t.Fatalf("lost: %v", err)
 	}
 	// Never sent: the PSP refused before acting, and the lookups fail.
 	e.psp.FailNextRefunds(fake.FaultUnknownBeforeCharge, 1)
-	if _, err := e.refund(p, "lost", amt(200)); payments.ErrorCode(err) != payments.CodePSPUnknown {
+	if _, err := e.refund(p, "lost", amt(200)); errs.CodeOf(err) != errs.CodePSPUnknown {
 		t.Fatalf("lost before: %v", err)
 	}
 	e.advance(lease + time.Second)
@@ -270,7 +272,7 @@ func TestStaleRefundsAreReconciled(t *testing.T) {
 	}
 	// Ops look at the PSP (which has none) and fail it; the reservation returns.
 	adm := payments.NewAdmin(e.store, payments.AdminConfig{PSPs: payments.OnePSP(e.psp)})
-	if _, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: reviewID, To: payments.RefundSucceeded, Reason: "x", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeConflict {
+	if _, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: reviewID, To: payments.RefundSucceeded, Reason: "x", Actor: "ops"}); errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("succeeded while the PSP has none: %v", err)
 	}
 	if _, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: reviewID, To: payments.RefundFailed, Reason: "not at the PSP", Actor: "ops"}); err != nil {
@@ -304,7 +306,7 @@ func (f *failLookupsFor) LookupRefund(ctx context.Context, chargeRef, order stri
 func TestRefundsAreScopedPerMerchant(t *testing.T) {
 	e := newEnv(t)
 	p := e.paid("pay", 1000)
-	other, key, err := payments.NewMerchant("Other", e.clock.Now())
+	other, key, err := merchants.NewMerchant("Other", e.clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,14 +314,14 @@ func TestRefundsAreScopedPerMerchant(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.svc.CreateRefund(context.Background(), payments.RefundRequest{MerchantID: other.ID, PaymentID: p.ID, IdempotencyKey: "r"})
-	if payments.ErrorCode(err) != payments.CodeNotFound {
+	if errs.CodeOf(err) != errs.CodeNotFound {
 		t.Fatalf("another merchant's refund: %v", err)
 	}
 	out, err := e.refund(p, "r", amt(10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Refund(context.Background(), other.ID, out.PaymentID); payments.ErrorCode(err) != payments.CodeNotFound {
+	if _, err := e.svc.Refund(context.Background(), other.ID, out.PaymentID); errs.CodeOf(err) != errs.CodeNotFound {
 		t.Fatalf("another merchant reads the refund: %v", err)
 	}
 }
@@ -341,8 +343,8 @@ func TestPurgedRefundKeyNamesTheRefund(t *testing.T) {
 		t.Fatal("the refund key was not purged")
 	}
 	_, err = e.refund(p, "r", amt(10))
-	var pe *payments.Error
-	if !errors.As(err, &pe) || pe.Code != payments.CodeKeyReused || pe.RefundID != out.PaymentID {
+	var pe *errs.Error
+	if !errors.As(err, &pe) || pe.Code != errs.CodeKeyReused || pe.RefundID != out.PaymentID {
 		t.Fatalf("reused purged key: %v", err)
 	}
 	if e.psp.RefundCalls() != 1 {
@@ -436,14 +438,14 @@ func TestPaymentListingIsStableUnderInserts(t *testing.T) {
 		t.Fatalf("ending_before: %d items, %v", len(back.Items), err)
 	}
 	// Another merchant's id is no cursor here; filters narrow the listing.
-	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: "mer_other", StartingAfter: last[0].ID}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: "mer_other", StartingAfter: last[0].ID}); errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("a foreign cursor: %v", err)
 	}
 	failed, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Status: "failed"})
 	if err != nil || len(failed.Items) != 0 {
 		t.Fatalf("status filter: %+v %v", failed, err)
 	}
-	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Limit: 101}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Limit: 101}); errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("limit 101: %v", err)
 	}
 }

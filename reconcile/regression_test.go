@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/mysql"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
@@ -18,7 +19,7 @@ import (
 // stalledAck commits the claim but reports the COMMIT as lost, and makes the
 // re-read that follows stall (a database failover) for `stall`.
 type stalledAck struct {
-	*store.Store
+	*mysql.Store
 	advance func(time.Duration)
 	stall   time.Duration
 	once    sync.Once
@@ -29,7 +30,7 @@ func (s *stalledAck) Claim(ctx context.Context, c payments.Claim) (time.Time, er
 	if err != nil {
 		return now, err
 	}
-	return now, fmt.Errorf("store.Claim: %w: commit: invalid connection", payments.ErrWriteUnknown)
+	return now, fmt.Errorf("mysql.Claim: %w: commit: invalid connection", errs.ErrWriteUnknown)
 }
 
 func (s *stalledAck) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, payments.Payment, error) {
@@ -49,7 +50,7 @@ func TestNoChargeAfterTheLeaseEnded(t *testing.T) {
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Second, Now: e.clock.Now,
 	})
 	_, err := svc.Create(context.Background(), e.request("late"))
-	if payments.ErrorCode(err) != payments.CodePSPUnavailable {
+	if errs.CodeOf(err) != errs.CodePSPUnavailable {
 		t.Fatalf("late worker: %v, want a retryable refusal", err)
 	}
 	if e.psp.ChargeCalls() != 0 {
@@ -81,7 +82,7 @@ func TestRetriesDoNotKeepTheCreationWindowOpen(t *testing.T) {
 	r := e.reconciler(adapter, nil)
 	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	ctx := context.Background()
-	if _, err := svc.Create(ctx, e.request("k")); payments.ErrorCode(err) != payments.CodePSPUnknown {
+	if _, err := svc.Create(ctx, e.request("k")); errs.CodeOf(err) != errs.CodePSPUnknown {
 		t.Fatalf("first: %v", err)
 	}
 	for step := 1; step <= 180; step++ { // 30 minutes of a retry every 10 s, a reconcile pass every 30 s
@@ -109,7 +110,7 @@ func TestRetriesDoNotStarveTheReconciler(t *testing.T) {
 	r := e.reconciler(nil, nil) // MaxAttempts 3, back-off 1 m then 2 m
 	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
 	ctx := context.Background()
-	if _, err := svc.Create(ctx, e.request("u")); payments.ErrorCode(err) != payments.CodePSPUnknown {
+	if _, err := svc.Create(ctx, e.request("u")); errs.CodeOf(err) != errs.CodePSPUnknown {
 		t.Fatalf("first: %v", err)
 	}
 	e.psp.FailNextLookups(1 << 20)

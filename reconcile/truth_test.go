@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
@@ -47,7 +48,7 @@ func TestSkewedReplicaNeverTakesALiveLease(t *testing.T) {
 			other := payments.NewService(e.store, payments.OnePSP(e.psp), payments.Config{
 				Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 50 * time.Millisecond, Now: e.skewed(skew),
 			})
-			if _, err := other.Create(context.Background(), e.request("k")); payments.ErrorCode(err) != payments.CodeInFlight {
+			if _, err := other.Create(context.Background(), e.request("k")); errs.CodeOf(err) != errs.CodeInFlight {
 				t.Fatalf("skewed replica's retry: %v, want 409 in flight", err)
 			}
 			r := e.reconciler(nil, nil, func(c *reconcile.Config) { c.Now = e.skewed(skew) })
@@ -220,8 +221,8 @@ func TestPaymentsOfAnUnconfiguredPSPAreLeftAlone(t *testing.T) {
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 50 * time.Millisecond, Now: e.clock.Now,
 	})
 	_, err := svc.Create(context.Background(), e.request("k"))
-	var pe *payments.Error
-	if !errors.As(err, &pe) || pe.Code != payments.CodeUnavailable || pe.PaymentID != p.ID {
+	var pe *errs.Error
+	if !errors.As(err, &pe) || pe.Code != errs.CodeUnavailable || pe.PaymentID != p.ID {
 		t.Fatalf("retry on a replica without the payment's PSP: %v", err)
 	}
 	// The replica that has it settles it.
@@ -313,7 +314,7 @@ func TestReviewQueueHeals(t *testing.T) {
 func TestEverySendRefusedFailsWithoutALookup(t *testing.T) {
 	e := newEnv(t)
 	e.psp.FailNextCharges(fake.FaultNotProcessed, 1)
-	if _, err := e.svc.Create(context.Background(), e.request("k")); payments.ErrorCode(err) != payments.CodePSPUnavailable {
+	if _, err := e.svc.Create(context.Background(), e.request("k")); errs.CodeOf(err) != errs.CodePSPUnavailable {
 		t.Fatalf("create: %v", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE charge_attempts = 1 AND charges_not_sent = 1`); n != 1 {
@@ -369,10 +370,10 @@ func TestResolveAsksThePSP(t *testing.T) {
 		return p
 	}
 	charged, none := review("charged", true), review("none", false)
-	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: charged.ID, To: payments.Failed, Reason: "looks failed", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeConflict {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: charged.ID, To: payments.Failed, Reason: "looks failed", Actor: "ops"}); errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("failed while the PSP holds the charge: %v", err)
 	}
-	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: none.ID, To: payments.Succeeded, Reason: "looks paid", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeConflict {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: none.ID, To: payments.Succeeded, Reason: "looks paid", Actor: "ops"}); errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("succeeded while the PSP authoritatively has none: %v", err)
 	}
 	got, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: charged.ID, To: payments.Succeeded, Reason: "the PSP has it", Actor: "ops"})
@@ -383,7 +384,7 @@ func TestResolveAsksThePSP(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An audited correction of an earlier decision needs --force.
-	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: none.ID, To: payments.Succeeded, Reason: "paid by bank transfer", Actor: "ops"}); payments.ErrorCode(err) != payments.CodeConflict {
+	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: none.ID, To: payments.Succeeded, Reason: "paid by bank transfer", Actor: "ops"}); errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("unforced correction: %v", err)
 	}
 	if _, err := e.admin().Resolve(ctx, payments.Resolution{PaymentID: none.ID, To: payments.Succeeded, Reason: "paid by bank transfer", Actor: "ops", Force: true}); err != nil {
@@ -399,7 +400,7 @@ func TestResolveAsksThePSP(t *testing.T) {
 func TestDrainingReplicaSendsNothingNew(t *testing.T) {
 	e := newEnv(t)
 	e.svc.Drain()
-	if _, err := e.svc.Create(context.Background(), e.request("k")); payments.ErrorCode(err) != payments.CodePSPUnavailable {
+	if _, err := e.svc.Create(context.Background(), e.request("k")); errs.CodeOf(err) != errs.CodePSPUnavailable {
 		t.Fatalf("create while draining: %v", err)
 	}
 	if e.psp.ChargeCalls() != 0 {
@@ -422,7 +423,7 @@ func TestClosedGateTakesNoPayment(t *testing.T) {
 		Lease: lease, PSPTimeout: 5 * time.Second, InFlightWait: 50 * time.Millisecond, Now: e.clock.Now,
 		Gate: func() error { return errors.New("clock 2 s off") },
 	})
-	if _, err := closed.Create(ctx, e.request("new")); payments.ErrorCode(err) != payments.CodeUnavailable {
+	if _, err := closed.Create(ctx, e.request("new")); errs.CodeOf(err) != errs.CodeUnavailable {
 		t.Fatalf("create behind a closed gate: %v", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'new'`); n != 0 {

@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// DispatchStore is what the dispatcher reads and writes; payments/store
+// DispatchStore is what the dispatcher reads and writes; mysql
 // implements it. Every deadline in it is judged on the database's clock.
 type DispatchStore interface {
 	// FanOut claims up to limit events not fanned out yet (in their order,
@@ -25,7 +25,7 @@ type DispatchStore interface {
 	FanOut(ctx context.Context, limit int) (events, deliveries int, err error)
 	// DueEndpoints lists up to limit endpoints with a delivery due now.
 	DueEndpoints(ctx context.Context, limit int) ([]EndpointRef, error)
-	// Endpoint reads one endpoint; payments.ErrNotFound once it is deleted.
+	// Endpoint reads one endpoint; errs.ErrNotFound once it is deleted.
 	Endpoint(ctx context.Context, merchantID, id string) (Endpoint, error)
 	// ClaimDeliveries takes up to limit of the endpoint's longest-waiting
 	// due deliveries for lease: their tokens are bumped (the claim's is in

@@ -12,10 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db"
-	"gateway/db/dbtest"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/webhooks"
 	"gateway/webhooks/receiver"
 )
@@ -138,7 +137,7 @@ func TestCrashAfterPostDeliversAgain(t *testing.T) {
 	if n := len(s.all()); n != 1 {
 		t.Fatalf("delivered again within the lease: %d posts", n)
 	}
-	dbtest.Advance(t, e.dbx, lease+time.Second)
+	mysqltest.Advance(t, e.dbx, lease+time.Second)
 	if err := next.RunOnce(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +197,7 @@ func TestReceiverDownThenUp(t *testing.T) {
 		if n := e.count(`SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND attempts = ? AND last_http_status = 503`, round); n != 8 {
 			t.Fatalf("round %d: %d deliveries pending after %d failed attempts, want 8", round, n, round)
 		}
-		dbtest.Advance(t, e.dbx, 10*time.Minute)
+		mysqltest.Advance(t, e.dbx, 10*time.Minute)
 	}
 	var due []string
 	if err := e.dbx.SelectContext(e.ctx, &due, `SELECT event_id FROM webhook_deliveries ORDER BY next_attempt_at, id`); err != nil {
@@ -254,15 +253,15 @@ func TestTwoDispatchersNeverOverlap(t *testing.T) {
 		return http.StatusOK
 	})
 	e.events(events, payments.EventPaymentSucceeded)
-	dsn := dbtest.DSNOf(t, e.dbx)
+	dsn := mysqltest.DSNOf(t, e.dbx)
 	var ds []*webhooks.Dispatcher
 	for range 2 {
-		pool, err := db.Open(e.ctx, dsn, db.PoolOptions{MaxOpen: 8, MaxIdle: 8})
+		pool, err := mysql.Open(e.ctx, dsn, mysql.PoolOptions{MaxOpen: 8, MaxIdle: 8})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pool.Close() })
-		ds = append(ds, webhooks.NewDispatcher(store.New(pool), e.cipher, e.guard, webhooks.Config{Concurrency: 4}))
+		ds = append(ds, webhooks.NewDispatcher(mysql.NewStore(pool), e.cipher, e.guard, webhooks.Config{Concurrency: 4}))
 	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -376,7 +375,7 @@ func TestGiveUpAndDisable(t *testing.T) {
 		if err := d.RunOnce(e.ctx); err != nil {
 			t.Fatal(err)
 		}
-		dbtest.Advance(t, e.dbx, time.Hour)
+		mysqltest.Advance(t, e.dbx, time.Hour)
 	}
 	if err := d.RunOnce(e.ctx); err != nil {
 		t.Fatal(err)
@@ -389,7 +388,7 @@ func TestGiveUpAndDisable(t *testing.T) {
 	}
 	// Failing for 4 hours: a new event's failed attempt disables it.
 	e.events(2, payments.EventPaymentSucceeded)
-	dbtest.Advance(t, e.dbx, time.Hour)
+	mysqltest.Advance(t, e.dbx, time.Hour)
 	if err := e.dispatcher(webhooks.Config{Concurrency: 1, BackoffBase: time.Hour, BackoffMax: time.Hour,
 		MaxAge: 3 * time.Hour, DisableAfter: 4 * time.Hour, Observer: obs}).RunOnce(e.ctx); err != nil {
 		t.Fatal(err)
@@ -457,7 +456,7 @@ func TestRotationSignsWithBoth(t *testing.T) {
 			t.Fatalf("during the grace, a receiver with one secret: %v", err)
 		}
 	}
-	dbtest.Advance(t, e.dbx, grace+time.Second)
+	mysqltest.Advance(t, e.dbx, grace+time.Second)
 	e.events(1, payments.EventPaymentSucceeded)
 	if err := d.RunOnce(e.ctx); err != nil {
 		t.Fatal(err)

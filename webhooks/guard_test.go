@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"gateway/errs"
 	"gateway/payments"
 	"gateway/webhooks"
 )
@@ -99,7 +100,7 @@ func TestSSRFRefusedAtRegistration(t *testing.T) {
 	// Through the endpoint API the refusal is a 400-class error, nothing stored.
 	e := newEnvGuard(t, webhooks.NewGuard(nil, dns))
 	_, _, err := e.eps.Create(e.ctx, webhooks.EndpointRequest{MerchantID: e.merchant, URL: "https://localhost.example/", EventTypes: []string{"*"}})
-	if payments.ErrorCode(err) != payments.CodeInvalid || !strings.Contains(err.Error(), "127.0.0.1") {
+	if errs.CodeOf(err) != errs.CodeInvalid || !strings.Contains(err.Error(), "127.0.0.1") {
 		t.Fatalf("create to a name resolving to loopback: %v", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM webhook_endpoints`); n != 0 {
@@ -151,7 +152,7 @@ func TestSSRFRedirectNotFollowed(t *testing.T) {
 	}))
 	e := newEnv(t, netip.MustParsePrefix("127.0.0.2/32"))
 	// The inner service itself cannot be registered.
-	if _, _, err := e.eps.Create(e.ctx, webhooks.EndpointRequest{MerchantID: e.merchant, URL: inner.URL, EventTypes: []string{"*"}}); payments.ErrorCode(err) != payments.CodeInvalid {
+	if _, _, err := e.eps.Create(e.ctx, webhooks.EndpointRequest{MerchantID: e.merchant, URL: inner.URL, EventTypes: []string{"*"}}); errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("registering a loopback URL: %v", err)
 	}
 	e.endpoint(outer.URL)

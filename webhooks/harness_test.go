@@ -15,10 +15,10 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/oklog/ulid/v2"
 
-	"gateway/db"
-	"gateway/db/dbtest"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/webhooks"
 	"gateway/webhooks/receiver"
 )
@@ -29,7 +29,7 @@ type env struct {
 	t        *testing.T
 	ctx      context.Context
 	dbx      *sqlx.DB
-	st       *store.Store
+	st       *mysql.Store
 	cipher   *webhooks.Cipher
 	guard    *webhooks.Guard
 	eps      *webhooks.Endpoints
@@ -46,8 +46,8 @@ func newEnv(t *testing.T, allow ...netip.Prefix) *env {
 
 func newEnvGuard(t *testing.T, g *webhooks.Guard) *env {
 	t.Helper()
-	dbx := dbtest.MustOpen(t)
-	st := store.New(dbx)
+	dbx := mysqltest.MustOpen(t)
+	st := mysql.NewStore(dbx)
 	key, err := webhooks.ParseKey("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f")
 	if err != nil {
 		t.Fatal(err)
@@ -64,11 +64,11 @@ func newEnvGuard(t *testing.T, g *webhooks.Guard) *env {
 
 func (e *env) newMerchant() string {
 	e.t.Helper()
-	k, err := payments.NewAPIKey()
+	k, err := merchants.NewAPIKey()
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	m := payments.Merchant{ID: "mer_" + ulid.Make().String(), Name: "shop", CreatedAt: time.Now().UTC()}
+	m := merchants.Merchant{ID: "mer_" + ulid.Make().String(), Name: "shop", CreatedAt: time.Now().UTC()}
 	if err := e.st.CreateMerchant(e.ctx, m, k); err != nil {
 		e.t.Fatal(err)
 	}
@@ -94,8 +94,8 @@ func (e *env) events(n int, typ payments.EventType) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = payments.NewEventID()
-		err := db.Transact(e.ctx, e.dbx, func(tx *sqlx.Tx) error {
-			_, err := store.InsertEvent(e.ctx, tx, payments.Event{ID: ids[i], MerchantID: e.merchant, Type: typ,
+		err := mysql.Transact(e.ctx, e.dbx, func(tx *sqlx.Tx) error {
+			_, err := mysql.InsertEvent(e.ctx, tx, payments.Event{ID: ids[i], MerchantID: e.merchant, Type: typ,
 				ObjectType: payments.ObjectPayment, ObjectID: "pay_" + ulid.Make().String(), Seq: 1,
 				Data: []byte(fmt.Sprintf(`{"id":"pay_%d","status":"succeeded"}`, i))})
 			return err
@@ -119,7 +119,7 @@ func (e *env) dispatcher(cfg webhooks.Config) *webhooks.Dispatcher {
 
 func (e *env) count(query string, args ...any) int {
 	e.t.Helper()
-	return dbtest.Count(e.t, e.dbx, query, args...)
+	return mysqltest.Count(e.t, e.dbx, query, args...)
 }
 
 // post is one delivery a receiver got.

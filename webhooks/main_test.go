@@ -3,7 +3,7 @@ package webhooks_test
 import (
 	"testing"
 
-	"gateway/db/dbtest"
+	"gateway/mysql/mysqltest"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { mysqltest.Main(m) }

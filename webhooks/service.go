@@ -11,11 +11,12 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"gateway/errs"
 	"gateway/payments"
 )
 
-// EndpointStore keeps endpoints; payments/store implements it. Reads of
-// one endpoint answer payments.ErrNotFound for an unknown (merchant, id).
+// EndpointStore keeps endpoints; mysql implements it. Reads of
+// one endpoint answer errs.ErrNotFound for an unknown (merchant, id).
 type EndpointStore interface {
 	// CreateEndpoint stores e, stamped with the database's clock.
 	CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error)
@@ -82,8 +83,8 @@ var KnownEventTypes = func() []string {
 }()
 
 func invalid(field, reason string) error {
-	return &payments.Error{Code: payments.CodeInvalid, Message: field + " " + reason,
-		Fields: []payments.FieldError{{Field: field, Reason: reason}}}
+	return &errs.Error{Code: errs.CodeInvalid, Message: field + " " + reason,
+		Fields: []errs.FieldError{{Field: field, Reason: reason}}}
 }
 
 // Create registers an endpoint and returns it with its secret, which is
@@ -104,7 +105,7 @@ func (s *Endpoints) Create(ctx context.Context, req EndpointRequest) (Endpoint, 
 		return Endpoint{}, "", storeErr(err)
 	}
 	if len(existing) >= MaxEndpointsPerMerchant {
-		return Endpoint{}, "", &payments.Error{Code: payments.CodeConflict,
+		return Endpoint{}, "", &errs.Error{Code: errs.CodeConflict,
 			Message: fmt.Sprintf("a merchant may have at most %d endpoints: delete one first", MaxEndpointsPerMerchant)}
 	}
 	secret, err := NewSecret()
@@ -218,7 +219,7 @@ func (s *Endpoints) Resend(ctx context.Context, merchantID, id string, since tim
 		return 0, storeErr(err)
 	}
 	if e.Status != Enabled {
-		return 0, &payments.Error{Code: payments.CodeConflict, Message: "the endpoint is disabled: enable it first"}
+		return 0, &errs.Error{Code: errs.CodeConflict, Message: "the endpoint is disabled: enable it first"}
 	}
 	n, err := s.st.Resend(ctx, merchantID, id, since)
 	return n, storeErr(err)
@@ -226,18 +227,18 @@ func (s *Endpoints) Resend(ctx context.Context, merchantID, id string, since tim
 
 // storeErr maps the store's errors to the domain's.
 func storeErr(err error) error {
-	var pe *payments.Error
+	var pe *errs.Error
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &pe):
 		return err
-	case errors.Is(err, payments.ErrNotFound):
-		return &payments.Error{Code: payments.CodeNotFound, Message: "no such webhook endpoint"}
+	case errors.Is(err, errs.ErrNotFound):
+		return &errs.Error{Code: errs.CodeNotFound, Message: "no such webhook endpoint"}
 	}
 	var u interface{ Unavailable() bool }
 	if errors.As(err, &u) && u.Unavailable() {
-		return &payments.Error{Code: payments.CodeUnavailable, Message: "the service is temporarily unavailable; retry", RetryAfter: time.Second, Err: err}
+		return &errs.Error{Code: errs.CodeUnavailable, Message: "the service is temporarily unavailable; retry", RetryAfter: time.Second, Err: err}
 	}
-	return &payments.Error{Code: payments.CodeInternal, Message: "internal error", Err: err}
+	return &errs.Error{Code: errs.CodeInternal, Message: "internal error", Err: err}
 }

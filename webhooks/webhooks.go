@@ -5,7 +5,7 @@
 // dispatcher that fans each event out into one delivery per subscribed
 // endpoint and delivers it at least once, with retries, never letting one
 // endpoint hold up another. Its storage is declared here (EndpointStore,
-// DispatchStore) and implemented by payments/store.
+// DispatchStore) and implemented by mysql.
 package webhooks
 
 import (

@@ -19,14 +19,15 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/api"
-	"gateway/db/dbtest"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { mysqltest.Main(m) }
 
 // The client's own tests (test/*.test.js) run with node's test runner
 // against a real gateway: the API over a private database and the
@@ -136,26 +137,26 @@ type gateway struct {
 
 func startGateway(t *testing.T) *gateway {
 	t.Helper()
-	dbx := dbtest.MustOpen(t)
-	st := store.New(dbx)
+	dbx := mysqltest.MustOpen(t)
+	st := mysql.NewStore(dbx)
 	p := fake.New()
 	// A short in-flight wait, so that a duplicate of a request held at the
 	// PSP gets its 409 quickly.
 	svc := payments.NewService(st, payments.OnePSP(p), payments.Config{Lease: 30 * time.Second, PSPTimeout: 5 * time.Second,
 		InFlightWait: 300 * time.Millisecond})
-	handler := api.NewHandler(svc, payments.NewAuth(st, payments.AuthConfig{}), st, api.Options{
+	handler := api.NewHandler(svc, merchants.NewAuth(st, merchants.AuthConfig{}), st, api.Options{
 		Listings: payments.NewListings(st),
-		Browser:  payments.NewBrowserAuth(st, payments.AuthConfig{}),
+		Browser:  merchants.NewBrowserAuth(st, merchants.AuthConfig{}),
 	})
 	upstream := httptest.NewServer(handler)
 	t.Cleanup(upstream.Close)
 
 	ctx := context.Background()
-	m, key, err := payments.NewAdmin(st, payments.AdminConfig{}).CreateMerchant(ctx, "Node tests")
+	m, key, err := merchants.NewAdmin(st, nil).CreateMerchant(ctx, "Node tests")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk, err := payments.NewBrowserAccess(st, nil).CreatePublishableKey(ctx, m.ID)
+	pk, err := merchants.NewBrowserAccess(st, nil).CreatePublishableKey(ctx, m.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db/dbtest"
+	"gateway/errs"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp/fake"
 	"gateway/reconcile"
 )
@@ -17,24 +19,24 @@ import (
 // declined payment, Globex one that the reconciler handed to ops.
 type opsFixture struct {
 	getenv                      func(string) string
-	acme, globex                payments.Merchant
+	acme, globex                merchants.Merchant
 	succeeded, declined, review string
 }
 
 func newOpsFixture(t *testing.T) opsFixture {
 	t.Helper()
-	dbx := dbtest.MustOpen(t)
-	st := store.New(dbx)
+	dbx := mysqltest.MustOpen(t)
+	st := mysql.NewStore(dbx)
 	ctx := context.Background()
 	clk := &testClock{now: time.Now().UTC()}
 	// Time passes on both clocks: the gateway judges leases on the database's.
-	advance := func(d time.Duration) { clk.Advance(d); dbtest.Advance(t, dbx, d) }
+	advance := func(d time.Duration) { clk.Advance(d); mysqltest.Advance(t, dbx, d) }
 	const lease, window = 30 * time.Second, time.Minute
 	m := fake.New(fake.WithCreationWindow(window))
 	svc := payments.NewService(st, payments.OnePSP(m), payments.Config{Lease: lease, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
-	f := opsFixture{getenv: env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx))}
-	newMerchant := func(name string) payments.Merchant {
-		mer, key, err := payments.NewMerchant(name, clk.Now())
+	f := opsFixture{getenv: env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx))}
+	newMerchant := func(name string) merchants.Merchant {
+		mer, key, err := merchants.NewMerchant(name, clk.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,10 +45,10 @@ func newOpsFixture(t *testing.T) opsFixture {
 		}
 		return mer
 	}
-	pay := func(mer payments.Merchant, key, method string) string {
+	pay := func(mer merchants.Merchant, key, method string) string {
 		out, err := svc.Create(ctx, payments.CreateRequest{MerchantID: mer.ID, IdempotencyKey: key,
 			Amount: payments.Money{Minor: 1500, Currency: "USD"}, PaymentMethod: method})
-		if err != nil && payments.ErrorCode(err) != payments.CodePSPUnknown {
+		if err != nil && errs.CodeOf(err) != errs.CodePSPUnknown {
 			t.Fatal(err)
 		}
 		return out.PaymentID
@@ -274,8 +276,8 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 
 // Admin commands refuse a database this release cannot use, with the fix.
 func TestAdminCommandsCheckTheSchema(t *testing.T) {
-	dbx := dbtest.MustOpen(t)
-	getenv := env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx))
+	dbx := mysqltest.MustOpen(t)
+	getenv := env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx))
 	if _, _, err := runCmd(t, getenv, "migrate", "down", "--yes"); err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"gateway/payments"
-	"gateway/payments/store"
+	"gateway/merchants"
+	"gateway/mysql"
 )
 
 // Browser checkout administration: a merchant's publishable keys and the
@@ -13,8 +13,8 @@ import (
 // change within GATEWAY_AUTH_CACHE_TTL.
 
 // withBrowserAccess runs fn with browser access administration on the database.
-func withBrowserAccess(ctx context.Context, dsn dsnConfig, fn func(*payments.BrowserAccess) error) error {
-	return withStore(ctx, dsn, func(st *store.Store) error { return fn(payments.NewBrowserAccess(st, nil)) })
+func withBrowserAccess(ctx context.Context, dsn dsnConfig, fn func(*merchants.BrowserAccess) error) error {
+	return withStore(ctx, dsn, func(st *mysql.Store) error { return fn(merchants.NewBrowserAccess(st, nil)) })
 }
 
 // publishableKeysCmd is `gateway merchants publishable-keys`.
@@ -29,7 +29,7 @@ type publishableCreateCmd struct {
 }
 
 func (p *publishableCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withBrowserAccess(ctx, c.DB, func(b *payments.BrowserAccess) error {
+	return withBrowserAccess(ctx, c.DB, func(b *merchants.BrowserAccess) error {
 		key, err := b.CreatePublishableKey(ctx, p.Merchant)
 		if err != nil {
 			return adminError(err)
@@ -48,7 +48,7 @@ type publishableListCmd struct {
 }
 
 func (p *publishableListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withBrowserAccess(ctx, c.DB, func(b *payments.BrowserAccess) error {
+	return withBrowserAccess(ctx, c.DB, func(b *merchants.BrowserAccess) error {
 		keys, err := b.PublishableKeys(ctx, p.Merchant)
 		if err != nil {
 			return adminError(err)
@@ -63,7 +63,7 @@ type publishableRevokeCmd struct {
 }
 
 func (p *publishableRevokeCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withBrowserAccess(ctx, c.DB, func(b *payments.BrowserAccess) error {
+	return withBrowserAccess(ctx, c.DB, func(b *merchants.BrowserAccess) error {
 		if err := b.RevokePublishableKey(ctx, p.Merchant, p.Prefix); err != nil {
 			return adminError(err)
 		}
@@ -85,7 +85,7 @@ type originsAddCmd struct {
 }
 
 func (o *originsAddCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withBrowserAccess(ctx, c.DB, func(b *payments.BrowserAccess) error {
+	return withBrowserAccess(ctx, c.DB, func(b *merchants.BrowserAccess) error {
 		origin, added, err := b.AllowOrigin(ctx, o.Merchant, o.Origin)
 		if err != nil {
 			return adminError(err)
@@ -105,7 +105,7 @@ type originsRemoveCmd struct {
 }
 
 func (o *originsRemoveCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withBrowserAccess(ctx, c.DB, func(b *payments.BrowserAccess) error {
+	return withBrowserAccess(ctx, c.DB, func(b *merchants.BrowserAccess) error {
 		origin, err := b.DisallowOrigin(ctx, o.Merchant, o.Origin)
 		if err != nil {
 			return adminError(err)
@@ -121,7 +121,7 @@ type originsListCmd struct {
 }
 
 func (o *originsListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withBrowserAccess(ctx, c.DB, func(b *payments.BrowserAccess) error {
+	return withBrowserAccess(ctx, c.DB, func(b *merchants.BrowserAccess) error {
 		origins, err := b.Origins(ctx, o.Merchant)
 		if err != nil {
 			return adminError(err)

@@ -6,17 +6,18 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/db/dbtest"
-	"gateway/payments"
-	"gateway/payments/store"
+	"gateway/errs"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 )
 
 // Ops manage a merchant's publishable keys and browser origins from the
 // command line; what they do is what the gateway's browser authentication
 // then reads.
 func TestMerchantsBrowserAccess(t *testing.T) {
-	dbx := dbtest.MustOpen(t)
-	getenv := env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx))
+	dbx := mysqltest.MustOpen(t)
+	getenv := env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx))
 	ctx := context.Background()
 	out, _, err := runCmd(t, getenv, "merchants", "create", "--name", "Shop")
 	if err != nil {
@@ -29,7 +30,7 @@ func TestMerchantsBrowserAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := created.MerchantID
-	auth := payments.NewBrowserAuth(store.New(dbx), payments.AuthConfig{})
+	auth := merchants.NewBrowserAuth(mysql.NewStore(dbx), merchants.AuthConfig{})
 
 	// A publishable key: minted, usable, listed, revoked.
 	out, _, err = runCmd(t, getenv, "merchants", "publishable-keys", "create", "--merchant", m)
@@ -47,8 +48,8 @@ func TestMerchantsBrowserAccess(t *testing.T) {
 	if got, _, err := auth.AuthenticatePublishable(ctx, key.PublishableKey); err != nil || got.ID != m {
 		t.Fatalf("the new key does not authenticate: %+v %v", got, err)
 	}
-	hash := payments.HashAPIKey(key.PublishableKey)
-	if n := dbtest.Count(t, dbx, `SELECT COUNT(*) FROM publishable_keys WHERE prefix = ? AND key_hash = ?`, key.Prefix, hash[:]); n != 1 {
+	hash := merchants.HashAPIKey(key.PublishableKey)
+	if n := mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM publishable_keys WHERE prefix = ? AND key_hash = ?`, key.Prefix, hash[:]); n != 1 {
 		t.Fatalf("%d stored keys with the prefix and the key's hash, want 1 (stored hashed)", n)
 	}
 	out, _, err = runCmd(t, getenv, "merchants", "publishable-keys", "list", "--merchant", m)
@@ -58,7 +59,7 @@ func TestMerchantsBrowserAccess(t *testing.T) {
 	if _, _, err := runCmd(t, getenv, "merchants", "publishable-keys", "revoke", "--merchant", m, "--prefix", key.Prefix); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := auth.AuthenticatePublishable(ctx, key.PublishableKey); payments.ErrorCode(err) != payments.CodeUnauthorized {
+	if _, _, err := auth.AuthenticatePublishable(ctx, key.PublishableKey); errs.CodeOf(err) != errs.CodeUnauthorized {
 		t.Fatalf("a revoked key authenticates: %v", err)
 	}
 	if _, _, err := runCmd(t, getenv, "merchants", "publishable-keys", "revoke", "--merchant", m, "--prefix", key.Prefix); exitCode(err) != exitError {

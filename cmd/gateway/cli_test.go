@@ -15,12 +15,13 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"gateway/db/dbtest"
+	"gateway/merchants"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
 	"gateway/reconcile"
 )
 
-func TestMain(m *testing.M) { dbtest.Main(m) }
+func TestMain(m *testing.M) { mysqltest.Main(m) }
 
 // env builds a getenv from pairs.
 func env(pairs ...string) func(string) string {
@@ -229,7 +230,7 @@ func TestDefaultsComeFromTheConstants(t *testing.T) {
 		"psp timeout":    {c.Flow.PSPTimeout, payments.DefaultPSPTimeout},
 		"retention":      {c.Flow.Retention, payments.DefaultRetention},
 		"inflight wait":  {c.HTTP.InFlightWait, payments.DefaultInFlightWait},
-		"auth ttl":       {c.HTTP.AuthCacheTTL, payments.DefaultAuthCacheTTL},
+		"auth ttl":       {c.HTTP.AuthCacheTTL, merchants.DefaultAuthCacheTTL},
 		"schedule":       {c.Reconcile.Schedule, reconcile.DefaultSchedule},
 		"attempts":       {c.Reconcile.MaxAttempts, reconcile.DefaultMaxAttempts},
 		"batch":          {c.Reconcile.Batch, reconcile.DefaultBatchSize},

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"gateway/api"
-	"gateway/db"
 	"gateway/idemkeys"
+	"gateway/merchants"
+	"gateway/mysql"
 	"gateway/payments"
 	"gateway/reconcile"
 	"gateway/webhooks"
@@ -34,8 +35,8 @@ func defaultVars() map[string]string {
 		"inflight_wait":          durationDefault(payments.DefaultInFlightWait),
 		"retention":              durationDefault(payments.DefaultRetention),
 		"event_retention":        durationDefault(payments.DefaultEventRetention),
-		"auth_cache_ttl":         durationDefault(payments.DefaultAuthCacheTTL),
-		"max_clock_skew":         durationDefault(db.DefaultMaxClockSkew),
+		"auth_cache_ttl":         durationDefault(merchants.DefaultAuthCacheTTL),
+		"max_clock_skew":         durationDefault(mysql.DefaultMaxClockSkew),
 		"reconcile_schedule":     reconcile.DefaultSchedule,
 		"reconcile_max_attempts": fmt.Sprint(reconcile.DefaultMaxAttempts),
 		"reconcile_batch":        fmt.Sprint(reconcile.DefaultBatchSize),
@@ -81,7 +82,7 @@ func (c *dsnConfig) check() []error {
 	if c.DSN == "" {
 		return nil
 	}
-	if _, err := db.Config(c.DSN); err != nil {
+	if _, err := mysql.Config(c.DSN); err != nil {
 		return []error{problem("GATEWAY_DATABASE_DSN", "is not a DSN such as user:pass@tcp(127.0.0.1:3306)/gateway: %v", err)}
 	}
 	return nil
@@ -144,8 +145,8 @@ type httpConfig struct {
 
 func (c *httpConfig) check() []error {
 	errs := hostPort(nil, "GATEWAY_ADDR", c.Addr)
-	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > payments.MaxAuthCacheTTL {
-		errs = append(errs, problem("GATEWAY_AUTH_CACHE_TTL", "must be a duration from 0s to %s (a revoked key works that long on every replica)", payments.MaxAuthCacheTTL))
+	if c.AuthCacheTTL < 0 || c.AuthCacheTTL > merchants.MaxAuthCacheTTL {
+		errs = append(errs, problem("GATEWAY_AUTH_CACHE_TTL", "must be a duration from 0s to %s (a revoked key works that long on every replica)", merchants.MaxAuthCacheTTL))
 	}
 	if c.RateLimit < 0 {
 		errs = append(errs, problem("GATEWAY_RATE_LIMIT", "must be a number ≥ 0"))
@@ -408,7 +409,7 @@ func hostPort(errs []error, env, v string) []error {
 
 // maskDSN hides the password of a DSN for logs.
 func maskDSN(dsn string) string {
-	cfg, err := db.Config(dsn)
+	cfg, err := mysql.Config(dsn)
 	if err != nil {
 		return "(invalid DSN)"
 	}

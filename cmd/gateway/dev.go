@@ -12,9 +12,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"gateway/db"
-	"gateway/db/localdb"
-	"gateway/payments"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/localdb"
 	"gateway/psp/fake/fakeserver"
 	"gateway/webhooks"
 )
@@ -94,20 +94,20 @@ func (c *devCmd) Run(ctx context.Context, a *app) error {
 		cfg.PSP.URL = url
 		fmt.Fprintf(stderr, "fake PSP on %s (faults: PUT %s/admin/faults, ledger: GET %s/admin/ledger)\n", url, url, url)
 	}
-	mg, err := db.NewMigrator(cfg.DB.DSN)
+	mg, err := mysql.NewMigrator(cfg.DB.DSN)
 	if err != nil {
 		return err
 	}
 	prog := a.progress(false)
-	mg.Progress = func(s db.Step) { prog.linef("%s", stepLine(s)) }
+	mg.Progress = func(s mysql.Step) { prog.linef("%s", stepLine(s)) }
 	if err := errors.Join(mg.Up(), mg.Close()); err != nil {
 		return err
 	}
 	var (
-		m   payments.Merchant
-		key payments.APIKey
+		m   merchants.Merchant
+		key merchants.APIKey
 	)
-	err = withAdmin(ctx, cfg.DB, payments.AdminConfig{}, func(adm *payments.Admin) (err error) {
+	err = withMerchants(ctx, cfg.DB, func(adm *merchants.Admin) (err error) {
 		m, key, err = adm.CreateMerchant(ctx, "Demo merchant")
 		return err
 	})
@@ -145,7 +145,7 @@ Press Ctrl-C to stop.
 
 // createDatabase creates name on the server at serverDSN if it is missing.
 func createDatabase(ctx context.Context, serverDSN, name string) error {
-	dbx, err := db.Open(ctx, serverDSN, db.PoolOptions{MaxOpen: 1})
+	dbx, err := mysql.Open(ctx, serverDSN, mysql.PoolOptions{MaxOpen: 1})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db/dbtest"
+	"gateway/mysql/mysqltest"
 )
 
 // syncBuffer is a buffer that dev writes while the test reads.
@@ -79,7 +79,7 @@ func TestDevQuickStartReplays(t *testing.T) {
 // returns what it printed once ready.
 func startDev(t *testing.T) string {
 	t.Helper()
-	dsn := dbtest.MustDSN(t) // dev starts its own MariaDB only when no DSN is set
+	dsn := mysqltest.MustDSN(t) // dev starts its own MariaDB only when no DSN is set
 	var out syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -8,7 +8,7 @@ import (
 	"net/http"
 
 	"gateway/demo"
-	"gateway/payments"
+	"gateway/merchants"
 )
 
 // dev's reference checkout page (package demo) at /demo/checkout: the demo
@@ -16,15 +16,15 @@ import (
 
 // devCheckout is what dev hands the demo: the merchant and its keys.
 type devCheckout struct {
-	merchant       payments.Merchant
+	merchant       merchants.Merchant
 	secretKey      string
 	publishableKey string
 }
 
 // newDevCheckout mints the demo merchant's publishable key.
-func newDevCheckout(ctx context.Context, dsn dsnConfig, m payments.Merchant, secretKey string) (devCheckout, error) {
+func newDevCheckout(ctx context.Context, dsn dsnConfig, m merchants.Merchant, secretKey string) (devCheckout, error) {
 	dc := devCheckout{merchant: m, secretKey: secretKey}
-	err := withBrowserAccess(ctx, dsn, func(b *payments.BrowserAccess) error {
+	err := withBrowserAccess(ctx, dsn, func(b *merchants.BrowserAccess) error {
 		pk, err := b.CreatePublishableKey(ctx, m.ID)
 		dc.publishableKey = pk.Plaintext
 		return err
@@ -50,7 +50,7 @@ func devOrigins(addr string) (api string, origins []string) {
 func (dc devCheckout) mount(ctx context.Context, dsn dsnConfig, log *slog.Logger) func(http.Handler, string) (http.Handler, error) {
 	return func(apiHandler http.Handler, addr string) (http.Handler, error) {
 		apiBase, origins := devOrigins(addr)
-		err := withBrowserAccess(ctx, dsn, func(b *payments.BrowserAccess) error {
+		err := withBrowserAccess(ctx, dsn, func(b *merchants.BrowserAccess) error {
 			for _, o := range origins {
 				if _, _, err := b.AllowOrigin(ctx, dc.merchant.ID, o); err != nil {
 					return err

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/db/dbtest"
+	"gateway/mysql/mysqltest"
 )
 
 // dev serves the checkout demo (the browser drives it in package demo's
@@ -73,7 +73,7 @@ func TestDevServesCheckoutDemo(t *testing.T) {
 	}
 
 	// serve has no demo.
-	s := startServe(t, env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbtest.MustOpen(t)), "GATEWAY_ADDR", "127.0.0.1:0"))
+	s := startServe(t, env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, mysqltest.MustOpen(t)), "GATEWAY_ADDR", "127.0.0.1:0"))
 	if res, _ := get("http://" + s.addr + "/demo/checkout"); res.StatusCode != http.StatusNotFound {
 		t.Fatalf("serve answers /demo/checkout with %d", res.StatusCode)
 	}

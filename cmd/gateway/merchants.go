@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"gateway/payments"
+	"gateway/errs"
+	"gateway/merchants"
 )
 
 // merchantsCmd is `gateway merchants`: merchants and their API keys.
@@ -28,7 +29,7 @@ type merchantsCreateCmd struct {
 }
 
 func (m *merchantsCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	return withMerchants(ctx, c.DB, func(adm *merchants.Admin) error {
 		merchant, key, err := adm.CreateMerchant(ctx, m.Name)
 		if err != nil {
 			return adminError(err)
@@ -53,7 +54,7 @@ type merchantJSON struct {
 }
 
 func (l *merchantsListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	return withMerchants(ctx, c.DB, func(adm *merchants.Admin) error {
 		ms, err := adm.Merchants(ctx)
 		if err != nil {
 			return adminError(err)
@@ -94,7 +95,7 @@ type keysCreateCmd struct {
 }
 
 func (k *keysCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	return withMerchants(ctx, c.DB, func(adm *merchants.Admin) error {
 		key, err := adm.CreateAPIKey(ctx, k.Merchant)
 		if err != nil {
 			return adminError(err)
@@ -120,7 +121,7 @@ type keyJSON struct {
 }
 
 func (k *keysListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	return withMerchants(ctx, c.DB, func(adm *merchants.Admin) error {
 		keys, err := adm.APIKeys(ctx, k.Merchant)
 		if err != nil {
 			return adminError(err)
@@ -131,7 +132,7 @@ func (k *keysListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
 
 // writeKeys prints a merchant's keys (API or publishable): a table, or
 // with asJSON one document.
-func writeKeys(a *app, merchantID string, keys []payments.StoredKey, asJSON bool) error {
+func writeKeys(a *app, merchantID string, keys []merchants.StoredKey, asJSON bool) error {
 	active := 0
 	for _, key := range keys {
 		if key.RevokedAt.IsZero() {
@@ -169,7 +170,7 @@ type keysRevokeCmd struct {
 }
 
 func (k *keysRevokeCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	return withMerchants(ctx, c.DB, func(adm *merchants.Admin) error {
 		if err := adm.RevokeAPIKey(ctx, k.Merchant, k.Prefix); err != nil {
 			return adminError(err)
 		}
@@ -188,18 +189,18 @@ func (k *keysRevokeCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error 
 // adminError renders a domain error for a terminal: invalid input is a
 // usage error (exit 2), with its fields.
 func adminError(err error) error {
-	var e *payments.Error
+	var e *errs.Error
 	if !errors.As(err, &e) {
 		return err
 	}
-	if (e.Code == payments.CodeInternal || e.Code == payments.CodeUnavailable) && e.Err != nil {
+	if (e.Code == errs.CodeInternal || e.Code == errs.CodeUnavailable) && e.Err != nil {
 		return e.Err // an operator reads the cause, not the client's message
 	}
 	msg := e.Message
 	for _, f := range e.Fields {
 		msg += fmt.Sprintf("; %s %s", f.Field, f.Reason)
 	}
-	if e.Code == payments.CodeInvalid {
+	if e.Code == errs.CodeInvalid {
 		return usageError{msg}
 	}
 	return errors.New(msg)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"gateway/db"
+	"gateway/mysql"
 )
 
 // migrateCmd is `gateway migrate`: the embedded schema migrations.
@@ -42,7 +42,7 @@ type migrationStep struct {
 }
 
 // run opens the migrator, lets act change the schema, and reports where it stands.
-func (c *migrateCmd) run(a *app, act func(*db.Migrator) error) error {
+func (c *migrateCmd) run(a *app, act func(*mysql.Migrator) error) error {
 	var rep schemaReport
 	mg, err := c.migrator(a, &rep)
 	if err != nil {
@@ -56,13 +56,13 @@ func (c *migrateCmd) run(a *app, act func(*db.Migrator) error) error {
 }
 
 // migrator opens the migrator and reports its steps on a terminal.
-func (c *migrateCmd) migrator(a *app, rep *schemaReport) (*db.Migrator, error) {
-	mg, err := db.NewMigrator(c.DB.DSN)
+func (c *migrateCmd) migrator(a *app, rep *schemaReport) (*mysql.Migrator, error) {
+	mg, err := mysql.NewMigrator(c.DB.DSN)
 	if err != nil {
 		return nil, err
 	}
 	prog := a.progress(c.JSON)
-	mg.Progress = func(s db.Step) {
+	mg.Progress = func(s mysql.Step) {
 		step := migrationStep{Version: s.Migration.Version, Name: s.Migration.Name, Seconds: s.Took.Seconds()}
 		if s.Up {
 			rep.Applied = append(rep.Applied, step)
@@ -75,7 +75,7 @@ func (c *migrateCmd) migrator(a *app, rep *schemaReport) (*db.Migrator, error) {
 }
 
 // stepLine is how a terminal is told of one migration.
-func stepLine(s db.Step) string {
+func stepLine(s mysql.Step) string {
 	verb := "reverted"
 	if s.Up {
 		verb = "applied "
@@ -84,12 +84,12 @@ func stepLine(s db.Step) string {
 }
 
 // finish reads the version the command left and prints the report.
-func (c *migrateCmd) finish(a *app, mg *db.Migrator, rep *schemaReport) error {
+func (c *migrateCmd) finish(a *app, mg *mysql.Migrator, rep *schemaReport) error {
 	v, dirty, err := mg.Version()
 	if err != nil {
 		return err
 	}
-	rep.Version, rep.Dirty, rep.Latest = v, dirty, db.LatestVersion()
+	rep.Version, rep.Dirty, rep.Latest = v, dirty, mysql.LatestVersion()
 	switch {
 	case dirty:
 		rep.State = "dirty"
@@ -121,9 +121,9 @@ func (c *migrateCmd) finish(a *app, mg *db.Migrator, rep *schemaReport) error {
 type migrateUpCmd struct{}
 
 func (*migrateUpCmd) Run(a *app, c *migrateCmd) error {
-	return c.run(a, func(mg *db.Migrator) error {
-		if v, _, err := mg.Version(); err == nil && v < db.LatestVersion() {
-			a.progress(c.JSON).linef("migrating %s from version %d to %d", maskDSN(c.DB.DSN), v, db.LatestVersion())
+	return c.run(a, func(mg *mysql.Migrator) error {
+		if v, _, err := mg.Version(); err == nil && v < mysql.LatestVersion() {
+			a.progress(c.JSON).linef("migrating %s from version %d to %d", maskDSN(c.DB.DSN), v, mysql.LatestVersion())
 		}
 		return mg.Up()
 	})
@@ -134,10 +134,10 @@ type migrateDownCmd struct {
 }
 
 func (d *migrateDownCmd) Run(a *app, c *migrateCmd) error {
-	return c.run(a, func(mg *db.Migrator) error { return d.revert(a, c, mg) })
+	return c.run(a, func(mg *mysql.Migrator) error { return d.revert(a, c, mg) })
 }
 
-func (d *migrateDownCmd) revert(a *app, c *migrateCmd, mg *db.Migrator) error {
+func (d *migrateDownCmd) revert(a *app, c *migrateCmd, mg *mysql.Migrator) error {
 	v, dirty, err := mg.Version()
 	if err != nil {
 		return err
@@ -149,7 +149,7 @@ func (d *migrateDownCmd) revert(a *app, c *migrateCmd, mg *db.Migrator) error {
 		return fmt.Errorf("schema version %d is dirty; repair it and record it with gateway migrate force first", v)
 	}
 	what := fmt.Sprintf("migrate down reverts migration %d", v)
-	if m, ok := db.FindMigration(v); ok {
+	if m, ok := mysql.FindMigration(v); ok {
 		what = fmt.Sprintf("migrate down reverts migration %06d_%s", v, m.Name)
 		switch tables := droppedTables(m.Down); len(tables) {
 		case 0:
@@ -171,7 +171,7 @@ func (d *migrateDownCmd) revert(a *app, c *migrateCmd, mg *db.Migrator) error {
 type migrateVersionCmd struct{}
 
 func (*migrateVersionCmd) Run(a *app, c *migrateCmd) error {
-	return c.run(a, func(*db.Migrator) error { return nil })
+	return c.run(a, func(*mysql.Migrator) error { return nil })
 }
 
 type migrateForceCmd struct {
@@ -179,14 +179,14 @@ type migrateForceCmd struct {
 }
 
 func (f *migrateForceCmd) check() []error {
-	if latest := db.LatestVersion(); f.Version > latest {
+	if latest := mysql.LatestVersion(); f.Version > latest {
 		return []error{fmt.Errorf("VERSION %d is not a migration of this release, which knows 0 to %d", f.Version, latest)}
 	}
 	return nil
 }
 
 func (f *migrateForceCmd) Run(a *app, c *migrateCmd) error {
-	return c.run(a, func(mg *db.Migrator) error { return mg.Force(f.Version) })
+	return c.run(a, func(mg *mysql.Migrator) error { return mg.Force(f.Version) })
 }
 
 var dropTable = regexp.MustCompile("(?i)DROP\\s+TABLE\\s+(?:IF\\s+EXISTS\\s+)?`?(\\w+)`?")

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"gateway/db"
-	"gateway/db/dbtest"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 )
 
 func schemaVersion(t *testing.T, getenv func(string) string) schemaReport {
@@ -22,10 +22,10 @@ func schemaVersion(t *testing.T, getenv func(string) string) schemaReport {
 }
 
 func TestMigrateCommands(t *testing.T) {
-	dbx := dbtest.MustOpen(t) // migrated
-	dsn := dbtest.DSNOf(t, dbx)
+	dbx := mysqltest.MustOpen(t) // migrated
+	dsn := mysqltest.DSNOf(t, dbx)
 	getenv := env("GATEWAY_DATABASE_DSN", dsn)
-	latest := db.LatestVersion()
+	latest := mysql.LatestVersion()
 
 	out, _, err := runCmd(t, getenv, "migrate", "version")
 	if err != nil || out != fmt.Sprintf("schema version %d (current: this release's latest)\n", latest) {
@@ -41,7 +41,7 @@ func TestMigrateCommands(t *testing.T) {
 
 	// down asks; without a terminal to ask on it refuses and changes nothing.
 	_, _, err = runCmd(t, getenv, "migrate", "down")
-	newest, _ := db.FindMigration(latest)
+	newest, _ := mysql.FindMigration(latest)
 	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), "--yes") || !strings.Contains(err.Error(), fmt.Sprintf("%06d_%s", latest, newest.Name)) {
 		t.Fatalf("down without --yes: %v", err)
 	}

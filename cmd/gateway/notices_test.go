@@ -3,14 +3,14 @@ package main
 import (
 	"testing"
 
-	"gateway/payments/store"
+	"gateway/mysql"
 )
 
 // Notifications are taken from Stripe only with its signing secret, from
 // Toss whenever Toss is configured, and from nobody otherwise (the routes
 // answer 404).
 func TestNoticesFromConfig(t *testing.T) {
-	st := store.New(nil) // nothing is read or written while wiring
+	st := mysql.NewStore(nil) // nothing is read or written while wiring
 	for _, tc := range []struct {
 		name string
 		env  []string

@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db/dbtest"
+	"gateway/errs"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
@@ -45,13 +47,13 @@ func (l lookupFails) Lookup(ctx context.Context, id string) (psp.Charge, error) 
 
 // 7. `reconcile --once` over a mix of outcomes: the table, the JSON, the exit status.
 func TestReconcileOnceReport(t *testing.T) {
-	dbx := dbtest.MustOpen(t)
-	st := store.New(dbx)
+	dbx := mysqltest.MustOpen(t)
+	st := mysql.NewStore(dbx)
 	clk := &testClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 	const lease, window = 30 * time.Second, 2 * time.Minute
 	m := fake.New(fake.WithCreationWindow(window))
 	svc := payments.NewService(st, payments.OnePSP(m), payments.Config{Lease: lease, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
-	merchant, key, err := payments.NewMerchant("Acme", clk.Now())
+	merchant, key, err := merchants.NewMerchant("Acme", clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestReconcileOnceReport(t *testing.T) {
 		_, err := svc.Create(context.Background(), payments.CreateRequest{
 			MerchantID: merchant.ID, IdempotencyKey: k, Amount: payments.Money{Minor: 700, Currency: "EUR"}, PaymentMethod: method,
 		})
-		if payments.ErrorCode(err) != payments.CodePSPUnknown {
+		if errs.CodeOf(err) != errs.CodePSPUnknown {
 			t.Fatalf("%s: %v", k, err)
 		}
 	}
@@ -72,7 +74,7 @@ func TestReconcileOnceReport(t *testing.T) {
 	lost("declined", fake.MethodDeclined, fake.FaultUnknownAfterCharge)
 	lost("never", fake.MethodOK, fake.FaultUnknownBeforeCharge)
 	lost("unanswerable", fake.MethodOK, fake.FaultUnknownBeforeCharge)
-	advance := func(d time.Duration) { clk.Advance(d); dbtest.Advance(t, dbx, d) }
+	advance := func(d time.Duration) { clk.Advance(d); mysqltest.Advance(t, dbx, d) }
 	advance(window + time.Second)
 	lost("young", fake.MethodOK, fake.FaultUnknownBeforeCharge)
 	advance(lease + time.Second)
@@ -128,7 +130,7 @@ func TestReconcileOnceReport(t *testing.T) {
 	}
 
 	// Ops resolve it: the pass is clean again.
-	getenv := env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx))
+	getenv := env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx))
 	listed, _, err := runCmd(t, getenv, "payments", "list", "--status", "requires_review")
 	if err != nil || !strings.Contains(listed, "1 payment(s)") {
 		t.Fatalf("list: %v\n%s", err, listed)

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db/dbtest"
+	"gateway/errs"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp/fake"
 	"gateway/reconcile"
 )
@@ -17,13 +19,13 @@ import (
 // cannot tell about goes to review, ops list it and decide, with the audit
 // trail and the same checks as payments.
 func TestRefundsCommands(t *testing.T) {
-	dbx := dbtest.MustOpen(t)
-	st := store.New(dbx)
+	dbx := mysqltest.MustOpen(t)
+	st := mysql.NewStore(dbx)
 	ctx := context.Background()
 	clk := &testClock{now: time.Now().UTC()}
 	m := fake.New()
 	svc := payments.NewService(st, payments.OnePSP(m), payments.Config{Lease: 30 * time.Second, PSPTimeout: time.Second, InFlightWait: time.Second, Now: clk.Now})
-	mer, key, err := payments.NewMerchant("Acme", clk.Now())
+	mer, key, err := merchants.NewMerchant("Acme", clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,17 +38,17 @@ func TestRefundsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.FailNextRefunds(fake.FaultUnknownBeforeCharge, 1)
-	if _, err := svc.CreateRefund(ctx, payments.RefundRequest{MerchantID: mer.ID, PaymentID: out.PaymentID, IdempotencyKey: "r"}); payments.ErrorCode(err) != payments.CodePSPUnknown {
+	if _, err := svc.CreateRefund(ctx, payments.RefundRequest{MerchantID: mer.ID, PaymentID: out.PaymentID, IdempotencyKey: "r"}); errs.CodeOf(err) != errs.CodePSPUnknown {
 		t.Fatalf("refund: %v", err)
 	}
 	clk.Advance(time.Minute)
-	dbtest.Advance(t, dbx, time.Minute)
+	mysqltest.Advance(t, dbx, time.Minute)
 	r := reconcile.New(st, payments.OnePSP(lookupFails{Adapter: m, orders: map[string]bool{}}), reconcile.Config{MaxAttempts: 1, Now: clk.Now})
 	m.FailNextLookups(1)
 	if _, err := r.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	getenv := env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx), "GATEWAY_ACTOR", "alice")
+	getenv := env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx), "GATEWAY_ACTOR", "alice")
 
 	listed, _, err := runCmd(t, getenv, "refunds", "list", "--status", "requires_review", "--json")
 	if err != nil {
@@ -76,10 +78,10 @@ func TestRefundsCommands(t *testing.T) {
 	if err != nil || !strings.Contains(done, "is now failed") {
 		t.Fatalf("resolve: %v %s", err, done)
 	}
-	if n := dbtest.Count(t, dbx, `SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ? AND actor = 'alice' AND to_status = 'failed'`, id); n != 1 {
+	if n := mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ? AND actor = 'alice' AND to_status = 'failed'`, id); n != 1 {
 		t.Fatal("no audit row")
 	}
-	if n := dbtest.Count(t, dbx, `SELECT amount_reserved FROM payments WHERE id = ?`, out.PaymentID); n != 0 {
+	if n := mysqltest.Count(t, dbx, `SELECT amount_reserved FROM payments WHERE id = ?`, out.PaymentID); n != 0 {
 		t.Fatalf("the failed refund still reserves %d", n)
 	}
 }

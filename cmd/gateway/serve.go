@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"gateway/api"
-	"gateway/db"
+	"gateway/errs"
+	"gateway/merchants"
 	"gateway/metrics"
+	"gateway/mysql"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 )
 
@@ -38,7 +39,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	build := readBuildInfo()
 	log.Info("gateway starting", "version", build.Version, "revision", build.Revision, "go", build.GoVersion)
 	if autoMigrate {
-		if err := db.MigrateUp(cfg.DB.DSN); err != nil {
+		if err := mysql.MigrateUp(cfg.DB.DSN); err != nil {
 			return err
 		}
 	}
@@ -47,10 +48,10 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		return err
 	}
 	defer dbx.Close()
-	if err := db.CheckSchema(ctx, dbx); err != nil {
+	if err := mysql.CheckSchema(ctx, dbx); err != nil {
 		return schemaAdvice(err)
 	}
-	st := store.New(dbx)
+	st := mysql.NewStore(dbx)
 	if err := st.CausalReads(ctx); err != nil {
 		return err
 	}
@@ -62,7 +63,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	}
 	// Leases are judged on the database's clock; a replica whose own clock
 	// strays from it anyway is taken out of service until it agrees again.
-	guard := db.NewClockGuard(dbx, cfg.MaxClockSkew, nil, m.ClockSkew, log)
+	guard := mysql.NewClockGuard(dbx, cfg.MaxClockSkew, nil, m.ClockSkew, log)
 	if err := guard.Check(ctx); err != nil {
 		return err
 	}
@@ -91,8 +92,8 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	if apiOpts.Notices, err = newNotices(cfg.PSP, st, cfg.Flow.PSPTimeout, &cfg.Log, log); err != nil {
 		return err
 	}
-	auth := payments.NewAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
-	apiOpts.Browser = payments.NewBrowserAuth(st, payments.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
+	auth := merchants.NewAuth(st, merchants.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
+	apiOpts.Browser = merchants.NewBrowserAuth(st, merchants.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})
 	eps, stopDispatcher, err := startWebhooks(cfg, st, guard.Err, log, metrics.NewWebhooks(reg))
 	if err != nil {
 		return err
@@ -168,33 +169,33 @@ const clockCheckEvery = time.Minute
 // node in the primary component), holds a schema this release can use, and
 // this replica's clock agrees with it.
 type readiness struct {
-	st    *store.Store
-	guard *db.ClockGuard
+	st    *mysql.Store
+	guard *mysql.ClockGuard
 }
 
 func (r readiness) Ping(ctx context.Context) error {
 	if err := r.st.Ping(ctx); err != nil {
 		return err
 	}
-	if err := db.Writable(ctx, r.st.DB()); err != nil {
-		return &payments.Error{Code: payments.CodeUnavailable, Message: "the database is read-only", Err: err}
+	if err := mysql.Writable(ctx, r.st.DB()); err != nil {
+		return &errs.Error{Code: errs.CodeUnavailable, Message: "the database is read-only", Err: err}
 	}
-	if err := db.CheckSchema(ctx, r.st.DB()); err != nil {
-		var se *db.SchemaError
+	if err := mysql.CheckSchema(ctx, r.st.DB()); err != nil {
+		var se *mysql.SchemaError
 		if errors.As(err, &se) {
-			return &payments.Error{Code: payments.CodeUnavailable, Message: "the database schema is not the one this release needs", Err: err}
+			return &errs.Error{Code: errs.CodeUnavailable, Message: "the database schema is not the one this release needs", Err: err}
 		}
 		return err
 	}
 	if err := r.guard.Err(); err != nil {
-		return &payments.Error{Code: payments.CodeUnavailable, Message: err.Error(), Err: err}
+		return &errs.Error{Code: errs.CodeUnavailable, Message: err.Error(), Err: err}
 	}
 	return nil
 }
 
 // schemaAdvice turns a schema this release cannot use into the commands that fix it.
 func schemaAdvice(err error) error {
-	var se *db.SchemaError
+	var se *mysql.SchemaError
 	switch {
 	case !errors.As(err, &se):
 		return err
@@ -214,11 +215,11 @@ type healthcheckCmd struct {
 }
 
 func (c *healthcheckCmd) check() []error {
-	errs := hostPort(nil, "GATEWAY_ADDR", c.Addr)
+	failures := hostPort(nil, "GATEWAY_ADDR", c.Addr)
 	if c.Timeout <= 0 {
-		errs = append(errs, errors.New("--timeout must be positive"))
+		failures = append(failures, errors.New("--timeout must be positive"))
 	}
-	return errs
+	return failures
 }
 
 func (c *healthcheckCmd) Run(ctx context.Context, a *app) error {

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"gateway/db"
-	"gateway/db/dbtest"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 )
 
 // served is a running `gateway serve`.
@@ -91,14 +91,14 @@ func get(t *testing.T, url string) (int, string) {
 // serve refuses a schema behind this release, names the command that fixes
 // it, and starts once it is run (or with GATEWAY_AUTO_MIGRATE).
 func TestServeRefusesAnOldSchema(t *testing.T) {
-	dbx := dbtest.MustOpen(t)
-	dsn := dbtest.DSNOf(t, dbx)
+	dbx := mysqltest.MustOpen(t)
+	dsn := mysqltest.DSNOf(t, dbx)
 	getenv := env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0")
 	if _, _, err := runCmd(t, getenv, "migrate", "down", "--yes"); err != nil {
 		t.Fatal(err)
 	}
 	err := serveBriefly(getenv)
-	if exitCode(err) != exitError || !strings.Contains(err.Error(), "needs "+itoa(db.LatestVersion())) || !strings.Contains(err.Error(), "gateway migrate up") {
+	if exitCode(err) != exitError || !strings.Contains(err.Error(), "needs "+itoa(mysql.LatestVersion())) || !strings.Contains(err.Error(), "gateway migrate up") {
 		t.Fatalf("serve on an old schema: %v", err)
 	}
 	if _, err := dbx.Exec(`UPDATE schema_migrations SET dirty = 1`); err != nil {
@@ -108,7 +108,7 @@ func TestServeRefusesAnOldSchema(t *testing.T) {
 	if exitCode(err) != exitError || !strings.Contains(err.Error(), "dirty") || !strings.Contains(err.Error(), "gateway migrate force") {
 		t.Fatalf("serve on a dirty schema: %v", err)
 	}
-	if _, _, err := runCmd(t, getenv, "migrate", "force", itoa(db.LatestVersion()-1)); err != nil {
+	if _, _, err := runCmd(t, getenv, "migrate", "force", itoa(mysql.LatestVersion()-1)); err != nil {
 		t.Fatal(err)
 	}
 	s := startServe(t, env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0", "GATEWAY_AUTO_MIGRATE", "true"))
@@ -130,7 +130,7 @@ func itoa(v uint) string { return strconv.FormatUint(uint64(v), 10) }
 // /readyz answers 503 while the schema is behind this release, and the
 // healthcheck command exits by it.
 func TestReadyzAndHealthcheckFollowTheSchema(t *testing.T) {
-	dsn := dbtest.MustDSN(t)
+	dsn := mysqltest.MustDSN(t)
 	getenv := env("GATEWAY_DATABASE_DSN", dsn, "GATEWAY_ADDR", "127.0.0.1:0")
 	s := startServe(t, getenv)
 	health := func() error {
@@ -183,7 +183,7 @@ func TestReadyzAndHealthcheckFollowTheSchema(t *testing.T) {
 
 // serve answers requests and, on shutdown, lets a request in flight finish.
 func TestServeDrainsInFlightRequests(t *testing.T) {
-	dsn := dbtest.MustDSN(t)
+	dsn := mysqltest.MustDSN(t)
 	out, _, err := runCmd(t, env("GATEWAY_DATABASE_DSN", dsn), "merchants", "create", "--name", "Acme")
 	if err != nil {
 		t.Fatal(err)
@@ -215,13 +215,13 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 	}()
 
 	// Shut down once the request is inside the PSP call (its key is claimed).
-	dbx, err := db.Open(context.Background(), dsn, db.PoolOptions{})
+	dbx, err := mysql.Open(context.Background(), dsn, mysql.PoolOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dbx.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for dbtest.Count(t, dbx, `SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS'`) == 0 {
+	for mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS'`) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the request never reached the PSP")
 		}
@@ -236,13 +236,13 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 	switch {
 	case r.err == nil && r.status == http.StatusCreated:
 		// The charge had left: the drain let it finish.
-		if n := dbtest.Count(t, dbx, `SELECT COUNT(*) FROM payments WHERE status = 'succeeded'`); n != 1 {
+		if n := mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM payments WHERE status = 'succeeded'`); n != 1 {
 			t.Fatalf("%d succeeded payments, want 1", n)
 		}
 	case r.err == nil && r.status == http.StatusServiceUnavailable:
 		// Claimed but not yet sent when the shutdown began: given back unsent,
 		// for the retry elsewhere.
-		if n := dbtest.Count(t, dbx, `SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND charges_not_sent = charge_attempts`); n != 1 {
+		if n := mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND charges_not_sent = charge_attempts`); n != 1 {
 			t.Fatal("a 503 during shutdown left the key without its unsent mark")
 		}
 	default:
@@ -253,7 +253,7 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 // /metrics is served on GATEWAY_ADMIN_ADDR only, never on the public
 // address; /healthz and /readyz answer on both without credentials.
 func TestMetricsOnlyOnTheAdminAddress(t *testing.T) {
-	dsn := dbtest.MustDSN(t)
+	dsn := mysqltest.MustDSN(t)
 	if _, _, err := runCmd(t, env("GATEWAY_DATABASE_DSN", dsn), "migrate", "up"); err != nil {
 		t.Fatal(err)
 	}

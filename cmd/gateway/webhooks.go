@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"gateway/payments/store"
+	"gateway/mysql"
 	"gateway/webhooks"
 )
 
@@ -114,7 +114,7 @@ func webhookDefaultVars() map[string]string {
 }
 
 // newDispatcher builds a dispatcher over st.
-func newDispatcher(st *store.Store, ci *webhooks.Cipher, g *webhooks.Guard, dc dispatchConfig, gate func() error, log *slog.Logger, obs webhooks.Observer) *webhooks.Dispatcher {
+func newDispatcher(st *mysql.Store, ci *webhooks.Cipher, g *webhooks.Guard, dc dispatchConfig, gate func() error, log *slog.Logger, obs webhooks.Observer) *webhooks.Dispatcher {
 	return webhooks.NewDispatcher(st, ci, g, webhooks.Config{
 		Timeout: dc.Timeout, Concurrency: dc.Concurrency, Interval: dc.Interval,
 		BackoffBase: dc.BackoffBase, BackoffMax: dc.BackoffMax, MaxAge: dc.MaxAge, DisableAfter: dc.DisableAfter,
@@ -125,7 +125,7 @@ func newDispatcher(st *store.Store, ci *webhooks.Cipher, g *webhooks.Guard, dc d
 // startWebhooks wires webhooks into a serving process: the endpoints'
 // management for the API and, unless turned off, the dispatcher, whose
 // stop waits for the attempts in flight. Without a key, nothing.
-func startWebhooks(cfg *serverConfig, st *store.Store, gate func() error, log *slog.Logger, obs webhooks.Observer) (*webhooks.Endpoints, func(), error) {
+func startWebhooks(cfg *serverConfig, st *mysql.Store, gate func() error, log *slog.Logger, obs webhooks.Observer) (*webhooks.Endpoints, func(), error) {
 	ci, g, err := cfg.Webhooks.parts()
 	if err != nil || ci == nil {
 		if err == nil {
@@ -184,7 +184,7 @@ func (c *webhooksCmd) check() []error { return c.DB.require() }
 
 // withEndpoints runs fn with the endpoints' management on the database.
 func (c *webhooksCmd) withEndpoints(ctx context.Context, fn func(*webhooks.Endpoints) error) error {
-	return withStore(ctx, c.DB, func(st *store.Store) error {
+	return withStore(ctx, c.DB, func(st *mysql.Store) error {
 		ci, g, err := c.Webhooks.parts()
 		if err != nil {
 			return err
@@ -412,7 +412,7 @@ func (w *webhooksDispatchCmd) Run(ctx context.Context, a *app, c *webhooksCmd) e
 		return usageError{errs[0].Error()}
 	}
 	log := newLogger(w.Log, a.stderr)
-	return withStore(ctx, c.DB, func(st *store.Store) error {
+	return withStore(ctx, c.DB, func(st *mysql.Store) error {
 		ci, g, err := c.Webhooks.parts()
 		if err != nil {
 			return err

@@ -14,10 +14,10 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"gateway/db"
-	"gateway/db/dbtest"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/webhooks"
 	"gateway/webhooks/receiver"
 )
@@ -26,10 +26,10 @@ import (
 // through `dispatch --once`, the secret rotates, the endpoint is disabled,
 // enabled and resent, then deleted.
 func TestWebhooksCommands(t *testing.T) {
-	dbx := dbtest.MustOpen(t)
-	st := store.New(dbx)
+	dbx := mysqltest.MustOpen(t)
+	st := mysql.NewStore(dbx)
 	ctx := context.Background()
-	mer, key, err := payments.NewMerchant("Acme", time.Now())
+	mer, key, err := merchants.NewMerchant("Acme", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,17 +52,17 @@ func TestWebhooksCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	getenv := env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx), "GATEWAY_WEBHOOK_KEY", wkey,
+	getenv := env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx), "GATEWAY_WEBHOOK_KEY", wkey,
 		"GATEWAY_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8")
 
 	// Refused without the allow list: the receiver is on loopback.
-	_, _, err = runCmd(t, env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx), "GATEWAY_WEBHOOK_KEY", wkey),
+	_, _, err = runCmd(t, env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx), "GATEWAY_WEBHOOK_KEY", wkey),
 		"webhooks", "create", "--merchant", mer.ID, "--url", srv.URL)
 	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), "not a public address") {
 		t.Fatalf("create to loopback by default: %v", err)
 	}
 	// Refused without the key.
-	_, _, err = runCmd(t, env("GATEWAY_DATABASE_DSN", dbtest.DSNOf(t, dbx)), "webhooks", "create", "--merchant", mer.ID, "--url", srv.URL)
+	_, _, err = runCmd(t, env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx)), "webhooks", "create", "--merchant", mer.ID, "--url", srv.URL)
 	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), "GATEWAY_WEBHOOK_KEY") {
 		t.Fatalf("create without a key: %v", err)
 	}
@@ -83,8 +83,8 @@ func TestWebhooksCommands(t *testing.T) {
 	}
 
 	event := func() {
-		err := db.Transact(ctx, dbx, func(tx *sqlx.Tx) error {
-			_, err := store.InsertEvent(ctx, tx, payments.Event{MerchantID: mer.ID, Type: payments.EventPaymentSucceeded,
+		err := mysql.Transact(ctx, dbx, func(tx *sqlx.Tx) error {
+			_, err := mysql.InsertEvent(ctx, tx, payments.Event{MerchantID: mer.ID, Type: payments.EventPaymentSucceeded,
 				ObjectType: payments.ObjectPayment, ObjectID: "pay_" + strings.Repeat("0", 26), Seq: int64(len(got) + 1), Data: []byte(`{}`)})
 			return err
 		})

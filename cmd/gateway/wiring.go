@@ -16,10 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"gateway/api"
-	"gateway/db"
+	"gateway/merchants"
 	"gateway/metrics"
+	"gateway/mysql"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/psp/fake/fakeclient"
@@ -80,7 +80,7 @@ func serveAdmin(addr string, metricsHandler, api http.Handler, log *slog.Logger)
 
 // openDB opens the pool of a long-running process.
 func openDB(ctx context.Context, dsn dsnConfig, pool poolConfig) (*sqlx.DB, error) {
-	return db.Open(ctx, dsn.DSN, db.PoolOptions{
+	return mysql.Open(ctx, dsn.DSN, mysql.PoolOptions{
 		MaxOpen:     pool.MaxOpenConns,
 		MaxIdle:     pool.MaxIdleConns,
 		MaxLifetime: 30 * time.Minute,
@@ -159,7 +159,7 @@ func processID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func newService(cfg *serverConfig, st *store.Store, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
+func newService(cfg *serverConfig, st *mysql.Store, psps *payments.PSPs, log *slog.Logger, obs payments.Observer, gate func() error) *payments.Service {
 	return payments.NewService(st, psps, payments.Config{
 		Gate:             gate,
 		Lease:            cfg.Flow.Lease,
@@ -178,7 +178,7 @@ func newService(cfg *serverConfig, st *store.Store, psps *payments.PSPs, log *sl
 // them: Stripe's when its webhook signing secret is set, Toss's whenever
 // Toss is configured (its notifications are checked by asking Toss). nil
 // when none is.
-func newNotices(cfg pspConfig, st *store.Store, timeout time.Duration, lc *logConfig, log *slog.Logger) (api.NoticeReceiver, error) {
+func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logConfig, log *slog.Logger) (api.NoticeReceiver, error) {
 	sources := map[string]payments.NoticeSource{}
 	for _, kind := range []string{"stripe", "toss"} {
 		if (kind == "stripe" && cfg.Checkout.StripeWebhookSecret == "") || (kind == "toss" && cfg.TossSecretKey == "") {
@@ -205,7 +205,7 @@ func newNotices(cfg pspConfig, st *store.Store, timeout time.Duration, lc *logCo
 // newReconciler builds the reconciler; gate, when set, stops it while this
 // replica must not act (its clock strays from the database's).
 func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
-	return reconcile.New(store.New(dbx), psps, reconcile.Config{
+	return reconcile.New(mysql.NewStore(dbx), psps, reconcile.Config{
 		Gate:           gate,
 		Lease:          flow.Lease,
 		PSPTimeout:     flow.PSPTimeout,
@@ -237,22 +237,28 @@ func startReconciler(schedule string, r *reconcile.Reconciler, log *slog.Logger)
 	return s.Stop
 }
 
-// withAdmin runs fn with merchant and ops administration on the database,
+// withAdmin runs fn with ops administration of payments and refunds on the database,
 // for one-shot commands; cfg says which PSPs a decision is checked with.
 func withAdmin(ctx context.Context, dsn dsnConfig, cfg payments.AdminConfig, fn func(*payments.Admin) error) error {
-	return withStore(ctx, dsn, func(st *store.Store) error { return fn(payments.NewAdmin(st, cfg)) })
+	return withStore(ctx, dsn, func(st *mysql.Store) error { return fn(payments.NewAdmin(st, cfg)) })
+}
+
+// withMerchants runs fn with the administration of merchants on the database,
+// closing the pool afterwards.
+func withMerchants(ctx context.Context, dsn dsnConfig, fn func(*merchants.Admin) error) error {
+	return withStore(ctx, dsn, func(st *mysql.Store) error { return fn(merchants.NewAdmin(st, nil)) })
 }
 
 // withStore runs fn with a store on the database, for one-shot commands,
 // once the schema is known to be this release's.
-func withStore(ctx context.Context, dsn dsnConfig, fn func(*store.Store) error) error {
-	dbx, err := db.Open(ctx, dsn.DSN, db.PoolOptions{MaxOpen: 2, MaxIdle: 2})
+func withStore(ctx context.Context, dsn dsnConfig, fn func(*mysql.Store) error) error {
+	dbx, err := mysql.Open(ctx, dsn.DSN, mysql.PoolOptions{MaxOpen: 2, MaxIdle: 2})
 	if err != nil {
 		return err
 	}
 	defer dbx.Close()
-	if err := db.CheckSchema(ctx, dbx); err != nil {
+	if err := mysql.CheckSchema(ctx, dbx); err != nil {
 		return schemaAdvice(err)
 	}
-	return fn(store.New(dbx))
+	return fn(mysql.NewStore(dbx))
 }

@@ -1,5 +1,5 @@
 // Package reconciletest seeds what the reconciler works on, for its
-// benchmarks and for cmd/bench: unfinished payments whose leases expired
+// benchmarks and for bench: unfinished payments whose leases expired
 // long ago, as a crashed gateway leaves them.
 package reconciletest
 
@@ -12,8 +12,9 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/idemkeys"
+	"gateway/merchants"
+	"gateway/mysql"
 	"gateway/payments"
-	"gateway/payments/store"
 	"gateway/psp"
 )
 
@@ -31,19 +32,19 @@ const seedChunk = 500
 // them. Rows are written with multi-row INSERTs straight into the tables,
 // mirroring what the payment flow stores at claim time. It returns the
 // merchant that owns the rows.
-func SeedStale(ctx context.Context, dbx *sqlx.DB, adapter psp.Adapter, n int, ago time.Duration) (payments.Merchant, error) {
+func SeedStale(ctx context.Context, dbx *sqlx.DB, adapter psp.Adapter, n int, ago time.Duration) (merchants.Merchant, error) {
 	var now time.Time
 	if err := dbx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
-		return payments.Merchant{}, fmt.Errorf("reconciletest: %w", err)
+		return merchants.Merchant{}, fmt.Errorf("reconciletest: %w", err)
 	}
 	at := now.Add(-ago)
 	name := payments.PSPName(adapter.Capabilities())
-	merchant, key, err := payments.NewMerchant("Reconcile seed", at)
+	merchant, key, err := merchants.NewMerchant("Reconcile seed", at)
 	if err != nil {
-		return payments.Merchant{}, err
+		return merchants.Merchant{}, err
 	}
-	if err := store.New(dbx).CreateMerchant(ctx, merchant, key); err != nil {
-		return payments.Merchant{}, fmt.Errorf("reconciletest: create merchant: %w", err)
+	if err := mysql.NewStore(dbx).CreateMerchant(ctx, merchant, key); err != nil {
+		return merchants.Merchant{}, fmt.Errorf("reconciletest: create merchant: %w", err)
 	}
 	for lo := 0; lo < n; lo += seedChunk {
 		hi := min(lo+seedChunk, n)
@@ -60,17 +61,17 @@ func SeedStale(ctx context.Context, dbx *sqlx.DB, adapter psp.Adapter, n int, ag
 			kargs = append(kargs, merchant.ID, payments.EndpointCreatePayment, k, fp[:], id, int64(idemkeys.FirstToken()), at, at, at, at, at, at)
 			if i%2 == 0 {
 				if _, err := adapter.Charge(ctx, psp.ChargeRequest{MerchantOrderID: order, Amount: 1000, Currency: "USD", PaymentMethod: "pm_card_ok"}); err != nil {
-					return payments.Merchant{}, fmt.Errorf("reconciletest: charge %s: %w", order, err)
+					return merchants.Merchant{}, fmt.Errorf("reconciletest: charge %s: %w", order, err)
 				}
 			}
 		}
 		if _, err := dbx.ExecContext(ctx, `INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
 			payment_method, description, metadata, psp, created_at, updated_at) VALUES `+strings.Join(pv, ","), pargs...); err != nil {
-			return payments.Merchant{}, fmt.Errorf("reconciletest: insert payments: %w", err)
+			return merchants.Merchant{}, fmt.Errorf("reconciletest: insert payments: %w", err)
 		}
 		if _, err := dbx.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state, payment_id,
 			lease_version, locked_until, may_charge_until, reconcile_after, not_found_at, created_at, updated_at) VALUES `+strings.Join(kv, ","), kargs...); err != nil {
-			return payments.Merchant{}, fmt.Errorf("reconciletest: insert keys: %w", err)
+			return merchants.Merchant{}, fmt.Errorf("reconciletest: insert keys: %w", err)
 		}
 	}
 	return merchant, nil

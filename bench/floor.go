@@ -1,0 +1,357 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"gateway/idemkeys"
+	"gateway/payments"
+)
+
+// The floor issues, statement for statement, what the payment flow sends
+// the database for a fresh payment (mysql: Claim, then Settle) and
+// for a fresh refund (ClaimRefund, then SettleRefund), with arguments of the
+// same kinds and sizes, the outbox's events included: the ratio to it is the
+// gateway's overhead above the database's own cost of the same work.
+// TestFloorIssuesTheFlowsStatements records both sides and fails when they
+// drift apart.
+const (
+	floorNow    = `SELECT NOW(6)`
+	floorKeyIns = `
+INSERT INTO idempotency_keys
+    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
+     locked_until, may_charge_until, reconcile_after, charge_attempts, charges_not_sent, created_at, updated_at)
+VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
+	floorPaymentIns = `
+INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
+    payment_method, description, metadata, psp, expires_at, client_secret_hash, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
+	floorEventIns = `
+INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
+	floorKeyComplete = `
+UPDATE idempotency_keys
+SET state = 'COMPLETED', response_status = ?, response_body = ?, locked_until = NULL,
+    completed_at = NOW(6), updated_at = NOW(6)
+WHERE merchant_id = ? AND endpoint = ? AND idem_key = ? AND state = 'IN_PROGRESS' AND lease_version = ? AND payment_id = ?`
+	floorSettle = `
+UPDATE payments
+SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
+    review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
+    review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
+                          WHEN 'requires_action' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+    next_action = ?, event_seq = event_seq + 1, updated_at = NOW(6)
+WHERE merchant_id = ? AND id = ? AND status = 'processing'`
+	floorPaymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
+    payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
+    review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
+    client_secret_hash, created_at, updated_at`
+	floorPaymentRead = `SELECT ` + floorPaymentColumns + `, event_seq FROM payments WHERE merchant_id = ? AND id = ?`
+	floorPaymentLock = `SELECT ` + floorPaymentColumns + ` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`
+	floorReserve     = `UPDATE payments SET amount_reserved = amount_reserved + ? WHERE merchant_id = ? AND id = ?`
+	floorRefundIns   = `
+INSERT INTO refunds (merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency,
+    reason, metadata, psp, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, 1, ?, ?)`
+	floorSettleRefund = `
+UPDATE refunds
+SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
+    review_since = IF(? = 'requires_review', NOW(6), NULL),
+    review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
+                          WHEN 'pending' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+    event_seq = event_seq + ?, updated_at = ?
+WHERE merchant_id = ? AND id = ? AND status = 'pending'`
+	floorRefundRead = `SELECT merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency, reason,
+    metadata, psp_reference, failure_code, psp_code, psp, review_reason, review_since, review_after,
+    review_attempts, review_not_found_at, created_at, updated_at, event_seq FROM refunds WHERE merchant_id = ? AND id = ?`
+	floorMoveAmounts = `
+UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved - ?
+WHERE merchant_id = ? AND id = ?`
+	floorReadResponse = `
+SELECT response_status, response_body FROM idempotency_keys
+WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
+)
+
+// The second floor: the least durable work an idempotent request can be,
+// two commits (claim, complete) of the smallest row, in a table of its own.
+const (
+	floorMinimalTable = `CREATE TABLE IF NOT EXISTS bench_minimal (
+    k VARBINARY(64) NOT NULL PRIMARY KEY, done TINYINT NOT NULL DEFAULT 0) ENGINE=InnoDB`
+	floorMinimalIns = `INSERT INTO bench_minimal (k) VALUES (?)`
+	floorMinimalUpd = `UPDATE bench_minimal SET done = 1 WHERE k = ? AND done = 0`
+)
+
+// floorFresh is one fresh payment as the database sees it: the claim
+// transaction (key, payment, its first event), the PSP's time (pspWait,
+// holding no connection), and the settle transaction (the key completed,
+// fenced on its token; the payment settled, its event number taken; the
+// payment read; its event).
+func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duration) error {
+	merchantID := b.gw.merchant.ID
+	id := "pay_" + ulid.Make().String()
+	order := payments.MerchantOrderID(merchantID, key)
+	resp := b.floorResp
+	// An event's data is the payment's view, of the stored answer's size.
+	data := string(resp.Body)
+	err := b.floorTx(ctx, func(tx *sql.Tx) error {
+		var now time.Time
+		if err := tx.QueryRowContext(ctx, floorNow).Scan(&now); err != nil {
+			return err
+		}
+		until := now.Add(serviceConfig().Lease)
+		if _, err := tx.ExecContext(ctx, floorKeyIns, merchantID, payments.EndpointCreatePayment, key, b.floorFP[:],
+			id, int64(1), until, until, until, now, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, floorPaymentIns, merchantID, id, key, order, string(payments.Processing),
+			int64(12500), "USD", "pm_card_ok", "Order "+key, `{"channel":"web","order":"`+key+`"}`,
+			sql.NullString{String: "fake", Valid: true}, sql.NullTime{}, []byte(nil), now, now); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
+			string(payments.PaymentEventType(payments.Processing)), payments.ObjectPayment, id, int64(1), data)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("floor claim: %w", err)
+	}
+	if !sleep(ctx, pspWait) {
+		return ctx.Err()
+	}
+	status := string(payments.Succeeded)
+	err = b.floorTx(ctx, func(tx *sql.Tx) error {
+		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
+			merchantID, payments.EndpointCreatePayment, key, int64(1), id)); err != nil {
+			return err
+		}
+		if err := affectedN(1)(tx.ExecContext(ctx, floorSettle,
+			status, "fake_ch_"+id[4:20], sql.NullString{}, sql.NullString{}, sql.NullString{},
+			status, status, payments.ReviewFirstLook.Microseconds(), payments.ActionFirstLook.Microseconds(), sql.NullString{},
+			merchantID, id)); err != nil {
+			return err
+		}
+		seq, err := floorEventSeq(ctx, tx, floorPaymentRead, merchantID, id)
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
+			string(payments.PaymentEventType(payments.Succeeded)), payments.ObjectPayment, id, seq, data)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("floor settle: %w", err)
+	}
+	return nil
+}
+
+// floorRefund is one fresh refund of refundAmount of payment paymentID as
+// the database sees it: the claim transaction (key, payment locked, amount
+// reserved, refund, its first event), then the settle transaction (key
+// fenced, refund settled and its event number taken, the refund read, its
+// event, the payment's amounts moved).
+func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
+	merchantID := b.gw.merchant.ID
+	id := "re_" + ulid.Make().String()
+	order := payments.RefundOrderID(merchantID, paymentID, key)
+	resp := b.floorRefundResp
+	data := string(resp.Body)
+	var created time.Time
+	err := b.floorTx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, floorNow).Scan(&created); err != nil {
+			return err
+		}
+		until := created.Add(serviceConfig().Lease)
+		if _, err := tx.ExecContext(ctx, floorKeyIns, merchantID, payments.EndpointCreateRefund, key, b.floorFP[:],
+			id, int64(1), until, until, until, created, created); err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, floorPaymentLock, merchantID, paymentID)
+		if err != nil {
+			return err
+		}
+		found := rows.Next()
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return err
+		}
+		if !found {
+			return fmt.Errorf("payment %s not found", paymentID)
+		}
+		if _, err := tx.ExecContext(ctx, floorReserve, int64(refundAmount), merchantID, paymentID); err != nil {
+			return err
+		}
+		if _, err = tx.ExecContext(ctx, floorRefundIns, merchantID, id, paymentID, key, order,
+			int64(refundAmount), "USD", refundReason, `{"order":"`+key+`"}`, sql.NullString{String: "fake", Valid: true}, created, created); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
+			string(payments.RefundEventType(payments.RefundPending)), payments.ObjectRefund, id, int64(1), data)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("floor refund claim: %w", err)
+	}
+	status := string(payments.RefundSucceeded)
+	err = b.floorTx(ctx, func(tx *sql.Tx) error {
+		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
+			merchantID, payments.EndpointCreateRefund, key, int64(1), id)); err != nil {
+			return err
+		}
+		if err := affectedN(1)(tx.ExecContext(ctx, floorSettleRefund,
+			status, "fake_re_"+id[3:19], sql.NullString{}, sql.NullString{}, sql.NullString{},
+			status, status, payments.ReviewFirstLook.Microseconds(), payments.RefundFirstCheck.Microseconds(), int64(1), created,
+			merchantID, id)); err != nil {
+			return err
+		}
+		seq, err := floorEventSeq(ctx, tx, floorRefundRead, merchantID, id)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
+			string(payments.RefundEventType(payments.RefundSucceeded)), payments.ObjectRefund, id, seq, data); err != nil {
+			return err
+		}
+		return affectedN(1)(tx.ExecContext(ctx, floorMoveAmounts, int64(refundAmount), int64(0), merchantID, paymentID))
+	})
+	if err != nil {
+		return fmt.Errorf("floor refund settle: %w", err)
+	}
+	return nil
+}
+
+// floorEventSeq runs q, a read of one row whose last column is its
+// event_seq, reading every column as the store does, and returns the
+// event number.
+func floorEventSeq(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	cols, err := rows.Columns()
+	if err != nil {
+		return 0, errors.Join(err, rows.Close())
+	}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	var seq int64
+	found := false
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return 0, errors.Join(err, rows.Close())
+		}
+		if seq, err = strconv.ParseInt(string(vals[len(vals)-1]), 10, 64); err != nil {
+			return 0, errors.Join(err, rows.Close())
+		}
+		found = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, sql.ErrNoRows
+	}
+	return seq, nil
+}
+
+// floorMinimal is the minimal durable work: a claim row committed, the
+// PSP's time, the row completed with a compare-and-set, committed.
+func (b *bench) floorMinimal(ctx context.Context, key string, pspWait time.Duration) error {
+	if _, err := b.floor.ExecContext(ctx, floorMinimalIns, key); err != nil {
+		return fmt.Errorf("minimal claim: %w", err)
+	}
+	if !sleep(ctx, pspWait) {
+		return ctx.Err()
+	}
+	if err := affectedN(1)(b.floor.ExecContext(ctx, floorMinimalUpd, key)); err != nil {
+		return fmt.Errorf("minimal complete: %w", err)
+	}
+	return nil
+}
+
+// floorPaymentID is the id of the payment the floor made with key.
+func (b *bench) floorPaymentID(ctx context.Context, key string) (string, error) {
+	var id string
+	err := b.floor.QueryRowContext(ctx, `SELECT id FROM payments WHERE merchant_id = ? AND idem_key = ?`, b.gw.merchant.ID, key).Scan(&id)
+	return id, err
+}
+
+// floorResponse is a stored response of the gateway's shape and size,
+// rendered once: what the database stores matters to the floor, not what it says.
+func floorResponse(merchantID string) idemkeys.Response {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	key := "floor-00000000-w000-000000"
+	return payments.Render(payments.Payment{
+		ID: "pay_" + ulid.Make().String(), MerchantID: merchantID, IdempotencyKey: key,
+		MerchantOrderID: payments.MerchantOrderID(merchantID, key),
+		Status:          payments.Succeeded, Amount: payments.Money{Minor: 12500, Currency: "USD"},
+		PaymentMethod: "pm_card_ok", Description: "Order " + key,
+		Metadata: map[string]string{"order": key, "channel": "web"}, PSPReference: "fake_ch_100000",
+		CreatedAt: now, UpdatedAt: now,
+	})
+}
+
+// floorRefundResponse is a refund's stored response of the gateway's shape and size.
+func floorRefundResponse(merchantID string) idemkeys.Response {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	key := "floor-00000000-w000-000000"
+	pay := "pay_" + ulid.Make().String()
+	return payments.RenderRefund(payments.Refund{
+		ID: "re_" + ulid.Make().String(), MerchantID: merchantID, PaymentID: pay, IdempotencyKey: key,
+		RefundOrderID: payments.RefundOrderID(merchantID, pay, key), Status: payments.RefundSucceeded,
+		Amount: payments.Money{Minor: refundAmount, Currency: "USD"}, Reason: refundReason,
+		Metadata: map[string]string{"order": key}, PSPReference: "fake_re_100000", CreatedAt: now, UpdatedAt: now,
+	})
+}
+
+// floorReplay reads a completed key's stored response by primary key.
+func (b *bench) floorReplay(ctx context.Context, key string) error {
+	var status sql.NullInt32
+	var body []byte
+	err := b.floor.QueryRowContext(ctx, floorReadResponse, b.gw.merchant.ID, payments.EndpointCreatePayment, key).Scan(&status, &body)
+	if err != nil {
+		return fmt.Errorf("floor replay: %w", err)
+	}
+	if !status.Valid || len(body) == 0 {
+		return fmt.Errorf("floor replay: key %s has no stored response", key)
+	}
+	return nil
+}
+
+// floorTx runs fn in a transaction and commits it: BEGIN, the statements,
+// COMMIT, as db.Transact does when nothing goes wrong.
+func (b *bench) floorTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := b.floor.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// affectedN checks that a compare-and-set matched want rows.
+func affectedN(want int64) func(sql.Result, error) error {
+	return func(res sql.Result, err error) error {
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if n != want {
+			return fmt.Errorf("compare-and-set matched %d row(s), want %d", n, want)
+		}
+		return nil
+	}
+}

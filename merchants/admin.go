@@ -1,0 +1,105 @@
+package merchants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"gateway/errs"
+)
+
+// AdminStore is what the administration of merchants reads and writes.
+type AdminStore interface {
+	// CreateMerchant stores m with its first API key (only the hash).
+	CreateMerchant(ctx context.Context, m Merchant, key APIKey) error
+	// AddAPIKey stores another key for an existing merchant; errs.ErrNotFound for an unknown merchant.
+	AddAPIKey(ctx context.Context, merchantID string, key APIKey, now time.Time) error
+	// RevokeAPIKey revokes the merchant's active keys with a prefix and reports how many.
+	RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error)
+	// APIKeys lists a merchant's keys, revoked ones included.
+	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
+	// Merchants lists every merchant with its key counts, oldest first.
+	Merchants(ctx context.Context) ([]MerchantSummary, error)
+}
+
+// Admin is ops' administration of merchants and their secret API keys.
+type Admin struct {
+	store AdminStore
+	now   func() time.Time
+}
+
+// NewAdmin returns an Admin over store; now stamps merchants and keys
+// (time.Now when nil).
+func NewAdmin(store AdminStore, now func() time.Time) *Admin {
+	if now == nil {
+		now = time.Now
+	}
+	return &Admin{store: store, now: now}
+}
+
+// CreateMerchant validates name, mints the merchant and its first API key,
+// and stores both; the plaintext key in the result is shown once.
+func (a *Admin) CreateMerchant(ctx context.Context, name string) (Merchant, APIKey, error) {
+	m, key, err := NewMerchant(name, a.now())
+	if err != nil {
+		return Merchant{}, APIKey{}, err
+	}
+	if err := a.store.CreateMerchant(ctx, m, key); err != nil {
+		return Merchant{}, APIKey{}, errs.Internal(fmt.Errorf("create merchant: %w", err))
+	}
+	return m, key, nil
+}
+
+// CreateAPIKey mints another key for a merchant, for rotation: several keys
+// may be active at once. The plaintext in the result is shown once.
+func (a *Admin) CreateAPIKey(ctx context.Context, merchantID string) (APIKey, error) {
+	key, err := NewAPIKey()
+	if err != nil {
+		return APIKey{}, errs.Internal(err)
+	}
+	err = a.store.AddAPIKey(ctx, merchantID, key, a.now().UTC().Truncate(time.Microsecond))
+	if errors.Is(err, errs.ErrNotFound) {
+		return APIKey{}, errs.Errorf(errs.CodeNotFound, "no merchant %s", merchantID)
+	}
+	if err != nil {
+		return APIKey{}, errs.Internal(err)
+	}
+	return key, nil
+}
+
+// RevokeAPIKey revokes the merchant's active key with the given visible prefix.
+func (a *Admin) RevokeAPIKey(ctx context.Context, merchantID, prefix string) error {
+	n, err := a.store.RevokeAPIKey(ctx, merchantID, prefix, a.now().UTC().Truncate(time.Microsecond))
+	if err != nil {
+		return errs.Internal(err)
+	}
+	if n == 0 {
+		return errs.Errorf(errs.CodeNotFound, "merchant %s has no active key with prefix %s", merchantID, prefix)
+	}
+	return nil
+}
+
+// APIKeys lists a merchant's keys (prefixes and dates, never secrets).
+func (a *Admin) APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error) {
+	keys, err := a.store.APIKeys(ctx, merchantID)
+	if err != nil {
+		return nil, errs.Internal(fmt.Errorf("list keys: %w", err))
+	}
+	return keys, nil
+}
+
+// MerchantSummary is a merchant as ops list it.
+type MerchantSummary struct {
+	Merchant
+	ActiveKeys, RevokedKeys int
+}
+
+// Merchants lists every merchant with its key counts.
+func (a *Admin) Merchants(ctx context.Context) ([]MerchantSummary, error) {
+	ms, err := a.store.Merchants(ctx)
+	if err != nil {
+		return nil, errs.Internal(fmt.Errorf("list merchants: %w", err))
+	}
+	return ms, nil
+}

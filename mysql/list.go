@@ -1,0 +1,130 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"gateway/errs"
+	"gateway/payments"
+)
+
+// Listings page newest first by (created_at, id), on the indexes
+// payments_list and refunds_list, which lead with merchant_id: a listing is
+// one merchant's range, found without a scan.
+
+// listFrame builds the WHERE and ORDER of a page of table for q: the cursor
+// is turned into its (created_at, id) first, within the merchant's own rows.
+func (s *Store) listFrame(ctx context.Context, table string, q payments.ListQuery) (where string, args []any, order string, reverse bool, err error) {
+	conds := []string{"merchant_id = ?"}
+	args = []any{q.MerchantID}
+	if q.PaymentID != "" {
+		conds = append(conds, "payment_id = ?")
+		args = append(args, q.PaymentID)
+	}
+	if q.Status != "" {
+		conds = append(conds, "status = ?")
+		args = append(args, q.Status)
+	}
+	if !q.CreatedFrom.IsZero() {
+		conds = append(conds, "created_at >= ?")
+		args = append(args, q.CreatedFrom)
+	}
+	if !q.CreatedBefore.IsZero() {
+		conds = append(conds, "created_at < ?")
+		args = append(args, q.CreatedBefore)
+	}
+	order = "created_at DESC, id DESC"
+	if cursor := q.StartingAfter + q.EndingBefore; cursor != "" {
+		var at time.Time
+		err := s.db.GetContext(ctx, &at, `SELECT created_at FROM `+table+` WHERE merchant_id = ? AND id = ?`, q.MerchantID, cursor)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", nil, "", false, payments.ErrCursorNotFound
+		}
+		if err != nil {
+			return "", nil, "", false, Classify(err)
+		}
+		if q.StartingAfter != "" {
+			conds = append(conds, "(created_at < ? OR (created_at = ? AND id < ?))")
+		} else {
+			conds = append(conds, "(created_at > ? OR (created_at = ? AND id > ?))")
+			order, reverse = "created_at ASC, id ASC", true
+		}
+		args = append(args, at, at, cursor)
+	}
+	return strings.Join(conds, " AND "), args, order, reverse, nil
+}
+
+// MerchantPayments implements payments.ListStore.
+func (s *Store) MerchantPayments(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Payment], error) {
+	where, args, order, reverse, err := s.listFrame(ctx, "payments", q)
+	if err != nil {
+		return payments.Page[payments.Payment]{}, fmt.Errorf("store.MerchantPayments: %w", err)
+	}
+	var rows []paymentRow
+	if err := s.db.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments FORCE INDEX (payments_list) WHERE `+where+
+		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
+		return payments.Page[payments.Payment]{}, fmt.Errorf("store.MerchantPayments: %w", Classify(err))
+	}
+	page := payments.Page[payments.Payment]{HasMore: len(rows) > q.Limit}
+	rows = rows[:min(len(rows), q.Limit)]
+	for _, r := range rows {
+		p, err := r.toDomain()
+		if err != nil {
+			return payments.Page[payments.Payment]{}, err
+		}
+		page.Items = append(page.Items, p)
+	}
+	if reverse {
+		reverseSlice(page.Items)
+	}
+	return page, nil
+}
+
+// MerchantRefunds implements payments.ListStore.
+func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Refund], error) {
+	if q.PaymentID != "" {
+		var n int
+		if err := s.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM payments WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.PaymentID); err != nil {
+			return payments.Page[payments.Refund]{}, fmt.Errorf("store.MerchantRefunds: %w", Classify(err))
+		}
+		if n == 0 {
+			return payments.Page[payments.Refund]{}, errs.ErrNotFound
+		}
+	}
+	where, args, order, reverse, err := s.listFrame(ctx, "refunds", q)
+	if err != nil {
+		return payments.Page[payments.Refund]{}, fmt.Errorf("store.MerchantRefunds: %w", err)
+	}
+	index := "refunds_list"
+	if q.PaymentID != "" {
+		index = "refunds_payment"
+	}
+	var rows []refundRow
+	if err := s.db.SelectContext(ctx, &rows, `SELECT `+refundColumns+` FROM refunds FORCE INDEX (`+index+`) WHERE `+where+
+		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
+		return payments.Page[payments.Refund]{}, fmt.Errorf("store.MerchantRefunds: %w", Classify(err))
+	}
+	page := payments.Page[payments.Refund]{HasMore: len(rows) > q.Limit}
+	rows = rows[:min(len(rows), q.Limit)]
+	for _, r := range rows {
+		x, err := r.toDomain()
+		if err != nil {
+			return payments.Page[payments.Refund]{}, err
+		}
+		page.Items = append(page.Items, x)
+	}
+	if reverse {
+		reverseSlice(page.Items)
+	}
+	return page, nil
+}
+
+func reverseSlice[T any](s []T) {
+	for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
+		s[i], s[j] = s[j], s[i]
+	}
+}

@@ -1,0 +1,380 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"gateway/errs"
+	"gateway/idemkeys"
+	"gateway/payments"
+)
+
+type refundRow struct {
+	MerchantID     string         `db:"merchant_id"`
+	ID             string         `db:"id"`
+	PaymentID      string         `db:"payment_id"`
+	IdemKey        string         `db:"idem_key"`
+	RefundOrderID  string         `db:"refund_order_id"`
+	Status         string         `db:"status"`
+	Amount         int64          `db:"amount"`
+	Currency       string         `db:"currency"`
+	Reason         string         `db:"reason"`
+	Metadata       sql.NullString `db:"metadata"`
+	PSPReference   sql.NullString `db:"psp_reference"`
+	FailureCode    sql.NullString `db:"failure_code"`
+	PSPCode        sql.NullString `db:"psp_code"`
+	PSP            sql.NullString `db:"psp"`
+	ReviewReason   sql.NullString `db:"review_reason"`
+	ReviewSince    sql.NullTime   `db:"review_since"`
+	ReviewAfter    sql.NullTime   `db:"review_after"`
+	ReviewAttempts int            `db:"review_attempts"`
+	ReviewNotFound sql.NullTime   `db:"review_not_found_at"`
+	CreatedAt      time.Time      `db:"created_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+}
+
+const refundColumns = `merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency, reason,
+    metadata, psp_reference, failure_code, psp_code, psp, review_reason, review_since, review_after,
+    review_attempts, review_not_found_at, created_at, updated_at`
+
+func (r refundRow) toDomain() (payments.Refund, error) {
+	x := payments.Refund{
+		ID: r.ID, MerchantID: r.MerchantID, PaymentID: r.PaymentID, IdempotencyKey: r.IdemKey,
+		RefundOrderID: r.RefundOrderID, Status: payments.RefundStatus(r.Status),
+		Amount: payments.Money{Minor: r.Amount, Currency: r.Currency}, Reason: r.Reason,
+		PSPReference: r.PSPReference.String, FailureCode: r.FailureCode.String, PSPCode: r.PSPCode.String,
+		PSP: r.PSP.String, ReviewReason: r.ReviewReason.String,
+		Review: payments.Review{Since: r.ReviewSince.Time, After: r.ReviewAfter.Time, Attempts: r.ReviewAttempts,
+			NotFoundAt: r.ReviewNotFound.Time},
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+	if r.Metadata.Valid && r.Metadata.String != "" {
+		if err := json.Unmarshal([]byte(r.Metadata.String), &x.Metadata); err != nil {
+			return payments.Refund{}, fmt.Errorf("refund %s: metadata: %w", r.ID, err)
+		}
+	}
+	return x, nil
+}
+
+// ClaimRefund implements payments.FlowStore: the key first (of two racing
+// claims the loser stops at its INSERT), then the payment under its row
+// lock, the amount decided and reserved, then the refund, in one short
+// transaction on the database's clock. A refusal from decide rolls the whole
+// transaction back: nothing is stored and the key stays free.
+func (s *Store) ClaimRefund(ctx context.Context, c payments.RefundClaim, decide func(payments.Payment) (int64, error)) (payments.Refund, payments.Payment, error) {
+	r := c.Refund
+	md, err := metadataJSON(r.Metadata)
+	if err != nil {
+		return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: %w", err)
+	}
+	const insertRefund = `
+INSERT INTO refunds (merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency,
+    reason, metadata, psp, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, 1, ?, ?)`
+	var p payments.Payment
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		var now time.Time
+		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
+			return err
+		}
+		if err := claimKey(ctx, tx, c.Ref, c.Fingerprint, r.ID, c.Token, now, c.Lease); err != nil {
+			return err
+		}
+		var pr paymentRow
+		err := tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, r.MerchantID, r.PaymentID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errs.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if p, err = pr.toDomain(); err != nil {
+			return err
+		}
+		amount, err := decide(p)
+		if err != nil {
+			return err
+		}
+		// The row is locked: the reservation just decided cannot be raced.
+		if _, err := tx.ExecContext(ctx, `UPDATE payments SET amount_reserved = amount_reserved + ? WHERE merchant_id = ? AND id = ?`,
+			amount, p.MerchantID, p.ID); err != nil {
+			return err
+		}
+		p.AmountReserved += amount
+		r.Amount = payments.Money{Minor: amount, Currency: p.Amount.Currency}
+		r.PSP, r.CreatedAt, r.UpdatedAt = p.PSP, now, now
+		if _, err := tx.ExecContext(ctx, insertRefund, r.MerchantID, r.ID, r.PaymentID, r.IdempotencyKey, r.RefundOrderID,
+			r.Amount.Minor, r.Amount.Currency, r.Reason, md, nullString(r.PSP), now, now); err != nil {
+			return err
+		}
+		return createdEvent(ctx, tx, payments.Event{
+			MerchantID: r.MerchantID, Type: payments.RefundEventType(payments.RefundPending), ObjectType: payments.ObjectRefund,
+			ObjectID: r.ID, Data: payments.RefundEventData(r),
+		})
+	})
+	switch {
+	case err == nil:
+		return r, p, nil
+	case errors.Is(err, idemkeys.ErrExists), errors.Is(err, errs.ErrNotFound):
+		return payments.Refund{}, payments.Payment{}, err
+	case errors.Is(err, ErrRetryable):
+		return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: %w: %v", idemkeys.ErrExists, err)
+	case errors.Is(err, ErrDuplicate):
+		// The key is free but a refund holds it: its record was purged after
+		// retention. Never send the refund again; name the existing one.
+		var existing string
+		if gerr := s.db.GetContext(ctx, &existing, `SELECT id FROM refunds WHERE merchant_id = ? AND idem_key = ?`, r.MerchantID, r.IdempotencyKey); gerr != nil {
+			return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: refund %s refused as a duplicate and none found for its key: %w", r.ID, Classify(gerr))
+		}
+		return payments.Refund{}, payments.Payment{}, &errs.Error{
+			Code:     errs.CodeKeyReused,
+			Message:  "this Idempotency-Key was used for refund " + existing + " whose stored response has expired; look the refund up instead of retrying",
+			RefundID: existing,
+		}
+	}
+	var pe *errs.Error
+	if errors.As(err, &pe) {
+		return payments.Refund{}, payments.Payment{}, pe
+	}
+	return payments.Refund{}, payments.Payment{}, writeErr("store.ClaimRefund", err)
+}
+
+// Refund implements payments.FlowStore.
+func (s *Store) Refund(ctx context.Context, merchantID, id string) (payments.Refund, error) {
+	return s.getRefund(ctx, `SELECT `+refundColumns+` FROM refunds WHERE merchant_id = ? AND id = ?`, merchantID, id)
+}
+
+// RefundByID implements payments.AdminStore: ops name refunds by id alone.
+func (s *Store) RefundByID(ctx context.Context, id string) (payments.Refund, error) {
+	return s.getRefund(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = ?`, id)
+}
+
+func (s *Store) getRefund(ctx context.Context, q string, args ...any) (payments.Refund, error) {
+	var r refundRow
+	err := s.db.GetContext(ctx, &r, q, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Refund{}, errs.ErrNotFound
+	}
+	if err != nil {
+		return payments.Refund{}, fmt.Errorf("store: read refund: %w", Classify(err))
+	}
+	return r.toDomain()
+}
+
+// SettleRefund implements payments.FlowStore with one short transaction of
+// single-table statements: the key completes with the answer, fenced on the
+// token; the refund leaves pending (or stays pending with the PSP's
+// reference), fenced on its status; the payment's amounts follow (a
+// succeeded refund adds to amount_refunded; a failed one gives its
+// reservation back); a refund that changed status writes its event. A
+// fenced settle rolls back whole.
+func (s *Store) SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Refund, resp idemkeys.Response) error {
+	const settleRefund = `
+UPDATE refunds
+SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
+    review_since = IF(? = 'requires_review', NOW(6), NULL),
+    review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
+                          WHEN 'pending' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+    event_seq = event_seq + ?, updated_at = ?
+WHERE merchant_id = ? AND id = ? AND status = 'pending'`
+	const moveAmounts = `
+UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved - ?
+WHERE merchant_id = ? AND id = ?`
+	status := string(r.Status)
+	changed := 0
+	if r.Status != payments.RefundPending {
+		changed = 1
+	}
+	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if err := completeKey(ctx, tx, ref, token, r.ID, resp); err != nil {
+			return err
+		}
+		if err := exactlyOne(tx.ExecContext(ctx, settleRefund,
+			status, nullString(r.PSPReference), nullString(r.FailureCode), nullString(r.PSPCode), nullString(r.ReviewReason),
+			status, status, micros(payments.ReviewFirstLook), micros(payments.RefundFirstCheck), changed, r.UpdatedAt,
+			ref.MerchantID, r.ID)); err != nil {
+			return err
+		}
+		if changed == 0 {
+			return nil
+		}
+		stored, err := refundEvent(ctx, tx, ref.MerchantID, r.ID)
+		if err != nil {
+			return err
+		}
+		var refunded, released int64
+		switch stored.Status {
+		case payments.RefundSucceeded:
+			refunded = stored.Amount.Minor
+		case payments.RefundFailed:
+			released = stored.Amount.Minor
+		default:
+			return nil
+		}
+		return exactlyOne(tx.ExecContext(ctx, moveAmounts, refunded, released, stored.MerchantID, stored.PaymentID))
+	})
+	return settleErr("store.SettleRefund", "refund "+r.ID, err)
+}
+
+// ResolveRefund implements payments.AdminStore and reconcile.Store: decide
+// turns the refund locked with its payment into its new state; the payment's
+// amounts follow the change, the key's answer is rewritten when the refund
+// leaves review, and res is kept in the audit table, all in one transaction.
+func (s *Store) ResolveRefund(ctx context.Context, id string, decide func(payments.Refund) (payments.Refund, error), res payments.Resolution) (payments.Refund, error) {
+	var out payments.Refund
+	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		var rr refundRow
+		err := tx.GetContext(ctx, &rr, `SELECT `+refundColumns+` FROM refunds WHERE id = ? FOR UPDATE`, id)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errs.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		before, err := rr.toDomain()
+		if err != nil {
+			return err
+		}
+		// Lock the payment too: its amounts change with the refund.
+		var locked int
+		if err := tx.GetContext(ctx, &locked, `SELECT 1 FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, before.MerchantID, before.PaymentID); err != nil {
+			return err
+		}
+		after, err := decide(before)
+		if err != nil {
+			return err
+		}
+		changed := 0
+		if after.Status != before.Status {
+			changed = 1
+		}
+		var refunded, released int64
+		switch {
+		case after.Status == payments.RefundSucceeded && before.Status != payments.RefundSucceeded:
+			refunded = after.Amount.Minor
+		case after.Status != payments.RefundSucceeded && before.Status == payments.RefundSucceeded:
+			refunded = -before.Amount.Minor
+		}
+		switch {
+		case after.Status == payments.RefundFailed && before.Status != payments.RefundFailed:
+			released = after.Amount.Minor
+		case after.Status != payments.RefundFailed && before.Status == payments.RefundFailed:
+			released = -after.Amount.Minor // a correction takes the reservation again
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved - ?
+WHERE merchant_id = ? AND id = ?`, refunded, released, after.MerchantID, after.PaymentID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `
+UPDATE refunds SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
+    review_since = IF(? = 'requires_review', COALESCE(review_since, NOW(6)), NULL),
+    review_after = IF(? IN ('requires_review', 'pending'), COALESCE(review_after, NOW(6)), NULL),
+    event_seq = event_seq + ?, updated_at = NOW(6)
+WHERE merchant_id = ? AND id = ?`,
+			string(after.Status), nullString(after.PSPReference), nullString(after.FailureCode), nullString(after.PSPCode),
+			nullString(after.ReviewReason), string(after.Status), string(after.Status), changed, after.MerchantID, after.ID); err != nil {
+			return err
+		}
+		// A change of status is an event; a look that leaves it as it was is not.
+		if changed == 1 {
+			if _, err := refundEvent(ctx, tx, after.MerchantID, after.ID); err != nil {
+				return err
+			}
+		}
+		if before.Status == payments.RefundRequiresReview {
+			if err := tx.GetContext(ctx, &after.UpdatedAt, `SELECT updated_at FROM refunds WHERE merchant_id = ? AND id = ?`, after.MerchantID, after.ID); err != nil {
+				return err
+			}
+			ref := idemkeys.Ref{MerchantID: after.MerchantID, Endpoint: payments.EndpointCreateRefund, Key: after.IdempotencyKey}
+			if err := replaceResponse(ctx, tx, ref, payments.RenderRefund(after)); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `
+INSERT INTO refund_resolutions (merchant_id, id, refund_id, from_status, to_status, psp_reference, reason, actor, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`,
+			after.MerchantID, "rres_"+newULID(), after.ID, string(before.Status), string(after.Status),
+			nullString(res.PSPReference), res.Reason, res.Actor); err != nil {
+			return err
+		}
+		out = after
+		return nil
+	})
+	return out, err
+}
+
+// ClaimRefundChecks implements reconcile.Store: locks up to limit refunds
+// pending at their PSP or in review whose next look is due, and marks them
+// looked at for `lease` (the mark is the fence of every later write).
+func (s *Store) ClaimRefundChecks(ctx context.Context, lease time.Duration, limit int) ([]payments.RefundCheck, error) {
+	var out []payments.RefundCheck
+	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		out = out[:0]
+		// A pending refund whose key is still in progress belongs to the key's
+		// lease holder (or the unfinished-key reconciler), not to this queue:
+		// its review_after is NULL until its key completes.
+		const q = `SELECT ` + refundColumns + `, NOW(6) AS db_now FROM refunds
+WHERE status IN ('pending', 'requires_review') AND review_after <= NOW(6)
+ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
+		var rows []struct {
+			refundRow
+			DBNow time.Time `db:"db_now"`
+		}
+		if err := tx.SelectContext(ctx, &rows, q, limit); err != nil {
+			return err
+		}
+		for _, row := range rows {
+			r, err := row.toDomain()
+			if err != nil {
+				if _, err := tx.ExecContext(ctx, `UPDATE refunds SET review_after = NOW(6) + INTERVAL 1 DAY WHERE merchant_id = ? AND id = ?`, row.MerchantID, row.ID); err != nil {
+					return err
+				}
+				continue
+			}
+			mark := row.DBNow.Add(lease).Truncate(time.Microsecond)
+			if _, err := tx.ExecContext(ctx, `UPDATE refunds SET review_after = ? WHERE merchant_id = ? AND id = ?`, mark, r.MerchantID, r.ID); err != nil {
+				return err
+			}
+			r.Review.After = mark
+			var pr paymentRow
+			if err := tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ?`, r.MerchantID, r.PaymentID); err != nil {
+				return err
+			}
+			p, err := pr.toDomain()
+			if err != nil {
+				return err
+			}
+			out = append(out, payments.RefundCheck{Refund: r, Payment: p, DBNow: row.DBNow})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store.ClaimRefundChecks: %w", err)
+	}
+	return out, nil
+}
+
+// RescheduleRefundCheck implements reconcile.Store: the next look at a
+// refund pending or in review, fenced on the claim's mark.
+func (s *Store) RescheduleRefundCheck(ctx context.Context, r payments.Refund, rs payments.Reschedule) error {
+	const stmt = `
+UPDATE refunds
+SET review_after = GREATEST(NOW(6) + INTERVAL ? MICROSECOND, COALESCE(?, NOW(6))), review_attempts = ?,
+    review_not_found_at = IF(?, COALESCE(review_not_found_at, NOW(6)), review_not_found_at)
+WHERE merchant_id = ? AND id = ? AND status IN ('pending', 'requires_review') AND review_after = ?`
+	notBefore := sql.NullTime{Time: rs.NotBefore, Valid: !rs.NotBefore.IsZero()}
+	n, err := ExecRetry(ctx, s.db, stmt, micros(rs.After), notBefore, rs.Attempts, rs.NotFound, r.MerchantID, r.ID, r.Review.After)
+	switch {
+	case err != nil:
+		return writeErr("store.RescheduleRefundCheck", err)
+	case n == 0:
+		return fmt.Errorf("store.RescheduleRefundCheck(refund %s): %w", r.ID, idemkeys.ErrFenced)
+	}
+	return nil
+}

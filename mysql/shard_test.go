@@ -1,0 +1,654 @@
+package mysql_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/oklog/ulid/v2"
+
+	"gateway/errs"
+	"gateway/idemkeys"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
+	"gateway/payments"
+)
+
+// The gateway is meant to move to Vitess, sharded by merchant, without a
+// change to its statements: every statement a request sends must reach one
+// shard. TestStatementsAreSingleShard records every statement the store
+// sends while a scenario runs each of its methods on a real database, and
+// checks each one with Vitess's SQL parser: single-shard, or one of the few
+// scatter statements declared here with the reason they may scatter.
+
+// scatter is a statement allowed to run on every shard: background work
+// and ops, never a payment request. A statement matches when the store
+// method that sent it, its verb and its first table are these.
+type scatter struct {
+	name   string
+	method string // the Store method that sends it
+	verb   string
+	table  string
+	// lookup names the table.column a lookup vindex routes the statement on
+	// (deploy/vitess): the statement must fix it with an equality. Empty:
+	// a true scatter.
+	lookup string
+}
+
+var scatters = append([]scatter{
+	{"the reconciler's claim scan: unfinished keys of every merchant", "ClaimStale", "SELECT", "idempotency_keys", ""},
+	{"the reconciler's token bump of the keys it just claimed, of several merchants", "ClaimStale", "UPDATE", "idempotency_keys", ""},
+	{"the payments of the claimed keys, by (merchant_id, id) pairs", "ClaimStale", "SELECT", "payments", ""},
+	{"the refunds of the claimed keys, by (merchant_id, id) pairs", "ClaimStale", "SELECT", "refunds", ""},
+	{"the review queue's scan: payments in review due for a look", "ClaimReview", "SELECT", "payments", ""},
+	{"the refund check queue's scan: refunds pending or in review due for a look", "ClaimRefundChecks", "SELECT", "refunds", ""},
+	{"the scan of payments waiting for their customer, due for a look", "ClaimActions", "SELECT", "payments", ""},
+	{"the expiry's scan: payments awaiting confirmation past their expiry", "ExpireUnconfirmed", "SELECT", "payments", ""},
+	{"the expiry's cancel of the payments it just locked, of several merchants", "ExpireUnconfirmed", "UPDATE", "payments", ""},
+	{"a PSP's notification: the payments of the order id it names (a PSP knows no merchant)", "PaymentsByOrder", "SELECT", "payments", "payments.merchant_order_id"},
+	{"a PSP's notification: the refunds of the refund order id it names", "RefundsByOrder", "SELECT", "refunds", "refunds.refund_order_id"},
+	{"backlog gauges: oldest unfinished key, quarantined keys", "Backlog", "SELECT", "idempotency_keys", ""},
+	{"backlog gauges: payments in review", "Backlog", "SELECT", "payments", ""},
+	{"ops: merchants with their API key counts", "Merchants", "SELECT", "merchants", ""},
+	{"ops: payments by status, merchant and age, across merchants", "FindPayments", "SELECT", "payments", ""},
+	{"ops: refunds by status, merchant or payment, across merchants", "FindRefunds", "SELECT", "refunds", ""},
+	{"the purge's walk over completed keys past retention, in the order of their index, from a cursor", "PurgeKeys", "SELECT", "idempotency_keys", ""},
+	{"the purge's delete of the keys it just read, of several merchants, by primary key", "PurgeKeys", "DELETE", "idempotency_keys", ""},
+	{"the purge of events past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeEvents", "DELETE", "events", ""},
+	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
+	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
+	{"ops: a payment by its id, locked to resolve it", "Resolve", "SELECT", "payments", "payments.id"},
+	{"ops: a refund by its id", "RefundByID", "SELECT", "refunds", "refunds.id"},
+	{"ops: a refund by its id, locked to resolve it", "ResolveRefund", "SELECT", "refunds", "refunds.id"},
+	{"authentication: API keys by their visible prefix, before the merchant is known", "ActiveKeysByPrefix", "SELECT", "api_keys", "api_keys.prefix"},
+	{"browser authentication: publishable keys by their visible prefix, before the merchant is known", "ActivePublishableKeysByPrefix", "SELECT", "publishable_keys", "publishable_keys.prefix"},
+	{"a CORS preflight: whether any merchant allows an origin (a preflight carries no key)", "OriginAllowed", "SELECT", "merchant_origins", "merchant_origins.origin"},
+}, webhookScatters...)
+
+// sendsNothing lists the Store's methods that send no statement.
+var sendsNothing = map[string]string{
+	"DB":   "returns the pool",
+	"Ping": "a protocol ping, not a statement",
+}
+
+func TestStatementsAreSingleShard(t *testing.T) {
+	dbx, rec := mysqltest.MustOpenRecorded(t)
+	runScenario(t, mysql.NewStore(dbx), setupPool(t, dbx))
+
+	vs := loadVSchema(t, vschemaFile)
+	shardCols := vs.shardColumns()
+	p := newParser(t)
+	used := map[int]bool{}
+	methods := map[string]bool{}
+	stmts := rec.Statements()
+	for _, st := range stmts {
+		r, err := routeOf(p, st.SQL, shardCols)
+		if err != nil {
+			t.Errorf("the store sends a statement Vitess's parser refuses (%v):\n%s", err, st.SQL)
+			continue
+		}
+		for _, callers := range st.Callers {
+			method := storeMethod(callers)
+			if method == "" {
+				t.Errorf("a statement sent from outside the store's methods (%s):\n%s", strings.Join(callers, " < "), st.SQL)
+				continue
+			}
+			methods[method] = true
+			if r.multiTable {
+				t.Errorf("Store.%s writes several tables in one statement; write each with its own, in one transaction:\n  %s",
+					method, oneLine(st.SQL))
+				continue
+			}
+			if r.singleShard() {
+				continue
+			}
+			i := declared(r, method)
+			if i < 0 {
+				t.Errorf("Store.%s sends a statement that is neither single-shard nor a declared scatter:\n  %s\n  why: %s\n"+
+					"Make it name its merchant (an equality on merchant_id in its WHERE, in every joined table's join or WHERE, "+
+					"or merchant_id among an INSERT's VALUES), or, for background or ops work only, declare it in scatters "+
+					"(mysql/shard_test.go) and in deploy/vitess/README.md.",
+					method, oneLine(st.SQL), strings.Join(r.scattered, "; "))
+				continue
+			}
+			if s := scatters[i]; s.lookup != "" && !r.pinned[s.lookup] {
+				t.Errorf("Store.%s: %q is declared routed by the lookup on %s, but the statement fixes no %s:\n  %s",
+					method, s.name, s.lookup, s.lookup, oneLine(st.SQL))
+			}
+			used[i] = true
+		}
+	}
+	for i, s := range scatters {
+		if !used[i] {
+			t.Errorf("declared scatter %q (Store.%s, %s %s) was not sent by the scenario: remove it, or exercise it in runScenario",
+				s.name, s.method, s.verb, s.table)
+		}
+	}
+	st := reflect.TypeOf((*mysql.Store)(nil))
+	for i := range st.NumMethod() {
+		name := st.Method(i).Name
+		if _, ok := sendsNothing[name]; !ok && !methods[name] {
+			t.Errorf("Store.%s sent no statement in the scenario: call it in runScenario (mysql/shard_test.go), "+
+				"so that its statements are checked too", name)
+		}
+	}
+	t.Logf("%d distinct statements from %d store methods checked", len(stmts), len(methods))
+}
+
+// declared returns the index of the scatter that r, sent by method, is.
+func declared(r route, method string) int {
+	for i, s := range scatters {
+		if s.method == method && s.verb == r.verb && len(r.tables) > 0 && r.tables[0] == s.table {
+			return i
+		}
+	}
+	return -1
+}
+
+// storeMethod names the outermost Store method among callers (innermost
+// first): the store's entry point that sent the statement.
+func storeMethod(callers []string) string {
+	const prefix = "gateway/mysql.(*Store)."
+	method := ""
+	for _, f := range callers {
+		if name, ok := strings.CutPrefix(f, prefix); ok {
+			method, _, _ = strings.Cut(name, ".") // ClaimStale.func1 → ClaimStale
+		}
+	}
+	return method
+}
+
+func oneLine(sql string) string { return strings.Join(strings.Fields(sql), " ") }
+
+// TestSingleShardCheckRefuses shows that the check tells a scatter statement
+// from a single-shard one.
+func TestSingleShardCheckRefuses(t *testing.T) {
+	shardCols := loadVSchema(t, vschemaFile).shardColumns()
+	p := newParser(t)
+	for _, c := range []struct {
+		sql    string
+		single bool
+	}{
+		{`SELECT id FROM payments WHERE merchant_id = ? AND id = ?`, true},
+		{`SELECT id FROM payments WHERE id = ?`, false},
+		{`SELECT id FROM payments WHERE merchant_id = ? OR id = ?`, false},
+		{`SELECT id FROM payments WHERE (merchant_id = ? AND id = ?) OR (merchant_id = ? AND id = ?)`, false},
+		{`SELECT id FROM payments WHERE merchant_id > ?`, false},
+		{`SELECT id FROM payments WHERE merchant_id = NOW()`, false},
+		{`SELECT k.prefix FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE k.merchant_id = ?`, true},
+		{`SELECT k.prefix FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE k.prefix = ?`, false},
+		{`SELECT k.prefix FROM api_keys k JOIN payments p ON p.id = k.merchant_id WHERE k.merchant_id = ?`, false},
+		{`SELECT prefix FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE merchant_id = ?`, false},
+		{`UPDATE idempotency_keys SET state = ? WHERE merchant_id = ? AND endpoint = ? AND idem_key = ? AND lease_version = ?`, true},
+		{`UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id SET p.status = ? WHERE k.merchant_id = ?`, false},
+		{`DELETE k FROM idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id WHERE k.merchant_id = ?`, false},
+		{`INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`, true},
+		{`SELECT pos FROM events WHERE merchant_id = ? AND pos > ? ORDER BY pos LIMIT ?`, true},
+		{`DELETE FROM events WHERE created_at < ? LIMIT ?`, false},
+		{`UPDATE payments SET status = ? WHERE id = ?`, false},
+		{`DELETE FROM idempotency_keys WHERE merchant_id = ? AND idem_key = ?`, true},
+		{`DELETE FROM idempotency_keys WHERE completed_at < ?`, false},
+		{`INSERT INTO payments (merchant_id, id) VALUES (?, ?)`, true},
+		{`INSERT INTO payments (id) VALUES (?)`, false},
+		{`INSERT INTO payments (merchant_id, id) SELECT merchant_id, id FROM refunds WHERE merchant_id = ?`, false},
+		{`SELECT id FROM payments WHERE merchant_id = ? AND id IN (SELECT payment_id FROM refunds WHERE id = ?)`, false},
+		{`SELECT id FROM somewhere_new WHERE merchant_id = ?`, false},
+		{`SELECT NOW(6)`, true},
+	} {
+		r, err := routeOf(p, c.sql, shardCols)
+		if err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
+		if r.singleShard() != c.single {
+			t.Errorf("%s: single-shard %v, want %v (%s)", c.sql, r.singleShard(), c.single, strings.Join(r.scattered, "; "))
+		}
+	}
+}
+
+// TestVSchemaNamesEveryTable: every table the migrations create is sharded
+// in the VSchema (so a new table cannot be forgotten there), the VSchema
+// names no table that does not exist, and every lookup vindex's table is
+// in the lookup keyspace.
+func TestVSchemaNamesEveryTable(t *testing.T) {
+	p := newParser(t)
+	vs := loadVSchema(t, vschemaFile)
+	created := createdTables(t, p, migrationsDir)
+	for _, table := range created {
+		if _, ok := vs.Tables[table]; !ok {
+			t.Errorf("the migrations create table %s, which %s does not name: shard it by merchant_id (the merchant vindex) there", table, vschemaFile)
+		}
+	}
+	for table, tv := range vs.Tables {
+		if !slices.Contains(created, table) {
+			t.Errorf("%s names table %s, which the migrations do not create", vschemaFile, table)
+		}
+		if len(tv.ColumnVindexes) == 0 || tv.ColumnVindexes[0].Name != "merchant" {
+			t.Errorf("%s: table %s's primary vindex must be the merchant vindex", vschemaFile, table)
+		}
+	}
+	lookup := loadVSchema(t, lookupVSchemaFile)
+	lookupTables := createdTables(t, p, lookupSchemaFile)
+	names := make([]string, 0, len(vs.Vindexes))
+	for name := range vs.Vindexes {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		v := vs.Vindexes[name]
+		tbl, ok := v.Params["table"]
+		if !ok {
+			continue
+		}
+		_, short, _ := strings.Cut(tbl, ".")
+		if _, ok := lookup.Tables[short]; !ok {
+			t.Errorf("vindex %s: table %s is not in %s", name, tbl, lookupVSchemaFile)
+		}
+		if !slices.Contains(lookupTables, short) {
+			t.Errorf("vindex %s: table %s is not created in %s", name, tbl, lookupSchemaFile)
+		}
+	}
+}
+
+// setupPool is a second pool on the recorded database, for what the
+// scenario does behind the store's back (moving the clock, breaking rows):
+// its statements are not the store's and are not recorded.
+func setupPool(t *testing.T, dbx *sqlx.DB) *sqlx.DB {
+	t.Helper()
+	setup, err := mysql.Open(context.Background(), mysqltest.DSNOf(t, dbx), mysql.PoolOptions{MaxOpen: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { setup.Close() })
+	return setup
+}
+
+// scenario drives the store through every method and the branches that
+// send statements of their own, failing the test on any unexpected answer.
+type scenario struct {
+	t     *testing.T
+	ctx   context.Context
+	s     *mysql.Store
+	setup *sqlx.DB
+}
+
+func (sc *scenario) must(err error, what string) {
+	sc.t.Helper()
+	if err != nil {
+		sc.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (sc *scenario) mustIs(err, want error, what string) {
+	sc.t.Helper()
+	if !errors.Is(err, want) {
+		sc.t.Fatalf("%s: got %v, want %v", what, err, want)
+	}
+}
+
+func (sc *scenario) mustCode(err error, code errs.Code, what string) {
+	sc.t.Helper()
+	var pe *errs.Error
+	if !errors.As(err, &pe) || pe.Code != code {
+		sc.t.Fatalf("%s: got %v, want code %s", what, err, code)
+	}
+}
+
+func (sc *scenario) exec(query string, args ...any) {
+	sc.t.Helper()
+	if _, err := sc.setup.ExecContext(sc.ctx, query, args...); err != nil {
+		sc.t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func newID(prefix string) string { return prefix + "_" + ulid.Make().String() }
+
+func (sc *scenario) merchant(name string) (merchants.Merchant, merchants.APIKey) {
+	sc.t.Helper()
+	m := merchants.Merchant{ID: newID("mer"), Name: name, CreatedAt: time.Now().UTC().Truncate(time.Microsecond)}
+	k, err := merchants.NewAPIKey()
+	sc.must(err, "new API key")
+	sc.must(sc.s.CreateMerchant(sc.ctx, m, k), "CreateMerchant")
+	return m, k
+}
+
+func (sc *scenario) claim(merchantID, key string, lease time.Duration) (payments.Payment, idemkeys.Ref, idemkeys.Token) {
+	sc.t.Helper()
+	ref := idemkeys.Ref{MerchantID: merchantID, Endpoint: payments.EndpointCreatePayment, Key: key}
+	p := payments.Payment{
+		ID: newID("pay"), MerchantID: merchantID, IdempotencyKey: key, MerchantOrderID: newID("ord"),
+		Status: payments.Processing, Amount: payments.Money{Minor: 1000, Currency: "KRW"},
+		PaymentMethod: "pm_card_ok", Description: "shard check", Metadata: map[string]string{"k": "v"}, PSP: "fake",
+	}
+	tok := idemkeys.FirstToken()
+	_, err := sc.s.Claim(sc.ctx, payments.Claim{Ref: ref, Fingerprint: idemkeys.Fingerprint(key), Token: tok, Lease: lease, Payment: p})
+	sc.must(err, "Claim")
+	return p, ref, tok
+}
+
+func (sc *scenario) claimRefund(p payments.Payment, key string, lease time.Duration) (payments.Refund, idemkeys.Ref, idemkeys.Token) {
+	sc.t.Helper()
+	ref := idemkeys.Ref{MerchantID: p.MerchantID, Endpoint: payments.EndpointCreateRefund, Key: key}
+	r := payments.Refund{
+		ID: newID("re"), MerchantID: p.MerchantID, PaymentID: p.ID, IdempotencyKey: key,
+		RefundOrderID: payments.RefundOrderID(p.MerchantID, p.ID, key), Status: payments.RefundPending,
+		Reason: "shard check", Metadata: map[string]string{"k": "v"},
+	}
+	tok := idemkeys.FirstToken()
+	r, _, err := sc.s.ClaimRefund(sc.ctx, payments.RefundClaim{Ref: ref, Fingerprint: idemkeys.Fingerprint(key), Token: tok, Lease: lease, Refund: r},
+		func(payments.Payment) (int64, error) { return 100, nil })
+	sc.must(err, "ClaimRefund")
+	return r, ref, tok
+}
+
+func (sc *scenario) advance(d time.Duration) { mysqltest.Advance(sc.t, sc.setup, d) }
+
+func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
+	sc := &scenario{t: t, ctx: context.Background(), s: s, setup: setup}
+	ctx := sc.ctx
+	answer := idemkeys.Response{Status: 201, Body: []byte(`{"status":"succeeded"}`)}
+	res := payments.Resolution{Reason: "shard check", Actor: "ops@example.com"}
+
+	// Merchants and their API keys.
+	m1, k1 := sc.merchant("one")
+	m2, _ := sc.merchant("two")
+	k3, err := merchants.NewAPIKey()
+	sc.must(err, "new API key")
+	sc.must(s.AddAPIKey(ctx, m1.ID, k3, time.Now()), "AddAPIKey")
+	sc.mustIs(s.AddAPIKey(ctx, "mer_missing", k3, time.Now()), errs.ErrNotFound, "AddAPIKey of an unknown merchant")
+	if keys, _, err := s.ActiveKeysByPrefix(ctx, k1.Prefix); err != nil || len(keys) != 1 {
+		t.Fatalf("ActiveKeysByPrefix: %d keys, %v", len(keys), err)
+	}
+	if n, err := s.RevokeAPIKey(ctx, m1.ID, k3.Prefix, time.Now()); err != nil || n != 1 {
+		t.Fatalf("RevokeAPIKey: %d, %v", n, err)
+	}
+	if keys, err := s.APIKeys(ctx, m1.ID); err != nil || len(keys) != 2 {
+		t.Fatalf("APIKeys: %d keys, %v", len(keys), err)
+	}
+	sc.must(s.CausalReads(ctx), "CausalReads")
+
+	// Browser access: a publishable key found by its prefix, listed and
+	// revoked; an origin allowed (twice), found, listed and removed.
+	pk, err := merchants.NewPublishableKey()
+	sc.must(err, "new publishable key")
+	sc.must(s.AddPublishableKey(ctx, m1.ID, pk, time.Now()), "AddPublishableKey")
+	sc.mustIs(s.AddPublishableKey(ctx, "mer_missing", pk, time.Now()), errs.ErrNotFound, "AddPublishableKey of an unknown merchant")
+	if keys, ms, err := s.ActivePublishableKeysByPrefix(ctx, pk.Prefix); err != nil || len(keys) != 1 || ms[0].ID != m1.ID {
+		t.Fatalf("ActivePublishableKeysByPrefix: %d keys, %v", len(keys), err)
+	}
+	if keys, err := s.PublishableKeys(ctx, m1.ID); err != nil || len(keys) != 1 {
+		t.Fatalf("PublishableKeys: %d keys, %v", len(keys), err)
+	}
+	if n, err := s.RevokePublishableKey(ctx, m1.ID, pk.Prefix, time.Now()); err != nil || n != 1 {
+		t.Fatalf("RevokePublishableKey: %d, %v", n, err)
+	}
+	for i, want := range []bool{true, false} {
+		if added, err := s.AddOrigin(ctx, m1.ID, "https://shop.example", time.Now()); err != nil || added != want {
+			t.Fatalf("AddOrigin #%d: %v, %v; want %v", i+1, added, err, want)
+		}
+	}
+	_, err = s.AddOrigin(ctx, "mer_missing", "https://shop.example", time.Now())
+	sc.mustIs(err, errs.ErrNotFound, "AddOrigin of an unknown merchant")
+	if ok, err := s.OriginAllowed(ctx, "https://shop.example"); err != nil || !ok {
+		t.Fatalf("OriginAllowed: %v, %v", ok, err)
+	}
+	if origins, err := s.MerchantOrigins(ctx, m1.ID); err != nil || len(origins) != 1 {
+		t.Fatalf("MerchantOrigins: %v, %v", origins, err)
+	}
+	if removed, err := s.RemoveOrigin(ctx, m1.ID, "https://shop.example"); err != nil || !removed {
+		t.Fatalf("RemoveOrigin: %v, %v", removed, err)
+	}
+
+	// A payment's life on the live path: claimed, a duplicate refused, read,
+	// armed for a second charge, settled.
+	p1, ref1, tok1 := sc.claim(m1.ID, "key-1", time.Minute)
+	_, err = s.Claim(ctx, payments.Claim{Ref: ref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: payments.Payment{
+		ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "key-1", MerchantOrderID: newID("ord"), Amount: p1.Amount}})
+	sc.mustIs(err, idemkeys.ErrExists, "Claim of a claimed key")
+	_, err = s.Record(ctx, ref1)
+	sc.must(err, "Record")
+	_, _, err = s.LoadKey(ctx, ref1)
+	sc.must(err, "LoadKey")
+	sc.must(s.ArmCharge(ctx, ref1, tok1, time.Minute, payments.ArmGuard{Forever: true}), "ArmCharge")
+	p1.Status, p1.PSPReference = payments.Succeeded, "ch_1"
+	sc.must(s.Settle(ctx, ref1, tok1, p1, answer), "Settle")
+	_, err = s.Payment(ctx, m1.ID, p1.ID)
+	sc.must(err, "Payment")
+	_, err = s.PaymentByKey(ctx, m1.ID, "key-1")
+	sc.must(err, "PaymentByKey")
+	_, err = s.PaymentByID(ctx, p1.ID)
+	sc.must(err, "PaymentByID")
+
+	// A retry takes over an expired lease and gives it back unsent.
+	_, ref2, tok2 := sc.claim(m2.ID, "key-2", 0)
+	tok2, err = s.TakeOver(ctx, ref2, tok2, 0)
+	sc.must(err, "TakeOver")
+	sc.must(s.Release(ctx, ref2, tok2, true), "Release")
+
+	// Refunds of the settled payment: one claimed and settled pending at the
+	// PSP, a duplicate refused, one left to the reconciler, one of an
+	// unknown payment refused.
+	r1, rref1, rtok1 := sc.claimRefund(p1, "refund-1", time.Minute)
+	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{Ref: rref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Refund: r1},
+		func(payments.Payment) (int64, error) { return 100, nil })
+	sc.mustIs(err, idemkeys.ErrExists, "ClaimRefund of a claimed key")
+	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{
+		Ref:    idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointCreateRefund, Key: "refund-x"},
+		Token:  idemkeys.FirstToken(),
+		Lease:  time.Minute,
+		Refund: payments.Refund{ID: newID("re"), MerchantID: m1.ID, PaymentID: "pay_missing", IdempotencyKey: "refund-x", RefundOrderID: newID("rord")},
+	}, func(payments.Payment) (int64, error) { return 100, nil })
+	sc.mustIs(err, errs.ErrNotFound, "ClaimRefund of an unknown payment")
+	_, err = s.Refund(ctx, m1.ID, r1.ID)
+	sc.must(err, "Refund")
+	_, err = s.RefundByID(ctx, r1.ID)
+	sc.must(err, "RefundByID")
+	r1.Status = payments.RefundPending
+	sc.must(s.SettleRefund(ctx, rref1, rtok1, r1, answer), "SettleRefund (pending at the PSP)")
+	r2, _, _ := sc.claimRefund(p1, "refund-2", 0)
+	r2b, _, _ := sc.claimRefund(p1, "refund-2b", 0)
+	r3, rref3, rtok3 := sc.claimRefund(p1, "refund-3", time.Minute)
+	r3.Status, r3.ReviewReason = payments.RefundRequiresReview, "shard check"
+	sc.must(s.SettleRefund(ctx, rref3, rtok3, r3, answer), "SettleRefund (review)")
+
+	// Unfinished keys for the reconciler: two payments (of two merchants)
+	// and two refunds, plus one whose payment row is gone (quarantined).
+	p3, _, _ := sc.claim(m1.ID, "key-3", 0)
+	p4, _, _ := sc.claim(m2.ID, "key-4", 0)
+	p5, _, _ := sc.claim(m1.ID, "key-5", 0)
+	sc.exec(`DELETE FROM payments WHERE id = ?`, p5.ID)
+	claimed, err := s.ClaimStale(ctx, time.Minute, 100)
+	sc.must(err, "ClaimStale")
+	if len(claimed.Pending) != 5 || len(claimed.Quarantined) != 1 {
+		t.Fatalf("ClaimStale: %d pending, %d quarantined; want 5 and 1", len(claimed.Pending), len(claimed.Quarantined))
+	}
+	for _, pd := range claimed.Pending {
+		switch {
+		case pd.Refund != nil && pd.Refund.ID == r2.ID:
+			r := *pd.Refund
+			r.Status, r.ReviewReason = payments.RefundRequiresReview, "shard check"
+			sc.must(s.SettleRefund(ctx, pd.Key.Ref, pd.Key.Token, r, answer), "SettleRefund by the reconciler")
+		case pd.Refund != nil && pd.Refund.ID == r2b.ID:
+			r := *pd.Refund
+			r.Status, r.FailureCode = payments.RefundFailed, "shard_check"
+			sc.must(s.SettleRefund(ctx, pd.Key.Ref, pd.Key.Token, r, answer), "SettleRefund (failed) by the reconciler")
+		case pd.Payment.ID == p3.ID, pd.Payment.ID == p4.ID:
+			p := pd.Payment
+			p.Status, p.ReviewReason = payments.RequiresReview, "shard check"
+			sc.must(s.Settle(ctx, pd.Key.Ref, pd.Key.Token, p, answer), "Settle to review")
+		default:
+			sc.must(s.Reschedule(ctx, pd.Key.Ref, pd.Key.Token, payments.Reschedule{After: time.Minute, Attempts: 1, NotFound: true}), "Reschedule")
+		}
+	}
+
+	// The review queues, once their first look is due: one unreadable row
+	// of each is pushed aside.
+	sc.exec(`UPDATE payments SET metadata = '{' WHERE id = ?`, p4.ID)
+	sc.exec(`UPDATE refunds SET metadata = '{' WHERE id = ?`, r3.ID)
+	sc.advance(payments.ReviewFirstLook + time.Second)
+	inReview, err := s.ClaimReview(ctx, time.Minute, 100)
+	sc.must(err, "ClaimReview")
+	if len(inReview) != 1 || inReview[0].Payment.ID != p3.ID {
+		t.Fatalf("ClaimReview: %d payments, want p3 alone", len(inReview))
+	}
+	sc.must(s.RescheduleReview(ctx, inReview[0].Payment, payments.Reschedule{After: time.Hour, Attempts: 1}), "RescheduleReview")
+	_, err = s.Resolve(ctx, p3.ID, func(p payments.Payment) (payments.Payment, error) {
+		p.Status, p.ReviewReason = payments.Succeeded, ""
+		return p, nil
+	}, res)
+	sc.must(err, "Resolve")
+	checks, err := s.ClaimRefundChecks(ctx, time.Minute, 100)
+	sc.must(err, "ClaimRefundChecks")
+	if len(checks) != 2 {
+		t.Fatalf("ClaimRefundChecks: %d refunds, want 2 (r1 pending, r2 in review)", len(checks))
+	}
+	for _, c := range checks {
+		if c.Refund.ID == r1.ID {
+			sc.must(s.RescheduleRefundCheck(ctx, c.Refund, payments.Reschedule{After: time.Minute, Attempts: 1}), "RescheduleRefundCheck")
+			continue
+		}
+		_, err := s.ResolveRefund(ctx, c.Refund.ID, func(r payments.Refund) (payments.Refund, error) {
+			r.Status, r.ReviewReason = payments.RefundSucceeded, ""
+			return r, nil
+		}, res)
+		sc.must(err, "ResolveRefund")
+	}
+
+	sc.exec(`UPDATE payments SET metadata = NULL WHERE id = ?`, p4.ID)
+	sc.exec(`UPDATE refunds SET metadata = NULL WHERE id = ?`, r3.ID)
+
+	// Two-step payments: one created to confirm later, confirmed (a second
+	// confirm refused), waiting for its customer and looked at; one nobody
+	// confirmed, canceled. A PSP's notification reads by order id and
+	// hastens the looks.
+	later := payments.Payment{ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "later-1", MerchantOrderID: newID("ord"),
+		Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PSP: "fake"}
+	render := func(payments.Payment) idemkeys.Response { return answer }
+	later, _, err = s.ClaimUnconfirmed(ctx, payments.Claim{Ref: idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-1"},
+		Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: later}, time.Hour, render)
+	sc.must(err, "ClaimUnconfirmed")
+	confirmRef := func(key string) idemkeys.Ref {
+		return idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointConfirmPayment, Key: key}
+	}
+	ctok := idemkeys.FirstToken()
+	_, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: confirmRef("confirm-1"), Token: ctok, Lease: time.Minute, PaymentID: later.ID},
+		func(p payments.Payment, _ time.Time) (payments.Payment, error) {
+			p.Status, p.PaymentMethod = payments.Processing, "pm_card_3ds"
+			return p, nil
+		})
+	sc.must(err, "ClaimConfirm")
+	_, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: confirmRef("confirm-2"), Token: idemkeys.FirstToken(), Lease: time.Minute, PaymentID: later.ID},
+		func(p payments.Payment, _ time.Time) (payments.Payment, error) {
+			return p, &errs.Error{Code: errs.CodeNotConfirmable, Message: string(p.Status)}
+		})
+	sc.mustCode(err, errs.CodeNotConfirmable, "ClaimConfirm of a confirmed payment")
+	if hastened, err := s.HastenKey(ctx, confirmRef("confirm-1")); err != nil || !hastened {
+		t.Fatalf("HastenKey: %v, %v", hastened, err)
+	}
+	later.Status, later.ConfirmKey, later.NextAction = payments.RequiresAction, "confirm-1", &payments.NextAction{Type: "redirect", URL: "https://psp.example/3ds"}
+	sc.must(s.Settle(ctx, confirmRef("confirm-1"), ctok, later, answer), "Settle to requires_action")
+	if ps, err := s.PaymentsByOrder(ctx, later.MerchantOrderID); err != nil || len(ps) != 1 || ps[0].NextAction == nil {
+		t.Fatalf("PaymentsByOrder: %+v, %v", ps, err)
+	}
+	sc.must(s.HastenLook(ctx, later), "HastenLook")
+	if rs, err := s.RefundsByOrder(ctx, r1.RefundOrderID); err != nil || len(rs) != 1 {
+		t.Fatalf("RefundsByOrder: %d, %v", len(rs), err)
+	}
+	sc.must(s.HastenRefundCheck(ctx, r1), "HastenRefundCheck")
+	waiting, err := s.ClaimActions(ctx, time.Minute, 100)
+	sc.must(err, "ClaimActions")
+	if len(waiting) != 1 || waiting[0].Payment.ID != later.ID {
+		t.Fatalf("ClaimActions: %d payments, want the one waiting", len(waiting))
+	}
+	sc.must(s.RescheduleReview(ctx, waiting[0].Payment, payments.Reschedule{After: time.Minute, Attempts: 1}), "RescheduleReview of a payment waiting")
+	for _, m := range []merchants.Merchant{m1, m2} { // two merchants' payments expire together
+		unconfirmed := payments.Payment{ID: newID("pay"), MerchantID: m.ID, IdempotencyKey: "later-2", MerchantOrderID: newID("ord"),
+			Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PSP: "fake"}
+		_, _, err = s.ClaimUnconfirmed(ctx, payments.Claim{Ref: idemkeys.Ref{MerchantID: m.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-2"},
+			Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: unconfirmed}, time.Microsecond, render)
+		sc.must(err, "ClaimUnconfirmed (expiring)")
+	}
+	sc.advance(time.Second)
+	if expired, err := s.ExpireUnconfirmed(ctx, 100); err != nil || len(expired) != 2 {
+		t.Fatalf("ExpireUnconfirmed: %d, %v", len(expired), err)
+	}
+
+	// Gauges and ops' lists.
+	_, err = s.Backlog(ctx)
+	sc.must(err, "Backlog")
+	_, err = s.Merchants(ctx)
+	sc.must(err, "Merchants")
+	_, err = s.FindPayments(ctx, payments.PaymentFilter{Status: payments.RequiresReview, Since: time.Now().Add(-time.Hour), Limit: 10})
+	sc.must(err, "FindPayments")
+	_, err = s.PaymentRecord(ctx, p4.ID)
+	sc.must(err, "PaymentRecord")
+	_, err = s.FindRefunds(ctx, payments.RefundFilter{Status: payments.RefundRequiresReview, Limit: 10})
+	sc.must(err, "FindRefunds")
+
+	// Merchants' listings, with every filter and both cursors.
+	now := time.Now().UTC()
+	for _, q := range []payments.ListQuery{
+		{MerchantID: m1.ID, Limit: 2},
+		{MerchantID: m1.ID, Limit: 2, Status: string(payments.Succeeded), CreatedFrom: now.Add(-time.Hour), CreatedBefore: now.Add(time.Hour)},
+		{MerchantID: m1.ID, Limit: 2, StartingAfter: p3.ID},
+		{MerchantID: m1.ID, Limit: 2, EndingBefore: p1.ID},
+	} {
+		_, err := s.MerchantPayments(ctx, q)
+		sc.must(err, fmt.Sprintf("MerchantPayments(%+v)", q))
+	}
+	_, err = s.MerchantPayments(ctx, payments.ListQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: "pay_missing"})
+	sc.mustIs(err, payments.ErrCursorNotFound, "MerchantPayments with an unknown cursor")
+	for _, q := range []payments.ListQuery{
+		{MerchantID: m1.ID, Limit: 2},
+		{MerchantID: m1.ID, Limit: 2, PaymentID: p1.ID, StartingAfter: r1.ID},
+		{MerchantID: m1.ID, Limit: 2, Status: string(payments.RefundSucceeded), EndingBefore: r1.ID},
+	} {
+		_, err := s.MerchantRefunds(ctx, q)
+		sc.must(err, fmt.Sprintf("MerchantRefunds(%+v)", q))
+	}
+	_, err = s.MerchantRefunds(ctx, payments.ListQuery{MerchantID: m2.ID, Limit: 2, PaymentID: p1.ID})
+	sc.mustIs(err, errs.ErrNotFound, "MerchantRefunds of another merchant's payment")
+
+	// The events API: a page, a page after a cursor with filters, one event,
+	// an unknown cursor and event.
+	evs, err := s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2})
+	if err != nil || len(evs.Items) != 2 {
+		t.Fatalf("MerchantEvents: %+v, %v", evs, err)
+	}
+	_, err = s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: evs.Items[0].ID,
+		Type: payments.EventPaymentSucceeded, ObjectID: p1.ID})
+	sc.must(err, "MerchantEvents after a cursor, filtered")
+	_, err = s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: "evt_missing"})
+	sc.mustIs(err, payments.ErrCursorNotFound, "MerchantEvents with an unknown cursor")
+	_, err = s.MerchantEvent(ctx, m1.ID, evs.Items[0].ID)
+	sc.must(err, "MerchantEvent")
+	_, err = s.MerchantEvent(ctx, m2.ID, evs.Items[0].ID)
+	sc.mustIs(err, errs.ErrNotFound, "MerchantEvent of another merchant")
+
+	// The purge, then keys reused after it: the payment and the refund they
+	// made are named, never run again.
+	sc.advance(48 * time.Hour)
+	if n, _, _, err := s.PurgeKeys(ctx, 24*time.Hour, payments.PurgeCursor{}, 100); err != nil || n == 0 {
+		t.Fatalf("PurgeKeys: %d keys, %v", n, err)
+	}
+	if n, err := s.PurgeEvents(ctx, 24*time.Hour, 100); err != nil || n == 0 {
+		t.Fatalf("PurgeEvents: %d events, %v", n, err)
+	}
+	_, err = s.Claim(ctx, payments.Claim{Ref: ref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: payments.Payment{
+		ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "key-1", MerchantOrderID: newID("ord"), Amount: p1.Amount,
+		PaymentMethod: "pm_card_ok"}})
+	sc.mustCode(err, errs.CodeKeyReused, "Claim of a purged key")
+	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{Ref: rref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Refund: payments.Refund{
+		ID: newID("re"), MerchantID: m1.ID, PaymentID: p1.ID, IdempotencyKey: "refund-1", RefundOrderID: newID("rord")}},
+		func(payments.Payment) (int64, error) { return 100, nil })
+	sc.mustCode(err, errs.CodeKeyReused, "ClaimRefund of a purged key")
+
+	webhookScenario(sc, m1.ID)
+}

@@ -1,0 +1,335 @@
+// Package store is the MySQL/MariaDB storage of the gateway: every SQL
+// statement of a payment's and an idempotency key's life (key.go), of the
+// reconciler and the review queue (reconcile.go), of merchants and their API
+// keys (this file). It implements the small interfaces its consumers declare
+// (payments.FlowStore, merchants.AuthStore, payments.AdminStore,
+// reconcile.Store); MySQL error numbers never leave it.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/oklog/ulid/v2"
+
+	"gateway/errs"
+	"gateway/merchants"
+	"gateway/payments"
+)
+
+// Store runs every method in its own short transaction on a pool.
+type Store struct {
+	db *sqlx.DB
+	// causal prefixes the reads that decide something: on a Galera node,
+	// "SET STATEMENT wsrep_sync_wait = 1 FOR " (a MariaDB form, used only there).
+	causal string
+}
+
+// NewStore returns a Store on dbx.
+func NewStore(dbx *sqlx.DB) *Store { return &Store{db: dbx} }
+
+// CausalReads makes the reads that decide something (a duplicate's look at a
+// key before it takes it over, the re-read after a lost acknowledgement)
+// causal when the server is a Galera node: a node answering them first
+// applies every write the cluster committed before. Elsewhere every read
+// already sees the last commit and nothing changes.
+func (s *Store) CausalReads(ctx context.Context) error {
+	st, err := GaleraState(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	if st.Galera {
+		s.causal = "SET STATEMENT wsrep_sync_wait = 1 FOR "
+	}
+	return nil
+}
+
+var (
+	_ payments.FlowStore   = (*Store)(nil)
+	_ merchants.AuthStore  = (*Store)(nil)
+	_ payments.AdminStore  = (*Store)(nil)
+	_ payments.ListStore   = (*Store)(nil)
+	_ payments.NoticeStore = (*Store)(nil)
+)
+
+type paymentRow struct {
+	MerchantID      string         `db:"merchant_id"`
+	ID              string         `db:"id"`
+	IdemKey         string         `db:"idem_key"`
+	MerchantOrderID string         `db:"merchant_order_id"`
+	Status          string         `db:"status"`
+	Amount          int64          `db:"amount"`
+	AmountReserved  int64          `db:"amount_reserved"`
+	AmountRefunded  int64          `db:"amount_refunded"`
+	Currency        string         `db:"currency"`
+	PaymentMethod   string         `db:"payment_method"`
+	Description     string         `db:"description"`
+	Metadata        sql.NullString `db:"metadata"`
+	PSPReference    sql.NullString `db:"psp_reference"`
+	DeclineCode     sql.NullString `db:"decline_code"`
+	PSPCode         sql.NullString `db:"psp_code"`
+	PSP             sql.NullString `db:"psp"`
+	ReviewReason    sql.NullString `db:"review_reason"`
+	ReviewSince     sql.NullTime   `db:"review_since"`
+	ReviewAfter     sql.NullTime   `db:"review_after"`
+	ReviewAttempts  int            `db:"review_attempts"`
+	ReviewNotFound  sql.NullTime   `db:"review_not_found_at"`
+	ExpiresAt       sql.NullTime   `db:"expires_at"`
+	ConfirmKey      sql.NullString `db:"confirm_key"`
+	NextAction      sql.NullString `db:"next_action"`
+	ClientSecret    []byte         `db:"client_secret_hash"`
+	CreatedAt       time.Time      `db:"created_at"`
+	UpdatedAt       time.Time      `db:"updated_at"`
+}
+
+const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
+    payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
+    review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
+    client_secret_hash, created_at, updated_at`
+
+func (r paymentRow) toDomain() (payments.Payment, error) {
+	p := payments.Payment{
+		ID:              r.ID,
+		MerchantID:      r.MerchantID,
+		IdempotencyKey:  r.IdemKey,
+		MerchantOrderID: r.MerchantOrderID,
+		Status:          payments.Status(r.Status),
+		Amount:          payments.Money{Minor: r.Amount, Currency: r.Currency},
+		AmountReserved:  r.AmountReserved,
+		AmountRefunded:  r.AmountRefunded,
+		PaymentMethod:   r.PaymentMethod,
+		Description:     r.Description,
+		PSPReference:    r.PSPReference.String,
+		DeclineCode:     r.DeclineCode.String,
+		PSPCode:         r.PSPCode.String,
+		PSP:             r.PSP.String,
+		ReviewReason:    r.ReviewReason.String,
+		Review: payments.Review{
+			Since:      r.ReviewSince.Time,
+			After:      r.ReviewAfter.Time,
+			Attempts:   r.ReviewAttempts,
+			NotFoundAt: r.ReviewNotFound.Time,
+		},
+		ExpiresAt:  r.ExpiresAt.Time,
+		ConfirmKey: r.ConfirmKey.String,
+		CreatedAt:  r.CreatedAt,
+		UpdatedAt:  r.UpdatedAt,
+	}
+	copy(p.ClientSecretHash[:], r.ClientSecret)
+	if r.Metadata.Valid && r.Metadata.String != "" {
+		if err := json.Unmarshal([]byte(r.Metadata.String), &p.Metadata); err != nil {
+			return payments.Payment{}, fmt.Errorf("payment %s: metadata: %w", r.ID, err)
+		}
+	}
+	if r.NextAction.Valid && r.NextAction.String != "" {
+		if err := json.Unmarshal([]byte(r.NextAction.String), &p.NextAction); err != nil {
+			return payments.Payment{}, fmt.Errorf("payment %s: next_action: %w", r.ID, err)
+		}
+	}
+	return p, nil
+}
+
+// paymentsOf decodes rows, failing on the first that cannot be.
+func paymentsOf(rows []paymentRow) ([]payments.Payment, error) {
+	out := make([]payments.Payment, 0, len(rows))
+	for _, r := range rows {
+		p, err := r.toDomain()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// nextActionJSON is how next_action is stored: NULL for none.
+func nextActionJSON(na *payments.NextAction) (sql.NullString, error) {
+	if na == nil {
+		return sql.NullString{}, nil
+	}
+	b, err := json.Marshal(na)
+	if err != nil {
+		return sql.NullString{}, fmt.Errorf("next_action: %w", err)
+	}
+	return sql.NullString{String: string(b), Valid: true}, nil
+}
+
+func newULID() string { return ulid.Make().String() }
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func metadataJSON(md map[string]string) (string, error) {
+	b, err := json.Marshal(md)
+	if err != nil {
+		return "", fmt.Errorf("metadata: %w", err)
+	}
+	return string(b), nil
+}
+
+// Payment implements payments.FlowStore.
+func (s *Store) Payment(ctx context.Context, merchantID, id string) (payments.Payment, error) {
+	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = ? AND id = ?`
+	return s.getPayment(ctx, q, merchantID, id)
+}
+
+// PaymentByKey implements payments.FlowStore.
+func (s *Store) PaymentByKey(ctx context.Context, merchantID, key string) (payments.Payment, error) {
+	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE merchant_id = ? AND idem_key = ?`
+	return s.getPayment(ctx, q, merchantID, key)
+}
+
+// PaymentByID implements payments.AdminStore: ops name payments by id alone.
+func (s *Store) PaymentByID(ctx context.Context, id string) (payments.Payment, error) {
+	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`
+	return s.getPayment(ctx, q, id)
+}
+
+func (s *Store) getPayment(ctx context.Context, q string, args ...any) (payments.Payment, error) {
+	var r paymentRow
+	err := s.db.GetContext(ctx, &r, q, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return payments.Payment{}, errs.ErrNotFound
+	}
+	if err != nil {
+		return payments.Payment{}, fmt.Errorf("store: read payment: %w", Classify(err))
+	}
+	return r.toDomain()
+}
+
+// CreateMerchant implements payments.AdminStore.
+func (s *Store) CreateMerchant(ctx context.Context, m merchants.Merchant, key merchants.APIKey) error {
+	return Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx,
+			`INSERT INTO merchants (id, name, created_at) VALUES (?, ?, ?)`,
+			m.ID, m.Name, m.CreatedAt); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO api_keys (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
+			key.Hash[:], m.ID, key.Prefix, m.CreatedAt)
+		return err
+	})
+}
+
+type apiKeyRow struct {
+	KeyHash      []byte       `db:"key_hash"`
+	MerchantID   string       `db:"merchant_id"`
+	Prefix       string       `db:"prefix"`
+	CreatedAt    time.Time    `db:"created_at"`
+	RevokedAt    sql.NullTime `db:"revoked_at"`
+	MerchantName string       `db:"merchant_name"`
+	MerchantAt   time.Time    `db:"merchant_created_at"`
+}
+
+func (r apiKeyRow) toDomain() merchants.StoredKey {
+	k := merchants.StoredKey{MerchantID: r.MerchantID, Prefix: r.Prefix, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt.Time}
+	copy(k.Hash[:], r.KeyHash)
+	return k
+}
+
+// apiKeyColumns reads a key with its merchant; keyQuery joins them for API
+// keys (publishableKeyQuery for publishable keys, in browser.go).
+const apiKeyColumns = `
+SELECT k.key_hash, k.merchant_id, k.prefix, k.created_at, k.revoked_at,
+       m.name AS merchant_name, m.created_at AS merchant_created_at`
+
+const keyQuery = apiKeyColumns + `
+FROM api_keys k JOIN merchants m ON m.id = k.merchant_id`
+
+// ActiveKeysByPrefix implements merchants.AuthStore.
+func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
+	return s.activeKeys(ctx, "store.ActiveKeysByPrefix", keyQuery, prefix)
+}
+
+// activeKeys reads the active keys of query (keyQuery or
+// publishableKeyQuery) with a visible prefix, with their merchants.
+func (s *Store) activeKeys(ctx context.Context, op, query, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
+	var rows []apiKeyRow
+	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.prefix = ? AND k.revoked_at IS NULL`, prefix); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, Classify(err))
+	}
+	keys := make([]merchants.StoredKey, len(rows))
+	owners := make([]merchants.Merchant, len(rows))
+	for i, r := range rows {
+		keys[i] = r.toDomain()
+		owners[i] = merchants.Merchant{ID: r.MerchantID, Name: r.MerchantName, CreatedAt: r.MerchantAt}
+	}
+	return keys, owners, nil
+}
+
+// AddAPIKey implements payments.AdminStore.
+func (s *Store) AddAPIKey(ctx context.Context, merchantID string, key merchants.APIKey, now time.Time) error {
+	return s.addKey(ctx, "api_keys", merchantID, key, now)
+}
+
+// addKey stores key in table (api_keys or publishable_keys) for an
+// existing merchant, in one transaction.
+func (s *Store) addKey(ctx context.Context, table, merchantID string, key merchants.APIKey, now time.Time) error {
+	return Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if err := lockMerchant(ctx, tx, merchantID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (key_hash, merchant_id, prefix, created_at) VALUES (?, ?, ?, ?)`,
+			key.Hash[:], merchantID, key.Prefix, now)
+		return err
+	})
+}
+
+// lockMerchant takes a shared look at a merchant's row in tx, so that it
+// cannot vanish before what tx adds for it; errs.ErrNotFound when there
+// is none.
+func lockMerchant(ctx context.Context, tx *sqlx.Tx, merchantID string) error {
+	var n int
+	if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM merchants WHERE id = ? FOR UPDATE`, merchantID); err != nil {
+		return err
+	}
+	if n == 0 {
+		return errs.ErrNotFound
+	}
+	return nil
+}
+
+// RevokeAPIKey implements payments.AdminStore.
+func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error) {
+	return s.revokeKey(ctx, "store.RevokeAPIKey", "api_keys", merchantID, prefix, now)
+}
+
+// revokeKey revokes the merchant's active keys of table with a prefix.
+func (s *Store) revokeKey(ctx context.Context, op, table, merchantID, prefix string, now time.Time) (int, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE `+table+` SET revoked_at = ? WHERE merchant_id = ? AND prefix = ? AND revoked_at IS NULL`,
+		now, merchantID, prefix)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", op, Classify(err))
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+// APIKeys implements payments.AdminStore.
+func (s *Store) APIKeys(ctx context.Context, merchantID string) ([]merchants.StoredKey, error) {
+	return s.merchantKeys(ctx, "store.APIKeys", keyQuery, merchantID)
+}
+
+// merchantKeys lists a merchant's keys of query, revoked ones included.
+func (s *Store) merchantKeys(ctx context.Context, op, query, merchantID string) ([]merchants.StoredKey, error) {
+	var rows []apiKeyRow
+	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.merchant_id = ? ORDER BY k.created_at, k.prefix`, merchantID); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, Classify(err))
+	}
+	out := make([]merchants.StoredKey, len(rows))
+	for i, r := range rows {
+		out[i] = r.toDomain()
+	}
+	return out, nil
+}
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// DB returns the pool, for tests and benchmarks that seed rows in bulk.
+func (s *Store) DB() *sqlx.DB { return s.db }

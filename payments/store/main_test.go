@@ -1,9 +1,0 @@
-package store_test
-
-import (
-	"testing"
-
-	"gateway/db/dbtest"
-)
-
-func TestMain(m *testing.M) { dbtest.Main(m) }
