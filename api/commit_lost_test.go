@@ -25,19 +25,19 @@ type lostAck struct {
 	dropped         atomic.Int32 // how many claims to fail with an unknown fate without committing
 }
 
-func (s *lostAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
+func (s *lostAck) Claim(ctx context.Context, c payments.Claim) error {
 	if s.dropped.Add(-1) >= 0 {
-		return time.Time{}, errs.ErrWriteUnknown
+		return errs.ErrWriteUnknown
 	}
-	now, err := s.FlowStore.Claim(ctx, c)
+	err := s.FlowStore.Claim(ctx, c)
 	if err == nil && s.claims.Add(-1) >= 0 {
-		return now, errs.ErrWriteUnknown
+		return errs.ErrWriteUnknown
 	}
-	return now, err
+	return err
 }
 
-func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
-	err := s.FlowStore.Settle(ctx, ref, token, p, resp)
+func (s *lostAck) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) error {
+	err := s.FlowStore.Settle(ctx, ref, token, c)
 	if err == nil && s.settles.Add(-1) >= 0 {
 		return errs.ErrWriteUnknown
 	}
@@ -84,18 +84,18 @@ type deadAfterCharge struct {
 	down atomic.Bool
 }
 
-var errConnLost = fmt.Errorf("store.Settle: %w: %w", errs.ErrWriteUnknown, mysql.ErrConnLost)
+var errConnLost = fmt.Errorf("Store.Settle: %w: %w", errs.ErrWriteUnknown, mysql.ErrConnLost)
 
-func (s *deadAfterCharge) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
+func (s *deadAfterCharge) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) error {
 	if s.down.Load() {
 		return errConnLost
 	}
-	return s.FlowStore.Settle(ctx, ref, token, p, resp)
+	return s.FlowStore.Settle(ctx, ref, token, c)
 }
 
 func (s *deadAfterCharge) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
 	if s.down.Load() {
-		return idemkeys.Record{}, fmt.Errorf("store: read key: %w", mysql.ErrConnLost)
+		return idemkeys.Record{}, fmt.Errorf("Store.Record: %w", mysql.ErrConnLost)
 	}
 	return s.FlowStore.Record(ctx, ref)
 }

@@ -120,7 +120,7 @@ func TestTwoStepCheckoutOutcomes(t *testing.T) {
 				t.Fatalf("GET after the confirm: %s", now.Status)
 			}
 			e.wantCounts(counts{payments: 1, keys: 2, completed: 2, charges: tc.charges, chargeCalls: 1})
-			if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE endpoint = ? AND payment_id = ?`, payments.EndpointConfirmPayment, v.ID); n != 1 {
+			if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE endpoint = ? AND subject_id = ?`, payments.EndpointConfirmPayment, v.ID); n != 1 {
 				t.Fatalf("%d confirm keys name the payment, want 1", n)
 			}
 		})

@@ -117,13 +117,13 @@ func answer(c echo.Context, out payments.Outcome) error {
 	// A creation's answer may hold the payment's client secret.
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 	if out.Response.Status == http.StatusCreated {
-		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.PaymentID)
+		c.Response().Header().Set(echo.HeaderLocation, "/payments/"+out.SubjectID)
 	}
 	if out.Replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
 	if c.Path() == "/payments" {
-		noteOf(c).paymentID = out.PaymentID
+		noteOf(c).paymentID = out.SubjectID
 	}
 	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
 }

@@ -337,7 +337,7 @@ func TestSettleWithStaleVersionIsRefused(t *testing.T) {
 		t.Fatalf("second takeover from the same token: %v, want ErrFenced", err)
 	}
 	p.Status = payments.Succeeded
-	err = e.store.Settle(ctx, ref, rec.Token, p, payments.Render(p))
+	err = e.store.Settle(ctx, ref, rec.Token, payments.PaymentSettled(p))
 	if !errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("stale settle: %v, want ErrFenced", err)
 	}
@@ -345,13 +345,13 @@ func TestSettleWithStaleVersionIsRefused(t *testing.T) {
 		t.Fatalf("stale release: %v, want ErrFenced", err)
 	}
 	// The same grant number with another random part is another token.
-	if err := e.store.ArmCharge(ctx, ref, idemkeys.Token(int64(token)^1), time.Minute, payments.ArmGuard{Forever: true}); !errors.Is(err, idemkeys.ErrFenced) {
+	if err := e.store.ArmSend(ctx, ref, idemkeys.Token(int64(token)^1), time.Minute, payments.ArmGuard{Forever: true}); !errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("arm with a token of the right grant but not the holder's: %v, want ErrFenced", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'processing'`); n != 1 {
 		t.Fatal("stale settle changed the payment")
 	}
-	if err := e.store.Settle(ctx, ref, token, p, payments.Render(p)); err != nil {
+	if err := e.store.Settle(ctx, ref, token, payments.PaymentSettled(p)); err != nil {
 		t.Fatalf("holder's settle: %v", err)
 	}
 }

@@ -252,7 +252,7 @@ func TestStripeNotificationSettlesPendingRefund(t *testing.T) {
 	if err != nil || out.Response.Status != http.StatusAccepted {
 		t.Fatalf("refund: %+v %v", out, err)
 	}
-	rf, err := e.store.Refund(context.Background(), e.merch.ID, out.PaymentID)
+	rf, err := e.store.Refund(context.Background(), e.merch.ID, out.SubjectID)
 	if err != nil || rf.Status != payments.RefundPending {
 		t.Fatalf("refund %+v %v", rf, err)
 	}

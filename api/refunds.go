@@ -59,7 +59,7 @@ func (s *Server) handleCreateRefund(c echo.Context) error {
 		return err
 	}
 	if out.Response.Status == http.StatusCreated || out.Response.Status == http.StatusAccepted {
-		c.Response().Header().Set(echo.HeaderLocation, "/refunds/"+out.PaymentID)
+		c.Response().Header().Set(echo.HeaderLocation, "/refunds/"+out.SubjectID)
 	}
 	if out.Replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")

@@ -27,12 +27,12 @@ func TestRejectedRepeatSendIsNotFinal(t *testing.T) {
 	wantProblem(t, e.post("k", body), http.StatusBadGateway, "psp-outcome-unknown")
 	var row struct {
 		State    string `db:"state"`
-		Attempts int    `db:"charge_attempts"`
-		NotSent  int    `db:"charges_not_sent"`
+		Attempts int    `db:"send_attempts"`
+		NotSent  int    `db:"sends_not_sent"`
 		Status   string `db:"status"`
 	}
-	if err := e.db.Get(&row, `SELECT k.state, k.charge_attempts, k.charges_not_sent, p.status
-FROM idempotency_keys k JOIN payments p ON p.id = k.payment_id`); err != nil {
+	if err := e.db.Get(&row, `SELECT k.state, k.send_attempts, k.sends_not_sent, p.status
+FROM idempotency_keys k JOIN payments p ON p.id = k.subject_id`); err != nil {
 		t.Fatal(err)
 	}
 	if row.State != "IN_PROGRESS" || row.Status == string(payments.Failed) || row.Attempts != 2 || row.NotSent != 1 {
@@ -68,11 +68,11 @@ func TestDeclinedRepeatRefundIsNotFinal(t *testing.T) {
 	var row struct {
 		Status   string `db:"status"`
 		Reserved int64  `db:"amount_reserved"`
-		Attempts int    `db:"charge_attempts"`
-		NotSent  int    `db:"charges_not_sent"`
+		Attempts int    `db:"send_attempts"`
+		NotSent  int    `db:"sends_not_sent"`
 	}
-	if err := e.db.Get(&row, `SELECT r.status, p.amount_reserved, k.charge_attempts, k.charges_not_sent
-FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN idempotency_keys k ON k.payment_id = r.id`); err != nil {
+	if err := e.db.Get(&row, `SELECT r.status, p.amount_reserved, k.send_attempts, k.sends_not_sent
+FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN idempotency_keys k ON k.subject_id = r.id`); err != nil {
 		t.Fatal(err)
 	}
 	if row.Status == string(payments.RefundFailed) || row.Reserved != 300 || row.Attempts != 2 || row.NotSent != 1 {
@@ -103,27 +103,27 @@ func TestArmChargeGuard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r.ChargeAttempts
+		return r.SendAttempts
 	}
 	for _, g := range []payments.ArmGuard{
 		{},                            // no dedupe, not authoritative
 		{DedupeAge: time.Microsecond}, // the key is older than the dedupe memory allows
 		{Authoritative: true, LateAfter: time.Hour}, // the last send's creation window is still open
 	} {
-		if err := e.store.ArmCharge(ctx, ref, token, time.Minute, g); !errors.Is(err, payments.ErrArmRefused) {
+		if err := e.store.ArmSend(ctx, ref, token, time.Minute, g); !errors.Is(err, payments.ErrArmRefused) {
 			t.Fatalf("guard %+v: %v, want ErrArmRefused", g, err)
 		}
 	}
 	if n := attempts(); n != 1 {
 		t.Fatalf("refused arms counted: %d attempts", n)
 	}
-	if err := e.store.ArmCharge(ctx, ref, rec.Token, time.Minute, payments.ArmGuard{Forever: true}); !errors.Is(err, idemkeys.ErrFenced) {
+	if err := e.store.ArmSend(ctx, ref, rec.Token, time.Minute, payments.ArmGuard{Forever: true}); !errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("arm with the old token: %v, want ErrFenced", err)
 	}
-	if err := e.store.ArmCharge(ctx, ref, token, time.Minute, payments.ArmGuard{DedupeAge: time.Hour}); err != nil {
+	if err := e.store.ArmSend(ctx, ref, token, time.Minute, payments.ArmGuard{DedupeAge: time.Hour}); err != nil {
 		t.Fatalf("arm inside the dedupe memory: %v", err)
 	}
-	if err := e.store.ArmCharge(ctx, ref, token, time.Minute, payments.ArmGuard{Forever: true}); err != nil {
+	if err := e.store.ArmSend(ctx, ref, token, time.Minute, payments.ArmGuard{Forever: true}); err != nil {
 		t.Fatalf("arm with a PSP that dedupes for ever: %v", err)
 	}
 	if n := attempts(); n != 3 {

@@ -27,7 +27,7 @@ import (
 // timing or ratio: those depend on the machine.
 func TestEveryScenarioRuns(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs every scenario against a real database")
+		t.Skip("runs every scenario against a real database: make proofs runs it")
 	}
 	jsonFile := filepath.Join(t.TempDir(), "bench.json")
 	charts := t.TempDir()
@@ -175,7 +175,7 @@ func TestFloorIssuesTheFlowsStatements(t *testing.T) {
 	compare("fresh payment", flow, floorRec.take())
 
 	// A refund of that payment (the floor refunds one of its own).
-	rreq := refundRequest(merchant.ID, out.PaymentID, "drift-refund-1")
+	rreq := refundRequest(merchant.ID, out.SubjectID, "drift-refund-1")
 	flowRec.take()
 	rout, err := svc.CreateRefund(ctx, rreq)
 	if err != nil || rout.Replayed || rout.Response.Status != 201 {

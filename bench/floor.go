@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -25,8 +24,8 @@ const (
 	floorNow    = `SELECT NOW(6)`
 	floorKeyIns = `
 INSERT INTO idempotency_keys
-    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
-     locked_until, may_charge_until, reconcile_after, charge_attempts, charges_not_sent, created_at, updated_at)
+    (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
+     locked_until, may_send_until, reconcile_after, send_attempts, sends_not_sent, created_at, updated_at)
 VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
 	floorPaymentIns = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
@@ -39,40 +38,34 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
 UPDATE idempotency_keys
 SET state = 'COMPLETED', response_status = ?, response_body = ?, locked_until = NULL,
     completed_at = NOW(6), updated_at = NOW(6)
-WHERE merchant_id = ? AND endpoint = ? AND idem_key = ? AND state = 'IN_PROGRESS' AND lease_version = ? AND payment_id = ?`
+WHERE merchant_id = ? AND endpoint = ? AND idem_key = ? AND state = 'IN_PROGRESS' AND lease_version = ? AND subject_id = ?`
 	floorSettle = `
 UPDATE payments
 SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
     review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
     review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
                           WHEN 'requires_action' THEN NOW(6) + INTERVAL ? MICROSECOND END,
-    next_action = ?, event_seq = event_seq + 1, updated_at = NOW(6)
+    next_action = ?, event_seq = LAST_INSERT_ID(event_seq + 1), updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 	floorPaymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
     client_secret_hash, created_at, updated_at`
-	floorPaymentRead = `SELECT ` + floorPaymentColumns + `, event_seq FROM payments WHERE merchant_id = ? AND id = ?`
-	floorPaymentLock = `SELECT ` + floorPaymentColumns + ` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`
-	floorReserve     = `UPDATE payments SET amount_reserved = amount_reserved + ? WHERE merchant_id = ? AND id = ?`
-	floorRefundIns   = `
+	floorPaymentLock = `SELECT ` + floorPaymentColumns + `, event_seq, NOW(6) AS db_now FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`
+	floorMoveAmounts = `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved + ?
+WHERE merchant_id = ? AND id = ?`
+	floorRefundIns = `
 INSERT INTO refunds (merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency,
     reason, metadata, psp, event_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, 1, ?, ?)`
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 	floorSettleRefund = `
 UPDATE refunds
 SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
     review_since = IF(? = 'requires_review', NOW(6), NULL),
     review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
                           WHEN 'pending' THEN NOW(6) + INTERVAL ? MICROSECOND END,
-    event_seq = event_seq + ?, updated_at = ?
+    event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'pending'`
-	floorRefundRead = `SELECT merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency, reason,
-    metadata, psp_reference, failure_code, psp_code, psp, review_reason, review_since, review_after,
-    review_attempts, review_not_found_at, created_at, updated_at, event_seq FROM refunds WHERE merchant_id = ? AND id = ?`
-	floorMoveAmounts = `
-UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved - ?
-WHERE merchant_id = ? AND id = ?`
 	floorReadResponse = `
 SELECT response_status, response_body FROM idempotency_keys
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
@@ -87,11 +80,11 @@ const (
 	floorMinimalUpd = `UPDATE bench_minimal SET done = 1 WHERE k = ? AND done = 0`
 )
 
-// floorFresh is one fresh payment as the database sees it: the claim
-// transaction (key, payment, its first event), the PSP's time (pspWait,
-// holding no connection), and the settle transaction (the key completed,
-// fenced on its token; the payment settled, its event number taken; the
-// payment read; its event).
+// floorFresh is one fresh payment as the database sees it: the database's
+// clock read, the claim transaction (key, payment, its first event), the
+// PSP's time (pspWait, holding no connection), and the settle transaction
+// (the key completed, fenced on its token; the payment settled, its event
+// number taken in the same statement; its event).
 func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duration) error {
 	merchantID := b.gw.merchant.ID
 	id := "pay_" + ulid.Make().String()
@@ -99,11 +92,11 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 	resp := b.floorResp
 	// An event's data is the payment's view, of the stored answer's size.
 	data := string(resp.Body)
+	var now time.Time
+	if err := b.floor.QueryRowContext(ctx, floorNow).Scan(&now); err != nil {
+		return fmt.Errorf("floor clock: %w", err)
+	}
 	err := b.floorTx(ctx, func(tx *sql.Tx) error {
-		var now time.Time
-		if err := tx.QueryRowContext(ctx, floorNow).Scan(&now); err != nil {
-			return err
-		}
 		until := now.Add(serviceConfig().Lease)
 		if _, err := tx.ExecContext(ctx, floorKeyIns, merchantID, payments.EndpointCreatePayment, key, b.floorFP[:],
 			id, int64(1), until, until, until, now, now); err != nil {
@@ -130,13 +123,10 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 			merchantID, payments.EndpointCreatePayment, key, int64(1), id)); err != nil {
 			return err
 		}
-		if err := affectedN(1)(tx.ExecContext(ctx, floorSettle,
+		seq, err := bumpedSeq(tx.ExecContext(ctx, floorSettle,
 			status, "fake_ch_"+id[4:20], sql.NullString{}, sql.NullString{}, sql.NullString{},
 			status, status, payments.ReviewFirstLook.Microseconds(), payments.ActionFirstLook.Microseconds(), sql.NullString{},
-			merchantID, id)); err != nil {
-			return err
-		}
-		seq, err := floorEventSeq(ctx, tx, floorPaymentRead, merchantID, id)
+			merchantID, id))
 		if err != nil {
 			return err
 		}
@@ -153,8 +143,8 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 // floorRefund is one fresh refund of refundAmount of payment paymentID as
 // the database sees it: the claim transaction (key, payment locked, amount
 // reserved, refund, its first event), then the settle transaction (key
-// fenced, refund settled and its event number taken, the refund read, its
-// event, the payment's amounts moved).
+// fenced, refund settled and its event number taken in the same statement,
+// its event, the payment's amounts moved).
 func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 	merchantID := b.gw.merchant.ID
 	id := "re_" + ulid.Make().String()
@@ -182,10 +172,10 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 		if !found {
 			return fmt.Errorf("payment %s not found", paymentID)
 		}
-		if _, err := tx.ExecContext(ctx, floorReserve, int64(refundAmount), merchantID, paymentID); err != nil {
+		if _, err := tx.ExecContext(ctx, floorMoveAmounts, int64(0), int64(refundAmount), merchantID, paymentID); err != nil {
 			return err
 		}
-		if _, err = tx.ExecContext(ctx, floorRefundIns, merchantID, id, paymentID, key, order,
+		if _, err = tx.ExecContext(ctx, floorRefundIns, merchantID, id, paymentID, key, order, string(payments.RefundPending),
 			int64(refundAmount), "USD", refundReason, `{"order":"`+key+`"}`, sql.NullString{String: "fake", Valid: true}, created, created); err != nil {
 			return err
 		}
@@ -202,13 +192,10 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 			merchantID, payments.EndpointCreateRefund, key, int64(1), id)); err != nil {
 			return err
 		}
-		if err := affectedN(1)(tx.ExecContext(ctx, floorSettleRefund,
+		seq, err := bumpedSeq(tx.ExecContext(ctx, floorSettleRefund,
 			status, "fake_re_"+id[3:19], sql.NullString{}, sql.NullString{}, sql.NullString{},
 			status, status, payments.ReviewFirstLook.Microseconds(), payments.RefundFirstCheck.Microseconds(), int64(1), created,
-			merchantID, id)); err != nil {
-			return err
-		}
-		seq, err := floorEventSeq(ctx, tx, floorRefundRead, merchantID, id)
+			merchantID, id))
 		if err != nil {
 			return err
 		}
@@ -224,41 +211,13 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 	return nil
 }
 
-// floorEventSeq runs q, a read of one row whose last column is its
-// event_seq, reading every column as the store does, and returns the
-// event number.
-func floorEventSeq(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
-	if err != nil {
+// bumpedSeq is the event number an UPDATE with LAST_INSERT_ID(event_seq + n)
+// took, as the store reads it: from the statement's own result.
+func bumpedSeq(res sql.Result, err error) (int64, error) {
+	if err := affectedN(1)(res, err); err != nil {
 		return 0, err
 	}
-	cols, err := rows.Columns()
-	if err != nil {
-		return 0, errors.Join(err, rows.Close())
-	}
-	vals := make([]sql.RawBytes, len(cols))
-	ptrs := make([]any, len(cols))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
-	var seq int64
-	found := false
-	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return 0, errors.Join(err, rows.Close())
-		}
-		if seq, err = strconv.ParseInt(string(vals[len(vals)-1]), 10, 64); err != nil {
-			return 0, errors.Join(err, rows.Close())
-		}
-		found = true
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return 0, err
-	}
-	if !found {
-		return 0, sql.ErrNoRows
-	}
-	return seq, nil
+	return res.LastInsertId()
 }
 
 // floorMinimal is the minimal durable work: a claim row committed, the

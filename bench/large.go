@@ -494,7 +494,7 @@ SELECT m, pid, k, ord, 'succeeded', amount, 'USD', 'pm_card_ok', CONCAT('Order '
 			}
 		}
 		res, err := tx.ExecContext(ctx, `INSERT IGNORE INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
-    payment_id, lease_version, charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
+    subject_id, lease_version, send_attempts, sends_not_sent, response_status, response_body, created_at, updated_at, completed_at)
 SELECT m, 'POST /payments', k, UNHEX(SHA2(k, 256)), 'COMPLETED', pid, 1, 1, 0, ?, `+body+`, at, at, at
 FROM `+fillRows+` ORDER BY m, k`, append([]any{status, tmpl}, gen...)...)
 		if err != nil {
@@ -553,7 +553,7 @@ func seedColdKeys(ctx context.Context, dbx *sqlx.DB, merchantID, prefix string, 
 			return nil, fmt.Errorf("seed cold keys: %w", err)
 		}
 		if _, err := dbx.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state,
-    payment_id, lease_version, charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
+    subject_id, lease_version, send_attempts, sends_not_sent, response_status, response_body, created_at, updated_at, completed_at)
 VALUES `+strings.Join(kv, ","), ka...); err != nil {
 			return nil, fmt.Errorf("seed cold keys: %w", err)
 		}

@@ -268,7 +268,7 @@ func (p *page) settled(status payments.Status, charges int) string {
 		p.t.Errorf("the PSP holds %d charge(s) for the order, want %d", got, charges)
 	}
 	var keys []string
-	if err := p.w.db.Select(&keys, `SELECT idem_key FROM idempotency_keys WHERE endpoint = ? AND payment_id = ?`,
+	if err := p.w.db.Select(&keys, `SELECT idem_key FROM idempotency_keys WHERE endpoint = ? AND subject_id = ?`,
 		payments.EndpointConfirmPayment, id); err != nil {
 		p.t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ r.dataset.done = 'yes';
 	if err := w.db.Get(&status, `SELECT status FROM payments WHERE id = ?`, o.PaymentID); err != nil || status != string(payments.RequiresConfirmation) {
 		t.Errorf("the payment is %q (%v), want untouched", status, err)
 	}
-	if n := mysqltest.Count(t, w.db, `SELECT COUNT(*) FROM idempotency_keys WHERE endpoint = ? AND payment_id = ?`, payments.EndpointConfirmPayment, o.PaymentID); n != 0 {
+	if n := mysqltest.Count(t, w.db, `SELECT COUNT(*) FROM idempotency_keys WHERE endpoint = ? AND subject_id = ?`, payments.EndpointConfirmPayment, o.PaymentID); n != 0 {
 		t.Errorf("%d confirm keys stored for a refused origin", n)
 	}
 	// The preflight the browser sent was refused, without CORS headers.

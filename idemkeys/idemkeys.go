@@ -69,20 +69,20 @@ type Record struct {
 	Ref
 	Fingerprint [32]byte
 	State       State
-	PaymentID   string
+	SubjectID   string
 	Token       Token
 	// LockedUntil is when the current holder's lease ends; zero once completed.
 	LockedUntil time.Time
-	// MayChargeUntil is the end of the last window in which a worker was
+	// MaySendUntil is the end of the last window in which a worker was
 	// allowed to send a charge: no charge for the key was sent after it.
 	// Zero when unknown (rows older than the column): never proof of anything.
-	MayChargeUntil time.Time
-	// ChargeAttempts counts the sends workers were allowed to make (one with
+	MaySendUntil time.Time
+	// SendAttempts counts the sends workers were allowed to make (one with
 	// the claim, one per ArmCharge); ChargesNotSent counts those that
 	// certainly did nothing (the PSP said not processed, or the worker gave
 	// the lease back without sending). Equal counts prove nothing was charged.
-	ChargeAttempts int
-	ChargesNotSent int
+	SendAttempts int
+	SendsNotSent int
 	// NotFoundAt is when the reconciler first learned, under its own lease,
 	// that the PSP authoritatively has no charge; zero when it has not.
 	NotFoundAt time.Time
@@ -122,7 +122,7 @@ func (r Record) DBNowAtMost(t time.Time) time.Time {
 // NothingSent reports whether every send a worker was allowed to make
 // certainly did nothing, so that the key can fail without asking the PSP.
 func (r Record) NothingSent() bool {
-	return r.ChargeAttempts > 0 && r.ChargesNotSent >= r.ChargeAttempts
+	return r.SendAttempts > 0 && r.SendsNotSent >= r.SendAttempts
 }
 
 // Errors of the store.

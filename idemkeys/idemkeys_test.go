@@ -251,7 +251,7 @@ func TestHasher(t *testing.T) {
 		m := hmac.New(sha256.New, []byte("log secret"))
 		m.Write([]byte(base.MerchantID + "\x00" + base.Endpoint + "\x00" + base.Key))
 		if want := hex.EncodeToString(m.Sum(nil))[:16]; h.Key(base) != want {
-			t.Errorf("Key = %s, the README's recipe gives %s", h.Key(base), want)
+			t.Errorf("Key = %s, the recipe of docs/operations.md gives %s", h.Key(base), want)
 		}
 	})
 	t.Run("reused HMACs start clean", func(t *testing.T) {
@@ -361,7 +361,7 @@ func TestRecordNothingSent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := idemkeys.Record{ChargeAttempts: tt.attempts, ChargesNotSent: tt.notSent}
+			r := idemkeys.Record{SendAttempts: tt.attempts, SendsNotSent: tt.notSent}
 			if got := r.NothingSent(); got != tt.want {
 				t.Errorf("NothingSent = %v, want %v", got, tt.want)
 			}

@@ -117,10 +117,10 @@
 byte  kstate;           /* state */
 byte  ktok;             /* lease_version, the fencing token */
 short klu;              /* locked_until */
-short kmcu;             /* may_charge_until */
+short kmcu;             /* may_send_until */
 short kra;              /* reconcile_after */
-byte  kca;              /* charge_attempts */
-byte  kcns;             /* charges_not_sent */
+byte  kca;              /* send_attempts */
+byte  kcns;             /* sends_not_sent */
 short knf = NULLT;      /* not_found_at */
 byte  katt;             /* reconcile_attempts */
 byte  kresp;            /* the stored response */
@@ -139,7 +139,7 @@ bit   orphan[NSLOT];    /* its sender stopped waiting (timeout, crash) */
 /* ---- per actor (global so that the clock can age the deadlines) ---------- */
 byte  tok[3];           /* the token a worker holds (1, 2); 0 none */
 short dl[3] = DLMIN;    /* a worker's local charge deadline (monotonic clock) */
-bit   late[3];          /* at its TakeOver, db now > may_charge_until + CW */
+bit   late[3];          /* at its TakeOver, db now > may_send_until + CW */
 byte  myslot[3];
 byte  reqs[3];
 bit   took[3];          /* this request took the lease over once already */
@@ -341,7 +341,7 @@ inline w_settle(st) {
 }
 
 /* Service.release → Store.Release(notSent): UPDATE idempotency_keys SET locked_until = NOW(6)
- * [, charges_not_sent = charges_not_sent + 1] WHERE … AND state =
+ * [, sends_not_sent = sends_not_sent + 1] WHERE … AND state =
  * 'IN_PROGRESS' AND lease_version = mine → 502/503; the retry resumes. */
 inline w_release(notsent) {
   if
@@ -359,7 +359,7 @@ end_request:
    *    key and body after a 5xx, a 409 or a dead connection) and claims.
    *    Service.claim → Store.Claim: BEGIN; SELECT NOW(6); INSERT
    *    idempotency_keys (IN_PROGRESS, lease_version T1, locked_until =
-   *    may_charge_until = reconcile_after = now + lease, charge_attempts 1);
+   *    may_send_until = reconcile_after = now + lease, send_attempts 1);
    *    INSERT payments (processing); COMMIT. Duplicate key (1062) → join.
    *    The charge deadline is the local time just before the claim + lease;
    *    the latest such time is the claim's own NOW, and that is what the
@@ -388,7 +388,7 @@ end_request:
 check:
   /* 2. paymentSubject.charge → Service.sendTime: only while the local monotonic clock is before the
    *    deadline with at least PSPTimeout/2 left; else give the key back:
-   *    Store.Release with not_sent (charges_not_sent + 1) → 503. */
+   *    Store.Release with not_sent (sends_not_sent + 1) → 503. */
   if
   :: atomic {
        skip;   /* keeps the inner if from merging into the outer selection */
@@ -425,7 +425,7 @@ wait:
        if
 #if REJECT_FIX
        /* only when every other authorised send certainly did nothing:
-        * … AND charge_attempts = charges_not_sent + 1 in the settle's WHERE;
+        * … AND send_attempts = sends_not_sent + 1 in the settle's WHERE;
         * otherwise it is one more send that did nothing (Release, not_sent) */
        :: FENCED_BY(tok[me]) && pstatus == P_PROC && kca == kcns + 1 ->
 #else
@@ -461,8 +461,8 @@ join:
    *    loops (takeover, resume, fenced again, join …), and each further
    *    round is what another request (REQS) does. The read has no effect and the
    *    compare-and-set checks what it read, so they are one step here (a
-   *    refused TakeOver is a read that came later). may_charge_until changes
-   *    only under a token, so "db now > may_charge_until + CW" is judged here. */
+   *    refused TakeOver is a read that came later). may_send_until changes
+   *    only under a token, so "db now > may_send_until + CW" is judged here. */
   if
   :: atomic { kstate == K_DONE -> answer(kresp); CHECK; goto end_done }
   :: atomic {
@@ -481,7 +481,7 @@ resume:
    *    authoritatively not found and may charge again → ArmCharge;
    *    otherwise (unknown, a not-found that proves nothing) → Store.Release → 502/503.
    *    may charge again = (PSP dedupes AND payment age < dedupe window)
-   *                    OR (lookup authoritative AND db now > may_charge_until + CW),
+   *                    OR (lookup authoritative AND db now > may_send_until + CW),
    *    as payments.MayChargeAgain judges it: the dedupe branch on any
    *    not-found (ANYNF; the protocol text: an authoritative one), the age
    *    with PSPTimeout to spare (LMARGIN; the protocol text: none). */
@@ -504,9 +504,9 @@ resume:
   fi;
 
 arm:
-  /* Service.arm → Store.ArmCharge: UPDATE idempotency_keys SET may_charge_until =
-   *    GREATEST(may_charge_until, NOW(6) + PSPTimeout), locked_until =
-   *    GREATEST(locked_until, NOW(6) + PSPTimeout), charge_attempts + 1,
+  /* Service.arm → Store.ArmCharge: UPDATE idempotency_keys SET may_send_until =
+   *    GREATEST(may_send_until, NOW(6) + PSPTimeout), locked_until =
+   *    GREATEST(locked_until, NOW(6) + PSPTimeout), send_attempts + 1,
    *    not_found_at = NULL WHERE … AND state = 'IN_PROGRESS' AND
    *    lease_version = mine (0 rows → join). Then charge (step 2) with the
    *    same order id; deadline = local time before ArmCharge + PSPTimeout
@@ -597,13 +597,13 @@ end_claim:
    *    NOW(6) FOR UPDATE SKIP LOCKED; UPDATE … SET lease_version = <new
    *    token>, locked_until = reconcile_after = NOW(6) + lease; COMMIT. The
    *    inputs of the decision are read here, with the claim's DB now.
-   * S. Reconciler.settle: key.NothingSent() (charge_attempts ==
-   *    charges_not_sent) → settle failed without a lookup (fenced; the count
+   * S. Reconciler.settle: key.NothingSent() (send_attempts ==
+   *    sends_not_sent) → settle failed without a lookup (fenced; the count
    *    cannot change under our token, so that settle is joined to the claim). */
   atomic {
     kstate == K_INPROG && kra <= RSKEW && klu <= RSKEW ->
     grant(rtok, REC); klu = L + RSKEW; kra = L + RSKEW;
-    r_dmcu = (kmcu + CW > RSKEW);                  /* claim now < may_charge_until + CW */
+    r_dmcu = (kmcu + CW > RSKEW);                  /* claim now < may_send_until + CW */
     r_nfnull = (knf == NULLT);
     r_dnf = (knf != NULLT && knf + CW > RSKEW);    /* claim now < not_found_at + CW */
     r_att = katt;
@@ -624,7 +624,7 @@ end_claim:
 #ifdef MUT_NOWINDOW
        :: goto rfail                                             /* failed at once */
 #else
-       :: r_dmcu -> r_reschedule(kmcu + CW)       /* a charge sent under may_charge_until may still land */
+       :: r_dmcu -> r_reschedule(kmcu + CW)       /* a charge sent under may_send_until may still land */
 #ifdef MUT_ONELOOKUP
        :: !r_dmcu -> goto rfail                                  /* no second lookup */
 #else

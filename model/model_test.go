@@ -10,6 +10,9 @@ import (
 // every finding, with its fix undone, is caught by the property it breaks.
 // `make model` checks the full worlds.
 func TestModels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("checks the model's smaller worlds (about a minute): make proofs runs it, make model the full worlds")
+	}
 	tools, err := FindTools()
 	if err != nil {
 		t.Skipf("protocol model not checked: %v", err)

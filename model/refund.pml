@@ -77,7 +77,7 @@ byte  reserved;         /* payments.amount_reserved */
 byte  amt[2];           /* refunds.amount */
 byte  rstatus[2];       /* refunds.status */
 byte  kstate[2], ktok[2], kca[2], kcns[2], katt[2];
-short klu[2], kmsu[2], kra[2];     /* locked_until, may_charge_until, reconcile_after */
+short klu[2], kmsu[2], kra[2];     /* locked_until, may_send_until, reconcile_after */
 short knf[2] = NULLT;   /* not_found_at */
 
 /* ---- the PSP's ledger: per refund order id */
@@ -260,8 +260,8 @@ proctype Client(byte k) {
 
 end_request:
   /* Service.Refund → Store.ClaimRefund: BEGIN; SELECT NOW(6); INSERT
-   * idempotency_keys (IN_PROGRESS, token, locked_until = may_charge_until =
-   * reconcile_after = now + lease, charge_attempts 1); SELECT … FROM payments
+   * idempotency_keys (IN_PROGRESS, token, locked_until = may_send_until =
+   * reconcile_after = now + lease, send_attempts 1); SELECT … FROM payments
    * … FOR UPDATE; decide (amount_reserved + amount <= amount, else 422 and
    * ROLLBACK: nothing stored); UPDATE payments SET amount_reserved =
    * amount_reserved + ?; INSERT refunds (pending); COMMIT. Duplicate key →
@@ -315,7 +315,7 @@ wait:
    * succeeded → refundSubject.settle → Store.SettleRefund succeeded (keeps the reservation) → 201;
    * declined → settled failed, the reservation given back → 402
    *   (DECLINE_FIX: only when every other authorised send certainly did
-   *   nothing, charge_attempts = charges_not_sent + 1 in the WHERE; otherwise one
+   *   nothing, send_attempts = sends_not_sent + 1 in the WHERE; otherwise one
    *   more send that did nothing: Store.Release, not sent → 503);
    * NotProcessed → Store.Release, not sent → 503;
    * Unknown → Store.Release → 502. */
@@ -360,7 +360,7 @@ resume:
   /* refundSubject.resume: PSP LookupRefund(refund order id) first
    * (MUT_R_NOLOOKUP: not at all). found → settle with it; not found and
    * MayChargeAgain (the PSP dedupes refund order ids; or the lookup is
-   * authoritative and db now > may_charge_until + CW) → Service.arm; otherwise
+   * authoritative and db now > may_send_until + CW) → Service.arm; otherwise
    * → Store.Release → 502. */
 #ifdef MUT_R_NOLOOKUP
   goto arm;
@@ -373,8 +373,8 @@ resume:
 
 arm:
   /* Service.arm → Store.ArmCharge (the same statement as a charge's):
-   * UPDATE idempotency_keys SET may_charge_until = GREATEST(…, NOW(6) +
-   * PSPTimeout), charge_attempts + 1, not_found_at = NULL WHERE … AND
+   * UPDATE idempotency_keys SET may_send_until = GREATEST(…, NOW(6) +
+   * PSPTimeout), send_attempts + 1, not_found_at = NULL WHERE … AND
    * lease_version = mine. */
   atomic {
     skip;

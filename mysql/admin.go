@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/merchants"
 	"gateway/payments"
@@ -17,8 +18,9 @@ import (
 // look across merchants, as an operator does; none of them is on a request's
 // path.
 
-// Merchants implements payments.AdminStore.
-func (s *Store) Merchants(ctx context.Context) ([]merchants.MerchantSummary, error) {
+// Merchants implements merchants.AdminStore.
+func (s *Store) Merchants(ctx context.Context) (_ []merchants.MerchantSummary, err error) {
+	defer errs.Wrap(&err, "Store.Merchants")
 	const q = `
 SELECT m.id, m.name, m.created_at,
        COUNT(k.key_hash) - COUNT(k.revoked_at) AS active_keys,
@@ -34,7 +36,7 @@ ORDER BY m.created_at, m.id`
 		RevokedKeys int       `db:"revoked_keys"`
 	}
 	if err := s.db.SelectContext(ctx, &rows, q); err != nil {
-		return nil, fmt.Errorf("store.Merchants: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	out := make([]merchants.MerchantSummary, len(rows))
 	for i, r := range rows {
@@ -48,7 +50,8 @@ ORDER BY m.created_at, m.id`
 
 // FindPayments implements payments.AdminStore. A status or a merchant lets
 // the query use an index (payments_status, the primary key).
-func (s *Store) FindPayments(ctx context.Context, f payments.PaymentFilter) ([]payments.Payment, error) {
+func (s *Store) FindPayments(ctx context.Context, f payments.PaymentFilter) (_ []payments.Payment, err error) {
+	defer errs.Wrap(&err, "Store.FindPayments")
 	var (
 		conds []string
 		args  []any
@@ -70,13 +73,13 @@ func (s *Store) FindPayments(ctx context.Context, f payments.PaymentFilter) ([]p
 	args = append(args, f.Limit)
 	var rows []paymentRow
 	if err := s.db.SelectContext(ctx, &rows, q, args...); err != nil {
-		return nil, fmt.Errorf("store.FindPayments: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	out := make([]payments.Payment, 0, len(rows))
 	for _, r := range rows {
 		p, err := r.toDomain()
 		if err != nil {
-			return nil, fmt.Errorf("store.FindPayments: %w", err)
+			return nil, err
 		}
 		out = append(out, p)
 	}
@@ -84,7 +87,8 @@ func (s *Store) FindPayments(ctx context.Context, f payments.PaymentFilter) ([]p
 }
 
 // PaymentRecord implements payments.AdminStore.
-func (s *Store) PaymentRecord(ctx context.Context, id string) (payments.PaymentRecord, error) {
+func (s *Store) PaymentRecord(ctx context.Context, id string) (_ payments.PaymentRecord, err error) {
+	defer errs.Wrap(&err, "Store.PaymentRecord")
 	p, err := s.PaymentByID(ctx, id)
 	if err != nil {
 		return payments.PaymentRecord{}, err
@@ -104,7 +108,7 @@ ORDER BY created_at, id`
 		CreatedAt    time.Time      `db:"created_at"`
 	}
 	if err := s.db.SelectContext(ctx, &rows, history, p.MerchantID, p.ID); err != nil {
-		return payments.PaymentRecord{}, fmt.Errorf("store.PaymentRecord(%q): resolutions: %w", id, Classify(err))
+		return payments.PaymentRecord{}, fmt.Errorf("resolutions: %w", Classify(err))
 	}
 	for _, r := range rows {
 		rec.Resolutions = append(rec.Resolutions, payments.ResolutionRecord{
@@ -117,13 +121,14 @@ ORDER BY created_at, id`
 	case err == nil:
 		rec.Key = &key
 	case !errors.Is(err, idemkeys.ErrNotFound):
-		return payments.PaymentRecord{}, fmt.Errorf("store.PaymentRecord(%q): key: %w", id, err)
+		return payments.PaymentRecord{}, fmt.Errorf("key: %w", err)
 	}
 	return rec, nil
 }
 
 // FindRefunds implements payments.AdminStore.
-func (s *Store) FindRefunds(ctx context.Context, f payments.RefundFilter) ([]payments.Refund, error) {
+func (s *Store) FindRefunds(ctx context.Context, f payments.RefundFilter) (_ []payments.Refund, err error) {
+	defer errs.Wrap(&err, "Store.FindRefunds")
 	var (
 		conds []string
 		args  []any
@@ -144,13 +149,13 @@ func (s *Store) FindRefunds(ctx context.Context, f payments.RefundFilter) ([]pay
 	q += ` ORDER BY created_at, id LIMIT ?`
 	var rows []refundRow
 	if err := s.db.SelectContext(ctx, &rows, q, append(args, f.Limit)...); err != nil {
-		return nil, fmt.Errorf("store.FindRefunds: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	out := make([]payments.Refund, 0, len(rows))
 	for _, r := range rows {
 		x, err := r.toDomain()
 		if err != nil {
-			return nil, fmt.Errorf("store.FindRefunds: %w", err)
+			return nil, err
 		}
 		out = append(out, x)
 	}

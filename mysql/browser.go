@@ -2,11 +2,11 @@ package mysql
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"gateway/errs"
 	"gateway/merchants"
 )
 
@@ -22,8 +22,10 @@ const publishableKeyQuery = apiKeyColumns + `
 FROM publishable_keys k JOIN merchants m ON m.id = k.merchant_id`
 
 // ActivePublishableKeysByPrefix implements merchants.BrowserStore.
-func (s *Store) ActivePublishableKeysByPrefix(ctx context.Context, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
-	return s.activeKeys(ctx, "store.ActivePublishableKeysByPrefix", publishableKeyQuery, prefix)
+func (s *Store) ActivePublishableKeysByPrefix(ctx context.Context, prefix string) (_ []merchants.StoredKey, _ []merchants.Merchant, err error) {
+	defer errs.Wrap(&err, "Store.ActivePublishableKeysByPrefix")
+	defer errs.Wrap(&err, "Store.ActivePublishableKeysByPrefix")
+	return s.activeKeys(ctx, publishableKeyQuery, prefix)
 }
 
 // AddPublishableKey implements merchants.BrowserAdminStore.
@@ -32,39 +34,46 @@ func (s *Store) AddPublishableKey(ctx context.Context, merchantID string, key me
 }
 
 // RevokePublishableKey implements merchants.BrowserAdminStore.
-func (s *Store) RevokePublishableKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error) {
-	return s.revokeKey(ctx, "store.RevokePublishableKey", "publishable_keys", merchantID, prefix, now)
+func (s *Store) RevokePublishableKey(ctx context.Context, merchantID, prefix string, now time.Time) (_ int, err error) {
+	defer errs.Wrap(&err, "Store.RevokePublishableKey")
+	defer errs.Wrap(&err, "Store.RevokePublishableKey")
+	return s.revokeKey(ctx, "publishable_keys", merchantID, prefix, now)
 }
 
 // PublishableKeys implements merchants.BrowserAdminStore.
-func (s *Store) PublishableKeys(ctx context.Context, merchantID string) ([]merchants.StoredKey, error) {
-	return s.merchantKeys(ctx, "store.PublishableKeys", publishableKeyQuery, merchantID)
+func (s *Store) PublishableKeys(ctx context.Context, merchantID string) (_ []merchants.StoredKey, err error) {
+	defer errs.Wrap(&err, "Store.PublishableKeys")
+	defer errs.Wrap(&err, "Store.PublishableKeys")
+	return s.merchantKeys(ctx, publishableKeyQuery, merchantID)
 }
 
 // MerchantOrigins implements merchants.BrowserStore and merchants.BrowserAdminStore.
-func (s *Store) MerchantOrigins(ctx context.Context, merchantID string) ([]string, error) {
+func (s *Store) MerchantOrigins(ctx context.Context, merchantID string) (_ []string, err error) {
+	defer errs.Wrap(&err, "Store.MerchantOrigins")
 	origins := []string{}
 	if err := s.db.SelectContext(ctx, &origins, `SELECT origin FROM merchant_origins WHERE merchant_id = ? ORDER BY origin`, merchantID); err != nil {
-		return nil, fmt.Errorf("store.MerchantOrigins: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	return origins, nil
 }
 
 // OriginAllowed implements merchants.BrowserStore: whether any merchant
 // allows origin (a CORS preflight names no merchant).
-func (s *Store) OriginAllowed(ctx context.Context, origin string) (bool, error) {
+func (s *Store) OriginAllowed(ctx context.Context, origin string) (_ bool, err error) {
+	defer errs.Wrap(&err, "Store.OriginAllowed")
 	var n int
 	if err := s.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM merchant_origins WHERE origin = ? LIMIT 1`, origin); err != nil {
-		return false, fmt.Errorf("store.OriginAllowed: %w", Classify(err))
+		return false, Classify(err)
 	}
 	return n > 0, nil
 }
 
 // AddOrigin implements merchants.BrowserAdminStore. The primary key decides
 // whether the origin was there: INSERT IGNORE counts only a new row.
-func (s *Store) AddOrigin(ctx context.Context, merchantID, origin string, now time.Time) (bool, error) {
+func (s *Store) AddOrigin(ctx context.Context, merchantID, origin string, now time.Time) (_ bool, err error) {
+	defer errs.Wrap(&err, "Store.AddOrigin")
 	var added bool
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		if err := lockMerchant(ctx, tx, merchantID); err != nil {
 			return err
 		}
@@ -78,16 +87,17 @@ func (s *Store) AddOrigin(ctx context.Context, merchantID, origin string, now ti
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("store.AddOrigin: %w", err)
+		return false, err
 	}
 	return added, nil
 }
 
 // RemoveOrigin implements merchants.BrowserAdminStore.
-func (s *Store) RemoveOrigin(ctx context.Context, merchantID, origin string) (bool, error) {
+func (s *Store) RemoveOrigin(ctx context.Context, merchantID, origin string) (_ bool, err error) {
+	defer errs.Wrap(&err, "Store.RemoveOrigin")
 	n, err := ExecRetry(ctx, s.db, `DELETE FROM merchant_origins WHERE merchant_id = ? AND origin = ?`, merchantID, origin)
 	if err != nil {
-		return false, fmt.Errorf("store.RemoveOrigin: %w", err)
+		return false, err
 	}
 	return n > 0, nil
 }

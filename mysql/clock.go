@@ -57,7 +57,7 @@ func (g *ClockGuard) Check(ctx context.Context) error {
 	t0 := time.Now()
 	local0 := g.now()
 	if err := g.db.GetContext(ctx, &dbNow, `SELECT NOW(6)`); err != nil {
-		return fmt.Errorf("db: clock check: %w", Classify(err))
+		return fmt.Errorf("mysql: clock check: %w", Classify(err))
 	}
 	rtt := time.Since(t0)
 	local := local0.Add(rtt / 2)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -26,10 +25,11 @@ import (
 // confirms of one payment with different keys, the second waits for the
 // first's lock and then finds the payment no longer confirmable. A refusal
 // from decide rolls everything back: the key stays free.
-func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decide func(payments.Payment, time.Time) (payments.Payment, error)) (payments.Payment, error) {
+func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decide func(payments.Payment, time.Time) (payments.PaymentChange, error)) (_ payments.Payment, err error) {
+	defer errs.Wrap(&err, "Store.ClaimConfirm(%s)", c.PaymentID)
 	var out payments.Payment
 	ref := c.Ref
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		var now time.Time
 		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
 			return err
@@ -37,37 +37,27 @@ func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decid
 		if err := claimKey(ctx, tx, ref, c.Fingerprint, c.PaymentID, c.Token, now, c.Lease); err != nil {
 			return err
 		}
-		var pr paymentRow
-		err := tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, ref.MerchantID, c.PaymentID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errs.ErrNotFound
-		}
+		locked, err := lockPayment(ctx, tx, `merchant_id = ? AND id = ?`, ref.MerchantID, c.PaymentID)
 		if err != nil {
 			return err
 		}
-		before, err := pr.toDomain()
+		seq := locked.seq
+		ch, err := decide(locked.Payment, now)
 		if err != nil {
 			return err
 		}
-		p, err := decide(before, now)
-		if err != nil {
-			return err
-		}
+		p := ch.Payment
 		res, err := tx.ExecContext(ctx, `
-UPDATE payments SET status = 'processing', payment_method = ?, confirm_key = ?, `+bumpEventSeq+`, updated_at = ?
+UPDATE payments SET status = ?, payment_method = ?, confirm_key = ?, event_seq = ?, updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
-			p.PaymentMethod, ref.Key, now, p.MerchantID, p.ID)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			string(p.Status), p.PaymentMethod, p.ConfirmKey, seq+1, p.UpdatedAt, p.MerchantID, p.ID)
+		if err := exactlyOne(res, err); err != nil {
 			// The row is locked and was read in requires_confirmation.
-			return fmt.Errorf("confirm moved %d payment rows: %v", n, err)
+			return fmt.Errorf("confirm moved no payment row: %w", err)
 		}
-		if _, err := paymentEvent(ctx, tx, p.MerchantID, p.ID); err != nil {
+		if err := insertEvent(ctx, tx, *ch.Event, seq+1); err != nil {
 			return err
 		}
-		p.Status, p.ConfirmKey, p.UpdatedAt = payments.Processing, ref.Key, now
 		out = p
 		return nil
 	})
@@ -83,66 +73,87 @@ WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
 		// Still conflicting after the retries (Galera: another node's claim
 		// of this key, or another confirm of this payment, won): the caller
 		// reads the key, and claims again if it is not there.
-		return payments.Payment{}, fmt.Errorf("store.ClaimConfirm: %w: %v", idemkeys.ErrExists, err)
+		return payments.Payment{}, fmt.Errorf("%w: %v", idemkeys.ErrExists, err)
 	}
-	return payments.Payment{}, writeErr("store.ClaimConfirm", err)
+	return payments.Payment{}, writeErr(err)
+}
+
+// lockedPayment is a payment read under its row lock, with its event
+// number and the database's clock as it was read.
+type lockedPayment struct {
+	payments.Payment
+	seq   int64
+	dbNow time.Time
+}
+
+// lockPayment reads the payment where (a condition on its primary key)
+// under a row lock in tx; errs.ErrNotFound when there is none.
+func lockPayment(ctx context.Context, tx *sqlx.Tx, where string, args ...any) (lockedPayment, error) {
+	var r struct {
+		paymentRow
+		Seq   int64     `db:"event_seq"`
+		DBNow time.Time `db:"db_now"`
+	}
+	err := tx.GetContext(ctx, &r, `SELECT `+paymentColumns+`, event_seq, NOW(6) AS db_now FROM payments WHERE `+where+` FOR UPDATE`, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return lockedPayment{}, errs.ErrNotFound
+	}
+	if err != nil {
+		return lockedPayment{}, err
+	}
+	p, err := r.toDomain()
+	return lockedPayment{Payment: p, seq: r.Seq, dbNow: r.DBNow}, err
 }
 
 // ExpireUnconfirmed implements reconcile.Store: in one short transaction,
 // locks up to limit payments still awaiting confirmation past their expiry
 // (the database's clock), skipping those a confirm holds, and cancels
-// them with a compare-and-set on the status. A confirm that locked one
-// first has moved it out of requires_confirmation; one that comes after
-// finds it canceled.
-func (s *Store) ExpireUnconfirmed(ctx context.Context, limit int) ([]payments.Payment, error) {
+// them as expire decides, with a compare-and-set on the status. A confirm
+// that locked one first has moved it out of requires_confirmation; one that
+// comes after finds it canceled.
+func (s *Store) ExpireUnconfirmed(ctx context.Context, limit int, expire func(payments.Payment) payments.PaymentChange) (_ []payments.Payment, err error) {
+	defer errs.Wrap(&err, "Store.ExpireUnconfirmed")
 	var out []payments.Payment
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = out[:0]
-		const q = `SELECT ` + paymentColumns + ` FROM payments
+		const q = `SELECT ` + paymentColumns + `, event_seq FROM payments
 WHERE status = 'requires_confirmation' AND expires_at <= NOW(6)
 ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED`
-		var rows []paymentRow
+		var rows []struct {
+			paymentRow
+			Seq int64 `db:"event_seq"`
+		}
 		if err := tx.SelectContext(ctx, &rows, q, limit); err != nil {
 			return err
 		}
-		if len(rows) == 0 {
-			return nil
-		}
-		var (
-			cond strings.Builder
-			args = []any{payments.DeclineExpired}
-		)
 		for _, r := range rows {
 			p, err := r.toDomain()
 			if err != nil {
-				// Cancel it all the same: expiry reads nothing of it but its key.
-				p = payments.Payment{ID: r.ID, MerchantID: r.MerchantID, IdempotencyKey: r.IdemKey, CreatedAt: r.CreatedAt}
+				// Cancel it all the same (expiry reads nothing of it but its
+				// key), its event rendered with what can be read of it.
+				r.Metadata, r.NextAction = sql.NullString{}, sql.NullString{}
+				if p, err = r.toDomain(); err != nil {
+					return err
+				}
 			}
-			p.Status, p.DeclineCode = payments.Canceled, payments.DeclineExpired
-			out = append(out, p)
-			if cond.Len() > 0 {
-				cond.WriteString(" OR ")
+			c := expire(p)
+			res, err := tx.ExecContext(ctx, `UPDATE payments SET status = ?, decline_code = ?, event_seq = ?, updated_at = NOW(6)
+WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
+				string(c.Payment.Status), nullString(c.Payment.DeclineCode), r.Seq+1, p.MerchantID, p.ID)
+			if err := exactlyOne(res, err); err != nil {
+				return fmt.Errorf("cancel locked payment %s: %w", p.ID, err)
 			}
-			cond.WriteString("(merchant_id = ? AND id = ?)")
-			args = append(args, r.MerchantID, r.ID)
-		}
-		res, err := tx.ExecContext(ctx, `UPDATE payments SET status = 'canceled', decline_code = ?, `+bumpEventSeq+`, updated_at = NOW(6)
-WHERE status = 'requires_confirmation' AND (`+cond.String()+`)`, args...)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n != int64(len(out)) {
-			return fmt.Errorf("canceled %d of %d locked payments: %v", n, len(out), err)
-		}
-		for _, p := range out {
-			if _, err := paymentEvent(ctx, tx, p.MerchantID, p.ID); err != nil {
-				return err
+			if c.Event != nil {
+				if err := insertEvent(ctx, tx, *c.Event, r.Seq+1); err != nil {
+					return err
+				}
 			}
+			out = append(out, c.Payment)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store.ExpireUnconfirmed: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -151,20 +162,22 @@ WHERE status = 'requires_confirmation' AND (`+cond.String()+`)`, args...)
 // merchant order id, whatever their merchant (a PSP knows order ids only;
 // they are unique per merchant and, being hashes of the merchant, in
 // practice across merchants).
-func (s *Store) PaymentsByOrder(ctx context.Context, orderID string) ([]payments.Payment, error) {
+func (s *Store) PaymentsByOrder(ctx context.Context, orderID string) (_ []payments.Payment, err error) {
+	defer errs.Wrap(&err, "Store.PaymentsByOrder")
 	var rows []paymentRow
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments WHERE merchant_order_id = ?`, orderID); err != nil {
-		return nil, fmt.Errorf("store.PaymentsByOrder: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	return paymentsOf(rows)
 }
 
 // RefundsByOrder implements payments.NoticeStore: the refunds with a
 // refund order id, whatever their merchant.
-func (s *Store) RefundsByOrder(ctx context.Context, refundOrderID string) ([]payments.Refund, error) {
+func (s *Store) RefundsByOrder(ctx context.Context, refundOrderID string) (_ []payments.Refund, err error) {
+	defer errs.Wrap(&err, "Store.RefundsByOrder")
 	var rows []refundRow
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+refundColumns+` FROM refunds WHERE refund_order_id = ?`, refundOrderID); err != nil {
-		return nil, fmt.Errorf("store.RefundsByOrder: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	out := make([]payments.Refund, 0, len(rows))
 	for _, r := range rows {
@@ -181,13 +194,14 @@ func (s *Store) RefundsByOrder(ctx context.Context, refundOrderID string) ([]pay
 // an unfinished key becomes due now. The lease, its token and its holder
 // are left alone (the reconciler claims only expired leases), and a
 // completed key is not touched. It reports whether the key was in progress.
-func (s *Store) HastenKey(ctx context.Context, ref idemkeys.Ref) (bool, error) {
+func (s *Store) HastenKey(ctx context.Context, ref idemkeys.Ref) (_ bool, err error) {
+	defer errs.Wrap(&err, "Store.HastenKey")
 	const stmt = `
 UPDATE idempotency_keys SET reconcile_after = LEAST(COALESCE(reconcile_after, NOW(6)), NOW(6))
 WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS'`
 	n, err := ExecRetry(ctx, s.db, stmt, refArgs(ref)...)
 	if err != nil {
-		return false, writeErr("store.HastenKey", err)
+		return false, writeErr(err)
 	}
 	return n > 0, nil
 }
@@ -196,24 +210,26 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS'`
 // at a payment in requires_review or requires_action becomes due now. A
 // look running meanwhile loses its mark (its writes are fenced) and the
 // next pass looks afresh.
-func (s *Store) HastenLook(ctx context.Context, p payments.Payment) error {
+func (s *Store) HastenLook(ctx context.Context, p payments.Payment) (err error) {
+	defer errs.Wrap(&err, "Store.HastenLook")
 	const stmt = `
 UPDATE payments SET review_after = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status IN ('requires_review', 'requires_action') AND review_after > NOW(6)`
 	if _, err := ExecRetry(ctx, s.db, stmt, p.MerchantID, p.ID); err != nil {
-		return writeErr("store.HastenLook", err)
+		return writeErr(err)
 	}
 	return nil
 }
 
 // HastenRefundCheck implements payments.NoticeStore: the refund queue's
 // next look at a refund pending at its PSP or in review becomes due now.
-func (s *Store) HastenRefundCheck(ctx context.Context, r payments.Refund) error {
+func (s *Store) HastenRefundCheck(ctx context.Context, r payments.Refund) (err error) {
+	defer errs.Wrap(&err, "Store.HastenRefundCheck")
 	const stmt = `
 UPDATE refunds SET review_after = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status IN ('pending', 'requires_review') AND review_after > NOW(6)`
 	if _, err := ExecRetry(ctx, s.db, stmt, r.MerchantID, r.ID); err != nil {
-		return writeErr("store.HastenRefundCheck", err)
+		return writeErr(err)
 	}
 	return nil
 }

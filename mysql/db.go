@@ -89,7 +89,7 @@ func Open(ctx context.Context, dsn string, pool PoolOptions) (*sqlx.DB, error) {
 	}
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("db: %w", err)
+		return nil, fmt.Errorf("mysql: %w", err)
 	}
 	sdb := sql.OpenDB(conn)
 	if pool.MaxOpen > 0 {
@@ -107,7 +107,7 @@ func Open(ctx context.Context, dsn string, pool PoolOptions) (*sqlx.DB, error) {
 	sdb.SetConnMaxIdleTime(pool.MaxIdleTime)
 	if err := sdb.PingContext(ctx); err != nil {
 		_ = sdb.Close()
-		return nil, fmt.Errorf("db: connect to %s: %w", cfg.Addr, err)
+		return nil, fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, err)
 	}
 	return sqlx.NewDb(sdb, "mysql"), nil
 }
@@ -118,13 +118,13 @@ func setSessionLimits(ctx context.Context, cfg *gomysql.Config) error {
 	probe := cfg.Clone()
 	conn, err := gomysql.NewConnector(probe)
 	if err != nil {
-		return fmt.Errorf("db: %w", err)
+		return fmt.Errorf("mysql: %w", err)
 	}
 	sdb := sql.OpenDB(conn)
 	defer sdb.Close()
 	var version string
 	if err := sdb.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
-		return fmt.Errorf("db: connect to %s: %w", cfg.Addr, Classify(err))
+		return fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, Classify(err))
 	}
 	for k, v := range SessionLimits(version) {
 		if _, set := cfg.Params[k]; !set { // a DSN's own value wins
@@ -155,7 +155,7 @@ func SessionLimits(version string) map[string]string {
 func Config(dsn string) (*gomysql.Config, error) {
 	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("db: invalid DSN: %w", err)
+		return nil, fmt.Errorf("mysql: invalid DSN: %w", err)
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
@@ -176,7 +176,7 @@ func Config(dsn string) (*gomysql.Config, error) {
 // Kinds of database failure callers branch on.
 var (
 	// ErrDuplicate is a unique-constraint violation (MySQL 1062).
-	ErrDuplicate = errors.New("db: duplicate key")
+	ErrDuplicate = errors.New("duplicate key")
 	// ErrRetryable is a deadlock (1213, the server rolled the transaction back)
 	// or a lock wait timeout (1205, only the statement was rolled back: the
 	// caller must roll back the rest). Either way the transaction may be run again.
@@ -193,7 +193,7 @@ var (
 // database by behaviour: errors.As(err, &interface{ Unavailable() bool }).
 type unavailable struct{}
 
-func (unavailable) Error() string     { return "db: database unavailable" }
+func (unavailable) Error() string     { return "database unavailable" }
 func (unavailable) Unavailable() bool { return true }
 
 // retryable is a conflict the server resolved by rolling back: when it
@@ -202,12 +202,12 @@ func (unavailable) Unavailable() bool { return true }
 // cluster a causal read waits out its lock wait timeout this way too.
 type retryable struct{}
 
-func (retryable) Error() string     { return "db: transaction rolled back by the server, retry" }
+func (retryable) Error() string     { return "transaction rolled back by the server, retry" }
 func (retryable) Unavailable() bool { return true }
 
 type connLost struct{}
 
-func (connLost) Error() string     { return "db: connection lost, outcome unknown" }
+func (connLost) Error() string     { return "connection lost, outcome unknown" }
 func (connLost) Unavailable() bool { return true }
 
 // Classify wraps a driver error with the kind above it belongs to, keeping
@@ -314,7 +314,7 @@ func transactOnce(ctx context.Context, dbx *sqlx.DB, opts *sql.TxOptions, fn fun
 		if errors.Is(cerr, ErrConnLost) {
 			return fmt.Errorf("%w: begin: %v", ErrUnavailable, err)
 		}
-		return fmt.Errorf("db: begin: %w", err)
+		return fmt.Errorf("begin: %w", err)
 	}
 	if err := fn(tx); err != nil {
 		_ = tx.Rollback()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"gateway/errs"
 	"gateway/webhooks"
 )
 
@@ -25,11 +26,7 @@ import (
 // subscribes to their type, and marked fanned out, all in one transaction:
 // an event is fanned out exactly once.
 func (s *Store) FanOut(ctx context.Context, limit int) (events, deliveries int, err error) {
-	defer func() {
-		if err != nil {
-			err = fmt.Errorf("store.FanOut: %w", err)
-		}
-	}()
+	defer errs.Wrap(&err, "Store.FanOut")
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		events, deliveries = 0, 0
 		var evs []struct {
@@ -88,7 +85,8 @@ func (s *Store) FanOut(ctx context.Context, limit int) (events, deliveries int, 
 
 // DueEndpoints implements webhooks.DispatchStore: the endpoints with a
 // delivery due now, the longest-waiting first.
-func (s *Store) DueEndpoints(ctx context.Context, limit int) ([]webhooks.EndpointRef, error) {
+func (s *Store) DueEndpoints(ctx context.Context, limit int) (_ []webhooks.EndpointRef, err error) {
+	defer errs.Wrap(&err, "Store.DueEndpoints")
 	const q = `
 SELECT merchant_id, endpoint_id FROM webhook_deliveries
 WHERE status = 'pending' AND next_attempt_at <= NOW(6)
@@ -100,7 +98,7 @@ LIMIT ?`
 		EndpointID string `db:"endpoint_id"`
 	}
 	if err := s.db.SelectContext(ctx, &rows, q, limit); err != nil {
-		return nil, fmt.Errorf("store.DueEndpoints: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	out := make([]webhooks.EndpointRef, len(rows))
 	for i, r := range rows {
@@ -142,9 +140,10 @@ func (r deliveryRow) toDomain() webhooks.Delivery {
 // next attempts pushed to the lease's end, all on the database's clock, in
 // one short transaction; their events are read in the same transaction (an
 // event never changes, and a plain read locks nothing another claim needs).
-func (s *Store) ClaimDeliveries(ctx context.Context, ref webhooks.EndpointRef, limit int, lease time.Duration) ([]webhooks.Claimed, error) {
+func (s *Store) ClaimDeliveries(ctx context.Context, ref webhooks.EndpointRef, limit int, lease time.Duration) (_ []webhooks.Claimed, err error) {
+	defer errs.Wrap(&err, "Store.ClaimDeliveries")
 	var out []webhooks.Claimed
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = nil
 		var rows []struct {
 			deliveryRow
@@ -194,7 +193,7 @@ WHERE merchant_id = ? AND id IN (`
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store.ClaimDeliveries: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -203,7 +202,8 @@ WHERE merchant_id = ? AND id IN (`
 // token, so that a dispatcher whose lease ran out records nothing over the
 // next one's attempt. An endpoint with no run of failures to end costs one
 // autocommitted statement.
-func (s *Store) RecordDelivered(ctx context.Context, d webhooks.Delivery, httpStatus int, endFailing bool) (bool, error) {
+func (s *Store) RecordDelivered(ctx context.Context, d webhooks.Delivery, httpStatus int, endFailing bool) (_ bool, err error) {
+	defer errs.Wrap(&err, "Store.RecordDelivered")
 	const q = `
 UPDATE webhook_deliveries
 SET status = 'delivered', attempts = attempts + 1, last_http_status = ?, last_error = NULL, lease_until = NULL,
@@ -212,12 +212,12 @@ WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
 	if !endFailing {
 		n, err := ExecRetry(ctx, s.db, q, httpStatus, d.MerchantID, d.ID, d.LeaseToken)
 		if err != nil {
-			return false, fmt.Errorf("store.RecordDelivered: %w", err)
+			return false, err
 		}
 		return n == 1, nil
 	}
 	var recorded bool
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		res, err := tx.ExecContext(ctx, q, httpStatus, d.MerchantID, d.ID, d.LeaseToken)
 		if err != nil {
 			return err
@@ -232,7 +232,7 @@ WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("store.RecordDelivered: %w", ClassifyWrite(err))
+		return false, ClassifyWrite(err)
 	}
 	return recorded, nil
 }
@@ -242,7 +242,8 @@ WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
 // creation plus f.MaxAge (then it has failed); the endpoint's run of
 // failures starts now if none had; an endpoint failing for
 // f.DisableAfter is disabled and its pending deliveries fail with it.
-func (s *Store) RecordFailed(ctx context.Context, d webhooks.Delivery, f webhooks.Failure) (webhooks.FailureOutcome, error) {
+func (s *Store) RecordFailed(ctx context.Context, d webhooks.Delivery, f webhooks.Failure) (_ webhooks.FailureOutcome, err error) {
+	defer errs.Wrap(&err, "Store.RecordFailed")
 	const q = `
 UPDATE webhook_deliveries
 SET attempts = attempts + 1, last_http_status = ?, last_error = ?, lease_until = NULL, updated_at = NOW(6),
@@ -253,7 +254,7 @@ WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
 UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = ?, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status = 'enabled' AND failing_since <= NOW(6) - INTERVAL ? MICROSECOND`
 	var out webhooks.FailureOutcome
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = webhooks.FailureOutcome{}
 		status := sql.NullInt64{Int64: int64(f.HTTPStatus), Valid: f.HTTPStatus != 0}
 		msg := f.Error
@@ -292,14 +293,15 @@ WHERE merchant_id = ? AND id = ? AND status = 'enabled' AND failing_since <= NOW
 		return failPending(ctx, tx, d.MerchantID, d.EndpointID, "endpoint disabled")
 	})
 	if err != nil {
-		return webhooks.FailureOutcome{}, fmt.Errorf("store.RecordFailed: %w", ClassifyWrite(err))
+		return webhooks.FailureOutcome{}, ClassifyWrite(err)
 	}
 	return out, nil
 }
 
 // DeliveryBacklog implements webhooks.DispatchStore: gauges over every
 // merchant (a scatter, for metrics).
-func (s *Store) DeliveryBacklog(ctx context.Context) (webhooks.Backlog, error) {
+func (s *Store) DeliveryBacklog(ctx context.Context) (_ webhooks.Backlog, err error) {
+	defer errs.Wrap(&err, "Store.DeliveryBacklog")
 	var b webhooks.Backlog
 	var r struct {
 		Pending int64         `db:"pending"`
@@ -311,7 +313,7 @@ SELECT COUNT(*) AS pending, COALESCE(SUM(next_attempt_at <= NOW(6)), 0) AS due,
        TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS oldest_us
 FROM webhook_deliveries WHERE status = 'pending'`
 	if err := s.db.GetContext(ctx, &r, q); err != nil {
-		return b, fmt.Errorf("store.DeliveryBacklog: %w", Classify(err))
+		return b, Classify(err)
 	}
 	var e struct {
 		Waiting int64         `db:"waiting"`
@@ -321,7 +323,7 @@ FROM webhook_deliveries WHERE status = 'pending'`
 SELECT COUNT(*) AS waiting, TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS oldest_us
 FROM events WHERE fanned_out = 0`
 	if err := s.db.GetContext(ctx, &e, eq); err != nil {
-		return b, fmt.Errorf("store.DeliveryBacklog: %w", Classify(err))
+		return b, Classify(err)
 	}
 	b.Pending, b.Due, b.NotFannedOut = r.Pending, r.Due, e.Waiting
 	oldest := max(r.Oldest.Int64, e.Oldest.Int64)

@@ -45,8 +45,7 @@ func (r eventRow) toDomain() payments.Event {
 
 // InsertEvent writes e in tx, stamped with the database's clock, and
 // returns its position. e.Seq must be the object's event_seq as bumped in
-// tx; e.ID is made when empty. Other packages' stores (deliveries, endpoint
-// changes) call it in their own transactions.
+// tx; e.ID is made when empty. Tests and benchmarks seed events with it.
 func InsertEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event) (int64, error) {
 	const stmt = `
 INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at)
@@ -61,72 +60,35 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
 	return res.LastInsertId()
 }
 
-// paymentEvent writes the event of the payment's change that tx just made
-// with an UPDATE that also took its next event number (bumpEventSeq; the
-// row stays locked until tx ends, so numbers never repeat): the payment is
-// rendered as tx now sees it. It returns the payment so rendered.
-func paymentEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Payment, error) {
-	var r struct {
-		paymentRow
-		Seq int64 `db:"event_seq"`
-	}
-	if err := tx.GetContext(ctx, &r, `SELECT `+paymentColumns+`, event_seq FROM payments WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
-		return payments.Payment{}, err
-	}
-	p, err := r.toDomain()
-	if err != nil {
-		// A row whose metadata or next action cannot be decoded (the expiry
-		// cancels such payments all the same) still has its event: with
-		// what can be read of it.
-		r.Metadata, r.NextAction = sql.NullString{}, sql.NullString{}
-		if p, err = r.toDomain(); err != nil {
-			return payments.Payment{}, err
-		}
-	}
-	_, err = InsertEvent(ctx, tx, payments.Event{
-		MerchantID: p.MerchantID, Type: payments.PaymentEventType(p.Status), ObjectType: payments.ObjectPayment,
-		ObjectID: p.ID, Seq: r.Seq, Data: payments.PaymentEventData(p),
-	})
-	return p, err
-}
-
-// refundEvent is paymentEvent for a refund.
-func refundEvent(ctx context.Context, tx *sqlx.Tx, merchantID, id string) (payments.Refund, error) {
-	var r struct {
-		refundRow
-		Seq int64 `db:"event_seq"`
-	}
-	if err := tx.GetContext(ctx, &r, `SELECT `+refundColumns+`, event_seq FROM refunds WHERE merchant_id = ? AND id = ?`, merchantID, id); err != nil {
-		return payments.Refund{}, err
-	}
-	x, err := r.toDomain()
-	if err != nil {
-		return payments.Refund{}, err
-	}
-	_, err = InsertEvent(ctx, tx, payments.Event{
-		MerchantID: x.MerchantID, Type: payments.RefundEventType(x.Status), ObjectType: payments.ObjectRefund,
-		ObjectID: x.ID, Seq: r.Seq, Data: payments.RefundEventData(x),
-	})
-	return x, err
+// insertEvent writes the event the domain rendered for a change tx made,
+// numbered seq: the object's event_seq as the change took it.
+func insertEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event, seq int64) error {
+	e.Seq = seq
+	_, err := InsertEvent(ctx, tx, e)
+	return err
 }
 
 // bumpEventSeq is the assignment that takes an object's next event number,
-// in the UPDATE that changes its status: paymentEvent or refundEvent then
-// writes the event with it, in the same transaction.
-const bumpEventSeq = `event_seq = event_seq + 1`
+// in the UPDATE of one row that changes its status; bumped reads the number
+// back from the statement's own result (LAST_INSERT_ID(expr) is what the
+// server reports as the statement's insert id), with no further read. The
+// row stays locked until the transaction ends, so numbers never repeat.
+const bumpEventSeq = `event_seq = LAST_INSERT_ID(event_seq + 1)`
 
-// createdEvent writes the first event of an object tx just inserted with
-// event_seq 1, rendered from what tx inserted.
-func createdEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event) error {
-	e.Seq = 1
-	_, err := InsertEvent(ctx, tx, e)
-	return err
+// bumped is the event number an UPDATE with bumpEventSeq took, or errFenced
+// when it matched no row.
+func bumped(res sql.Result, err error) (int64, error) {
+	if err := exactlyOne(res, err); err != nil {
+		return 0, err
+	}
+	return res.LastInsertId()
 }
 
 // MerchantEvents implements payments.ListStore: a page of the merchant's
 // events in the order they were written (pos), after the cursor's, on the
 // index events_merchant.
-func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (payments.Page[payments.Event], error) {
+func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ payments.Page[payments.Event], err error) {
+	defer errs.Wrap(&err, "Store.MerchantEvents")
 	conds, args := []string{"merchant_id = ?"}, []any{q.MerchantID}
 	if q.StartingAfter != "" {
 		var pos int64
@@ -135,7 +97,7 @@ func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (paym
 			return payments.Page[payments.Event]{}, payments.ErrCursorNotFound
 		}
 		if err != nil {
-			return payments.Page[payments.Event]{}, fmt.Errorf("store.MerchantEvents: cursor: %w", Classify(err))
+			return payments.Page[payments.Event]{}, fmt.Errorf("cursor: %w", Classify(err))
 		}
 		conds, args = append(conds, "pos > ?"), append(args, pos)
 	}
@@ -148,7 +110,7 @@ func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (paym
 	var rows []eventRow
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+eventColumns+` FROM events WHERE `+strings.Join(conds, " AND ")+
 		` ORDER BY pos LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Event]{}, fmt.Errorf("store.MerchantEvents: %w", Classify(err))
+		return payments.Page[payments.Event]{}, Classify(err)
 	}
 	page := payments.Page[payments.Event]{HasMore: len(rows) > q.Limit, Items: make([]payments.Event, 0, q.Limit)}
 	for _, r := range rows[:min(len(rows), q.Limit)] {
@@ -158,29 +120,31 @@ func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (paym
 }
 
 // MerchantEvent implements payments.ListStore.
-func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (payments.Event, error) {
+func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (_ payments.Event, err error) {
+	defer errs.Wrap(&err, "Store.MerchantEvent")
 	var r eventRow
-	err := s.db.GetContext(ctx, &r, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id = ?`, merchantID, id)
+	err = s.db.GetContext(ctx, &r, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id = ?`, merchantID, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.Event{}, errs.ErrNotFound
 	}
 	if err != nil {
-		return payments.Event{}, fmt.Errorf("store.MerchantEvent: %w", Classify(err))
+		return payments.Event{}, Classify(err)
 	}
 	return r.toDomain(), nil
 }
 
 // PurgeEvents implements reconcile.Store: deletes up to limit events
 // written longer than retention ago by the database's clock.
-func (s *Store) PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error) {
+func (s *Store) PurgeEvents(ctx context.Context, retention time.Duration, limit int) (_ int64, err error) {
+	defer errs.Wrap(&err, "Store.PurgeEvents")
 	const stmt = `DELETE FROM events WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY created_at LIMIT ?`
 	res, err := s.db.ExecContext(ctx, stmt, micros(retention), limit)
 	if err != nil {
-		return 0, fmt.Errorf("store.PurgeEvents: %w", Classify(err))
+		return 0, Classify(err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return 0, fmt.Errorf("store.PurgeEvents: %w", Classify(err))
+		return 0, Classify(err)
 	}
 	return n, nil
 }

@@ -83,14 +83,13 @@ func TestSettleRolledBackLeavesNoEvent(t *testing.T) {
 	sc := newEventScenario(t)
 	ctx, s := sc.ctx, sc.s
 	m, _ := sc.merchant("m")
-	answer := idemkeys.Response{Status: 201, Body: []byte(`{"status":"succeeded"}`)}
 
 	p, ref, tok := sc.claim(m.ID, "k1", time.Minute)
 	sc.wantEvents("payments", p.ID, payments.EventPaymentProcessing)
 	p.Status, p.PSPReference = payments.Succeeded, "ch_1"
 
 	// Fenced: a stale token.
-	err := s.Settle(ctx, ref, tok.Next(), p, answer)
+	err := s.Settle(ctx, ref, tok.Next(), payments.PaymentSettled(p))
 	sc.mustIs(err, idemkeys.ErrFenced, "Settle with another token")
 	sc.wantEvents("payments", p.ID, payments.EventPaymentProcessing)
 	if n := mysqltest.Count(t, sc.setup, `SELECT COUNT(*) FROM payments WHERE id = ? AND status = 'processing' AND psp_reference IS NULL`, p.ID); n != 1 {
@@ -103,7 +102,7 @@ func TestSettleRolledBackLeavesNoEvent(t *testing.T) {
 	// The event's insert fails: the key and the payment roll back with it.
 	sc.exec(`CREATE TRIGGER events_refused BEFORE INSERT ON events FOR EACH ROW
 IF NEW.type IN ('payment.succeeded', 'refund.succeeded') THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF`)
-	err = s.Settle(ctx, ref, tok, p, answer)
+	err = s.Settle(ctx, ref, tok, payments.PaymentSettled(p))
 	if err == nil || errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("Settle with its event refused: %v", err)
 	}
@@ -118,29 +117,29 @@ IF NEW.type IN ('payment.succeeded', 'refund.succeeded') THEN SIGNAL SQLSTATE '4
 	// A refund's settle refused at its event: the refund, its key and the
 	// payment's amounts stay as they were.
 	sc.exec(`DROP TRIGGER events_refused`)
-	sc.must(s.Settle(ctx, ref, tok, p, answer), "Settle")
+	sc.must(s.Settle(ctx, ref, tok, payments.PaymentSettled(p)), "Settle")
 	sc.wantEvents("payments", p.ID, payments.EventPaymentProcessing, payments.EventPaymentSucceeded)
 	r, rref, rtok := sc.claimRefund(p, "r1", time.Minute)
 	sc.exec(`CREATE TRIGGER events_refused BEFORE INSERT ON events FOR EACH ROW
 IF NEW.type = 'refund.succeeded' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF`)
 	r.Status, r.PSPReference = payments.RefundSucceeded, "rf_1"
-	if err := s.SettleRefund(ctx, rref, rtok, r, answer); err == nil {
+	if err := s.SettleRefund(ctx, rref, rtok, payments.RefundSettled(r)); err == nil {
 		t.Fatal("SettleRefund with its event refused succeeded")
 	}
 	sc.wantEvents("refunds", r.ID, payments.EventRefundPending)
 	if n := mysqltest.Count(t, sc.setup, `SELECT COUNT(*) FROM payments WHERE id = ? AND amount_refunded = 0 AND amount_reserved = 100`, p.ID); n != 1 {
 		t.Fatal("a refund settle whose event failed moved the payment's amounts")
 	}
-	sc.mustIs(s.SettleRefund(ctx, rref, rtok.Next(), r, answer), idemkeys.ErrFenced, "SettleRefund with another token")
+	sc.mustIs(s.SettleRefund(ctx, rref, rtok.Next(), payments.RefundSettled(r)), idemkeys.ErrFenced, "SettleRefund with another token")
 	sc.exec(`DROP TRIGGER events_refused`)
-	sc.must(s.SettleRefund(ctx, rref, rtok, r, answer), "SettleRefund")
+	sc.must(s.SettleRefund(ctx, rref, rtok, payments.RefundSettled(r)), "SettleRefund")
 	sc.wantEvents("refunds", r.ID, payments.EventRefundPending, payments.EventRefundSucceeded)
 	if n := mysqltest.Count(t, sc.setup, `SELECT COUNT(*) FROM payments WHERE id = ? AND amount_refunded = 100 AND amount_reserved = 100`, p.ID); n != 1 {
 		t.Fatal("the refund's settle did not move the payment's amounts")
 	}
 	// Settled already: a second settle is fenced and writes nothing.
-	sc.mustIs(s.Settle(ctx, ref, tok, p, answer), idemkeys.ErrFenced, "Settle of a settled payment")
-	sc.mustIs(s.SettleRefund(ctx, rref, rtok, r, answer), idemkeys.ErrFenced, "SettleRefund of a settled refund")
+	sc.mustIs(s.Settle(ctx, ref, tok, payments.PaymentSettled(p)), idemkeys.ErrFenced, "Settle of a settled payment")
+	sc.mustIs(s.SettleRefund(ctx, rref, rtok, payments.RefundSettled(r)), idemkeys.ErrFenced, "SettleRefund of a settled refund")
 	sc.wantEvents("payments", p.ID, payments.EventPaymentProcessing, payments.EventPaymentSucceeded)
 	sc.wantEvents("refunds", r.ID, payments.EventRefundPending, payments.EventRefundSucceeded)
 }
@@ -152,35 +151,34 @@ func TestEventsFollowEveryChange(t *testing.T) {
 	sc := newEventScenario(t)
 	ctx, s := sc.ctx, sc.s
 	m, _ := sc.merchant("m")
-	answer := idemkeys.Response{Status: 202, Body: []byte(`{}`)}
 	res := payments.Resolution{Reason: "test", Actor: "ops@example.com"}
 
 	// Payment: created, sent to review, resolved by ops, a no-op resolve.
 	p, ref, tok := sc.claim(m.ID, "k1", time.Minute)
 	p.Status, p.ReviewReason = payments.RequiresReview, "unknown outcome"
-	sc.must(s.Settle(ctx, ref, tok, p, answer), "Settle to review")
+	sc.must(s.Settle(ctx, ref, tok, payments.PaymentSettled(p)), "Settle to review")
 	to := func(st payments.Status) func(payments.Payment) (payments.Payment, error) {
 		return func(x payments.Payment) (payments.Payment, error) {
 			x.Status, x.PSPReference = st, "ch_9"
 			return x, nil
 		}
 	}
-	_, err := s.Resolve(ctx, p.ID, to(payments.Succeeded), res)
+	_, err := s.Resolve(ctx, p.ID, payments.ChangePayment(to(payments.Succeeded)), res)
 	sc.must(err, "Resolve to succeeded")
-	_, err = s.Resolve(ctx, p.ID, to(payments.Succeeded), res)
+	_, err = s.Resolve(ctx, p.ID, payments.ChangePayment(to(payments.Succeeded)), res)
 	sc.must(err, "Resolve to the same status")
 	sc.wantEvents("payments", p.ID, payments.EventPaymentProcessing, payments.EventPaymentRequiresReview, payments.EventPaymentSucceeded)
 
 	// Refund: created, pending at its PSP (no change), to review by ops, then failed.
 	r, rref, rtok := sc.claimRefund(p, "r1", time.Minute)
 	r.Status, r.PSPReference = payments.RefundPending, "rf_1"
-	sc.must(s.SettleRefund(ctx, rref, rtok, r, answer), "SettleRefund pending")
+	sc.must(s.SettleRefund(ctx, rref, rtok, payments.RefundSettled(r)), "SettleRefund pending")
 	rto := func(st payments.RefundStatus) func(payments.Refund) (payments.Refund, error) {
 		return func(x payments.Refund) (payments.Refund, error) { x.Status = st; return x, nil }
 	}
-	_, err = s.ResolveRefund(ctx, r.ID, rto(payments.RefundRequiresReview), res)
+	_, err = s.ResolveRefund(ctx, r.ID, payments.ChangeRefund(rto(payments.RefundRequiresReview)), res)
 	sc.must(err, "ResolveRefund to review")
-	_, err = s.ResolveRefund(ctx, r.ID, rto(payments.RefundFailed), res)
+	_, err = s.ResolveRefund(ctx, r.ID, payments.ChangeRefund(rto(payments.RefundFailed)), res)
 	sc.must(err, "ResolveRefund to failed")
 	sc.wantEvents("refunds", r.ID, payments.EventRefundPending, payments.EventRefundRequiresReview, payments.EventRefundFailed)
 
@@ -189,10 +187,10 @@ func TestEventsFollowEveryChange(t *testing.T) {
 	confirmed := claimUnconfirmed(sc, m.ID, "u2")
 	cref := idemkeys.Ref{MerchantID: m.ID, Endpoint: payments.EndpointConfirmPayment, Key: "c2"}
 	_, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: cref, Fingerprint: idemkeys.Fingerprint("c2"), Token: idemkeys.FirstToken(),
-		Lease: time.Minute, PaymentID: confirmed.ID}, func(x payments.Payment, _ time.Time) (payments.Payment, error) { return x, nil })
+		Lease: time.Minute, PaymentID: confirmed.ID}, confirming("c2", "pm_card_ok"))
 	sc.must(err, "ClaimConfirm")
 	sc.advance(2 * time.Hour)
-	if got, err := s.ExpireUnconfirmed(ctx, 10); err != nil || len(got) != 1 || got[0].ID != expiring.ID {
+	if got, err := s.ExpireUnconfirmed(ctx, 10, payments.Expired); err != nil || len(got) != 1 || got[0].ID != expiring.ID {
 		t.Fatalf("ExpireUnconfirmed: %+v, %v", got, err)
 	}
 	sc.wantEvents("payments", expiring.ID, payments.EventPaymentRequiresConfirmation, payments.EventPaymentCanceled)
@@ -226,8 +224,7 @@ func claimUnconfirmed(sc *scenario, merchantID, key string) payments.Payment {
 		ID: newID("pay"), MerchantID: merchantID, IdempotencyKey: key, MerchantOrderID: newID("ord"),
 		Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PSP: "fake", ClientSecret: "secret_should_not_show",
 	}
-	p, _, err := sc.s.ClaimUnconfirmed(sc.ctx, payments.Claim{Ref: ref, Fingerprint: idemkeys.Fingerprint(key),
-		Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: p}, time.Hour, payments.Render)
-	sc.must(err, "ClaimUnconfirmed")
-	return p
+	c := sc.unconfirmed(ref, p, time.Hour, idemkeys.Response{Status: 202, Body: []byte(`{}`)})
+	sc.must(sc.s.Claim(sc.ctx, c), "Claim (to confirm later)")
+	return c.Payment
 }

@@ -85,13 +85,13 @@ func GaleraState(ctx context.Context, q Querier) (NodeState, error) {
 	rows, err := q.QueryContext(ctx, `SHOW GLOBAL STATUS WHERE Variable_name IN
     ('wsrep_provider_name', 'wsrep_ready', 'wsrep_cluster_status', 'wsrep_local_state_comment', 'wsrep_cluster_size')`)
 	if err != nil {
-		return st, fmt.Errorf("db: galera state: %w", Classify(err))
+		return st, fmt.Errorf("mysql: galera state: %w", Classify(err))
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var name, value string
 		if err := rows.Scan(&name, &value); err != nil {
-			return st, fmt.Errorf("db: galera state: %w", err)
+			return st, fmt.Errorf("mysql: galera state: %w", err)
 		}
 		switch strings.ToLower(name) {
 		case "wsrep_provider_name":
@@ -107,7 +107,7 @@ func GaleraState(ctx context.Context, q Querier) (NodeState, error) {
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return st, fmt.Errorf("db: galera state: %w", Classify(err))
+		return st, fmt.Errorf("mysql: galera state: %w", Classify(err))
 	}
 	if !st.Galera {
 		return NodeState{}, nil

@@ -52,7 +52,7 @@ func TestGaleraStateOfAPlainServer(t *testing.T) {
 // queries, as a node outside the primary component does.
 func TestGaleraStateOfANode(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a Galera node")
+		t.Skip("starts a Galera node: make proofs runs it")
 	}
 	c, err := localdb.StartCluster(t.Context(), localdb.ClusterOptions{Nodes: 1, NoInstall: true})
 	if errors.Is(err, localdb.ErrNotInstalled) {

@@ -24,14 +24,14 @@ type keyRow struct {
 	Key            string        `db:"idem_key"`
 	Fingerprint    []byte        `db:"fingerprint"`
 	State          string        `db:"state"`
-	PaymentID      string        `db:"payment_id"`
+	SubjectID      string        `db:"subject_id"`
 	Token          int64         `db:"lease_version"`
 	LockedUntil    sql.NullTime  `db:"locked_until"`
-	MayChargeUntil sql.NullTime  `db:"may_charge_until"`
+	MaySendUntil   sql.NullTime  `db:"may_send_until"`
 	ReconcileAfter sql.NullTime  `db:"reconcile_after"`
 	Attempts       int           `db:"reconcile_attempts"`
-	ChargeAttempts int           `db:"charge_attempts"`
-	ChargesNotSent int           `db:"charges_not_sent"`
+	SendAttempts   int           `db:"send_attempts"`
+	SendsNotSent   int           `db:"sends_not_sent"`
 	NotFoundAt     sql.NullTime  `db:"not_found_at"`
 	ResponseStatus sql.NullInt32 `db:"response_status"`
 	ResponseBody   []byte        `db:"response_body"`
@@ -41,8 +41,8 @@ type keyRow struct {
 	DBNow          time.Time     `db:"db_now"`
 }
 
-const keyColumns = `merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
-    locked_until, may_charge_until, reconcile_after, reconcile_attempts, charge_attempts, charges_not_sent,
+const keyColumns = `merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
+    locked_until, may_send_until, reconcile_after, reconcile_attempts, send_attempts, sends_not_sent,
     not_found_at, response_status, response_body, created_at, updated_at, completed_at, NOW(6) AS db_now`
 
 const keyWhere = `merchant_id = ? AND endpoint = ? AND idem_key = ?`
@@ -51,12 +51,12 @@ func (r keyRow) toDomain() idemkeys.Record {
 	rec := idemkeys.Record{
 		Ref:               idemkeys.Ref{MerchantID: r.MerchantID, Endpoint: r.Endpoint, Key: r.Key},
 		State:             idemkeys.State(r.State),
-		PaymentID:         r.PaymentID,
+		SubjectID:         r.SubjectID,
 		Token:             idemkeys.Token(r.Token),
 		LockedUntil:       r.LockedUntil.Time,
-		MayChargeUntil:    r.MayChargeUntil.Time,
-		ChargeAttempts:    r.ChargeAttempts,
-		ChargesNotSent:    r.ChargesNotSent,
+		MaySendUntil:      r.MaySendUntil.Time,
+		SendAttempts:      r.SendAttempts,
+		SendsNotSent:      r.SendsNotSent,
 		NotFoundAt:        r.NotFoundAt.Time,
 		ReconcileAfter:    r.ReconcileAfter.Time,
 		ReconcileAttempts: r.Attempts,
@@ -75,76 +75,44 @@ func refArgs(ref idemkeys.Ref) []any { return []any{ref.MerchantID, ref.Endpoint
 // micros writes a duration for INTERVAL ? MICROSECOND.
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
-// Claim implements payments.FlowStore: the key first, so that of two racing
-// claims the loser stops at its INSERT, then the payment, in one short
-// transaction whose times all come from the database's clock, read first.
-func (s *Store) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
-	p, _, err := s.claimPayment(ctx, "store.Claim", c, 0, nil)
-	return p.CreatedAt, err
-}
-
-// ClaimUnconfirmed implements payments.FlowStore: Claim's transaction, with
-// the key completed at once and the payment awaiting its confirmation.
-func (s *Store) ClaimUnconfirmed(ctx context.Context, c payments.Claim, expiry time.Duration, render func(payments.Payment) idemkeys.Response) (payments.Payment, idemkeys.Response, error) {
-	return s.claimPayment(ctx, "store.ClaimUnconfirmed", c, expiry, render)
-}
-
-// claimKey claims a key in tx for a worker that may send its charge (or
-// refund) for the subject named subjectID until the lease ends; now is the
-// database's clock, read in the same transaction. idemkeys.ErrExists when
-// the key is claimed already.
-func claimKey(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, fp [32]byte, subjectID string, token idemkeys.Token, now time.Time, lease time.Duration) error {
-	const stmt = `
-INSERT INTO idempotency_keys
-    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
-     locked_until, may_charge_until, reconcile_after, charge_attempts, charges_not_sent, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
-	until := now.Add(lease)
-	_, err := tx.ExecContext(ctx, stmt, ref.MerchantID, ref.Endpoint, ref.Key, fp[:], subjectID, int64(token), until, until, until, now, now)
-	if err := Classify(err); err != nil {
-		if errors.Is(err, ErrDuplicate) {
-			return idemkeys.ErrExists
-		}
-		return err
+// Now implements payments.FlowStore: the database's clock.
+func (s *Store) Now(ctx context.Context) (now time.Time, err error) {
+	defer errs.Wrap(&err, "Store.Now")
+	if err := s.db.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
+		return time.Time{}, Classify(err)
 	}
-	return nil
+	return now, nil
 }
 
-// claimPayment inserts c's key and payment. With render, the key is
-// completed at once with render's answer and nothing may be sent for it
-// (no charge attempt), and the payment awaits its confirmation until
-// expiry after the claim; without, the key is in progress under c's lease.
-func (s *Store) claimPayment(ctx context.Context, op string, c payments.Claim, expiry time.Duration, render func(payments.Payment) idemkeys.Response) (payments.Payment, idemkeys.Response, error) {
-	md, err := metadataJSON(c.Payment.Metadata)
+// Claim implements payments.FlowStore: the key first, so that of two racing
+// claims the loser stops at its INSERT, then the payment and its event, in
+// one short transaction; every time is the payment's CreatedAt, read from
+// the database's clock by the caller.
+func (s *Store) Claim(ctx context.Context, c payments.Claim) (err error) {
+	p, ref := c.Payment, c.Ref
+	defer errs.Wrap(&err, "Store.Claim(%s)", p.ID)
+	md, err := metadataJSON(p.Metadata)
 	if err != nil {
-		return payments.Payment{}, idemkeys.Response{}, fmt.Errorf("%s: %w", op, err)
+		return err
 	}
 	const insertKeyCompleted = `
 INSERT INTO idempotency_keys
-    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version,
-     charge_attempts, charges_not_sent, response_status, response_body, created_at, updated_at, completed_at)
+    (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
+     send_attempts, sends_not_sent, response_status, response_body, created_at, updated_at, completed_at)
 VALUES (?, ?, ?, ?, 'COMPLETED', ?, ?, 0, 0, ?, ?, ?, ?, ?)`
 	const insertPayment = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
     payment_method, description, metadata, psp, expires_at, client_secret_hash, event_seq, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
-	p, ref := c.Payment, c.Ref
-	var resp idemkeys.Response
+	now := p.CreatedAt
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		var now time.Time
-		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
-			return err
-		}
-		p.CreatedAt, p.UpdatedAt, p.Status, p.ExpiresAt = now, now, payments.Processing, time.Time{}
-		if render == nil {
+		if c.Answer == nil {
 			if err := claimKey(ctx, tx, ref, c.Fingerprint, p.ID, c.Token, now, c.Lease); err != nil {
 				return err
 			}
 		} else {
-			p.Status, p.ExpiresAt = payments.RequiresConfirmation, now.Add(expiry).Truncate(time.Microsecond)
-			resp = render(p)
 			_, err := tx.ExecContext(ctx, insertKeyCompleted, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
-				int64(c.Token), resp.Status, resp.Body, now, now, now)
+				int64(c.Token), c.Answer.Status, c.Answer.Body, now, now, now)
 			if err := Classify(err); err != nil {
 				if errors.Is(err, ErrDuplicate) {
 					return idemkeys.ErrExists
@@ -157,50 +125,65 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 		if p.ClientSecretHash != ([32]byte{}) {
 			secretHash = p.ClientSecretHash[:]
 		}
-		_, err := tx.ExecContext(ctx, insertPayment,
+		if _, err := tx.ExecContext(ctx, insertPayment,
 			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
-			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, secretHash, now, now)
-		if err != nil {
+			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, secretHash, now, now); err != nil {
 			return err
 		}
-		return createdEvent(ctx, tx, payments.Event{
-			MerchantID: p.MerchantID, Type: payments.PaymentEventType(p.Status), ObjectType: payments.ObjectPayment,
-			ObjectID: p.ID, Data: payments.PaymentEventData(p),
-		})
+		return insertEvent(ctx, tx, c.Event, 1)
 	})
 	switch {
 	case err == nil, errors.Is(err, idemkeys.ErrExists):
-		return p, resp, err
+		return err
 	case errors.Is(err, ErrRetryable):
 		// Still conflicting after the retries: on a Galera cluster, a claim
 		// of the same key committed on another node. The other request won:
 		// the caller reads the key (and claims again if it is not there).
-		return p, resp, fmt.Errorf("%s: %w: %v", op, idemkeys.ErrExists, err)
+		return fmt.Errorf("%w: %v", idemkeys.ErrExists, err)
 	case errors.Is(err, ErrDuplicate):
 		// The key is free but a payment holds it: its record was purged after
 		// retention. Never run the payment again; name the existing one.
 		existing, gerr := s.PaymentByKey(ctx, p.MerchantID, p.IdempotencyKey)
 		if gerr != nil {
 			// Not err itself: MySQL's duplicate-key message quotes the key, which must not reach the logs.
-			return p, resp, fmt.Errorf("%s: payment %s refused as a duplicate (order id %s taken?) and none found for its key: %w",
-				op, p.ID, p.MerchantOrderID, gerr)
+			return fmt.Errorf("payment refused as a duplicate (order id %s taken?) and none found for its key: %w", p.MerchantOrderID, gerr)
 		}
-		return p, resp, &errs.Error{
+		return &errs.Error{
 			Code:      errs.CodeKeyReused,
 			Message:   "this Idempotency-Key was used for payment " + existing.ID + " whose stored response has expired; look the payment up instead of retrying",
 			PaymentID: existing.ID,
 		}
 	}
-	return p, resp, writeErr(op, err)
+	return writeErr(err)
 }
 
-// writeErr names a failed write and says, when it is so, that its outcome is
-// unknown: the caller must re-read before it believes either way.
-func writeErr(op string, err error) error {
-	if errors.Is(err, ErrConnLost) {
-		return fmt.Errorf("%s: %w: %w", op, errs.ErrWriteUnknown, err)
+// claimKey claims a key in tx for a worker that may send its subject's
+// money movement (a charge, a refund) until the lease ends; now is the
+// database's clock. idemkeys.ErrExists when the key is claimed already.
+func claimKey(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, fp [32]byte, subjectID string, token idemkeys.Token, now time.Time, lease time.Duration) error {
+	const stmt = `
+INSERT INTO idempotency_keys
+    (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
+     locked_until, may_send_until, reconcile_after, send_attempts, sends_not_sent, created_at, updated_at)
+VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
+	until := now.Add(lease)
+	_, err := tx.ExecContext(ctx, stmt, ref.MerchantID, ref.Endpoint, ref.Key, fp[:], subjectID, int64(token), until, until, until, now, now)
+	if err := Classify(err); err != nil {
+		if errors.Is(err, ErrDuplicate) {
+			return idemkeys.ErrExists
+		}
+		return err
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return nil
+}
+
+// writeErr says, when it is so, that a failed write's outcome is unknown:
+// the caller must re-read before it believes either way.
+func writeErr(err error) error {
+	if errors.Is(err, ErrConnLost) {
+		return fmt.Errorf("%w: %w", errs.ErrWriteUnknown, err)
+	}
+	return err
 }
 
 // Record implements payments.FlowStore. What it reads decides a takeover or
@@ -210,103 +193,108 @@ func (s *Store) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, 
 	return getKey(ctx, s.db, s.causal, ref)
 }
 
-func getKey(ctx context.Context, q sqlx.QueryerContext, causal string, ref idemkeys.Ref) (idemkeys.Record, error) {
+func getKey(ctx context.Context, q sqlx.QueryerContext, causal string, ref idemkeys.Ref) (rec idemkeys.Record, err error) {
+	defer errs.Wrap(&err, "Store.Record")
 	var r keyRow
-	err := sqlx.GetContext(ctx, q, &r, causal+`SELECT `+keyColumns+` FROM idempotency_keys WHERE `+keyWhere, refArgs(ref)...)
+	err = sqlx.GetContext(ctx, q, &r, causal+`SELECT `+keyColumns+` FROM idempotency_keys WHERE `+keyWhere, refArgs(ref)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idemkeys.Record{}, idemkeys.ErrNotFound
 	}
 	if err != nil {
-		return idemkeys.Record{}, fmt.Errorf("store: read key: %w", Classify(err))
+		return idemkeys.Record{}, Classify(err)
 	}
 	return r.toDomain(), nil
 }
 
-// LoadKey implements payments.FlowStore.
-func (s *Store) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, payments.Payment, error) {
+// LoadKey reads a key's record and the payment it holds.
+func (s *Store) LoadKey(ctx context.Context, ref idemkeys.Ref) (_ idemkeys.Record, _ payments.Payment, err error) {
+	defer errs.Wrap(&err, "Store.LoadKey")
 	rec, err := s.Record(ctx, ref)
 	if err != nil {
 		return idemkeys.Record{}, payments.Payment{}, err
 	}
-	p, err := s.Payment(ctx, ref.MerchantID, rec.PaymentID)
+	p, err := s.Payment(ctx, ref.MerchantID, rec.SubjectID)
 	if err != nil {
-		return idemkeys.Record{}, payments.Payment{}, fmt.Errorf("store.LoadKey: payment of key: %w", err)
+		return idemkeys.Record{}, payments.Payment{}, err
 	}
 	return rec, p, nil
 }
 
 // fenced runs one compare-and-set on a key: exactly one row must match, or
 // the writer no longer holds what it thinks it holds (idemkeys.ErrFenced).
-// Config sets CLIENT_FOUND_ROWS, so a matched row counts even when the
-// write leaves its values as they were.
-func (s *Store) fenced(ctx context.Context, op string, stmt string, args ...any) error {
+// Open sets CLIENT_FOUND_ROWS, so a matched row counts even when the write
+// leaves its values as they were.
+func (s *Store) fenced(ctx context.Context, stmt string, args ...any) error {
 	n, err := ExecRetry(ctx, s.db, stmt, args...)
 	switch {
 	case errors.Is(err, ErrRetryable):
 		// Still conflicting after the retries (a certification conflict on a
 		// Galera cluster: another node's writer changed the row): nothing was
 		// written, and another worker's write won. The caller re-reads.
-		return fmt.Errorf("%s: %w: %v", op, idemkeys.ErrFenced, err)
+		return fmt.Errorf("%w: %v", idemkeys.ErrFenced, err)
 	case err != nil:
-		return writeErr(op, err)
+		return writeErr(err)
 	case n == 0:
-		return fmt.Errorf("%s: %w", op, idemkeys.ErrFenced)
+		return idemkeys.ErrFenced
 	}
 	return nil
 }
 
 // TakeOver implements payments.FlowStore.
-func (s *Store) TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (idemkeys.Token, error) {
+func (s *Store) TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (_ idemkeys.Token, err error) {
+	defer errs.Wrap(&err, "Store.TakeOver")
 	const stmt = `
 UPDATE idempotency_keys
 SET lease_version = ?, locked_until = NOW(6) + INTERVAL ? MICROSECOND, updated_at = NOW(6)
 WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND locked_until <= NOW(6)`
 	next := seen.Next()
 	args := append([]any{int64(next), micros(lease)}, append(refArgs(ref), int64(seen))...)
-	if err := s.fenced(ctx, "store.TakeOver", stmt, args...); err != nil {
+	if err := s.fenced(ctx, stmt, args...); err != nil {
 		return 0, err
 	}
 	return next, nil
 }
 
-// ArmCharge implements payments.FlowStore. The guard is judged in the
-// same statement, on the database's clock: a resumed worker that stalled
+// ArmSend implements payments.FlowStore. The guard is judged in the same
+// statement, on the database's clock: a resumed worker that stalled
 // between its lookup and this write cannot send past the PSP's dedupe memory.
-func (s *Store) ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration, g payments.ArmGuard) error {
+func (s *Store) ArmSend(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration, g payments.ArmGuard) (err error) {
+	defer errs.Wrap(&err, "Store.ArmSend")
 	const stmt = `
 UPDATE idempotency_keys
-SET may_charge_until = GREATEST(COALESCE(may_charge_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
+SET may_send_until = GREATEST(COALESCE(may_send_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
     locked_until = GREATEST(COALESCE(locked_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
-    charge_attempts = charge_attempts + 1, not_found_at = NULL, updated_at = NOW(6)
+    send_attempts = send_attempts + 1, not_found_at = NULL, updated_at = NOW(6)
 WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?
   AND (? OR (? AND created_at > NOW(6) - INTERVAL ? MICROSECOND)
-         OR (? AND may_charge_until < NOW(6) - INTERVAL ? MICROSECOND))`
+         OR (? AND may_send_until < NOW(6) - INTERVAL ? MICROSECOND))`
 	args := append([]any{micros(window), micros(window)}, append(refArgs(ref), int64(token),
 		g.Forever, g.DedupeAge > 0, micros(g.DedupeAge), g.Authoritative, micros(g.LateAfter))...)
-	err := s.fenced(ctx, "store.ArmCharge", stmt, args...)
+	err = s.fenced(ctx, stmt, args...)
 	if !errors.Is(err, idemkeys.ErrFenced) {
 		return err
 	}
 	// Nothing matched: the lease is someone else's, or the guard said no.
 	rec, rerr := s.Record(ctx, ref)
 	if rerr == nil && rec.State == idemkeys.InProgress && rec.Token == token {
-		return fmt.Errorf("store.ArmCharge: %w", payments.ErrArmRefused)
+		return payments.ErrArmRefused
 	}
 	return err
 }
 
 // Release implements payments.FlowStore.
-func (s *Store) Release(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, notSent bool) error {
+func (s *Store) Release(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, notSent bool) (err error) {
+	defer errs.Wrap(&err, "Store.Release")
 	const stmt = `
 UPDATE idempotency_keys
-SET locked_until = NOW(6), charges_not_sent = charges_not_sent + ?, updated_at = NOW(6)
+SET locked_until = NOW(6), sends_not_sent = sends_not_sent + ?, updated_at = NOW(6)
 WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
 	inc := 0
 	if notSent {
 		inc = 1
 	}
 	args := append([]any{inc}, append(refArgs(ref), int64(token))...)
-	return s.fenced(ctx, "store.Release", stmt, args...)
+	return s.fenced(ctx, stmt, args...)
 }
 
 // Settle implements payments.FlowStore with one short transaction of
@@ -316,7 +304,9 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
 // then the change's event. Either way a fenced settle rolls back whole and
 // the caller re-reads. A payment sent to review enters the review queue,
 // one that waits for its customer (requires_action) the reconciler's looks.
-func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
+func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) (err error) {
+	p := c.Payment
+	defer errs.Wrap(&err, "Store.Settle(%s)", p.ID)
 	const settlePayment = `
 UPDATE payments
 SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
@@ -328,22 +318,22 @@ WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 	status := string(p.Status)
 	action, err := nextActionJSON(p.NextAction)
 	if err != nil {
-		return fmt.Errorf("store.Settle(payment %s): %w", p.ID, err)
+		return err
 	}
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		if err := completeKey(ctx, tx, ref, token, p.ID, resp); err != nil {
+		if err := completeKey(ctx, tx, ref, token, p.ID, *c.Answer); err != nil {
 			return err
 		}
-		if err := exactlyOne(tx.ExecContext(ctx, settlePayment,
+		seq, err := bumped(tx.ExecContext(ctx, settlePayment,
 			status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.PSPCode), nullString(p.ReviewReason),
 			status, status, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook), action,
-			ref.MerchantID, p.ID)); err != nil {
+			ref.MerchantID, p.ID))
+		if err != nil {
 			return err
 		}
-		_, err := paymentEvent(ctx, tx, ref.MerchantID, p.ID)
-		return err
+		return insertEvent(ctx, tx, *c.Event, seq)
 	})
-	return settleErr("store.Settle", "payment "+p.ID, err)
+	return settleErr(err)
 }
 
 // completeKey completes a key in tx with its answer, fenced on the token
@@ -353,7 +343,7 @@ func completeKey(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, token idemk
 UPDATE idempotency_keys
 SET state = 'COMPLETED', response_status = ?, response_body = ?, locked_until = NULL,
     completed_at = NOW(6), updated_at = NOW(6)
-WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND payment_id = ?`
+WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND subject_id = ?`
 	args := append([]any{resp.Status, resp.Body}, append(refArgs(ref), int64(token), subjectID)...)
 	return exactlyOne(tx.ExecContext(ctx, stmt, args...))
 }
@@ -363,8 +353,8 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND payme
 var errFenced = errors.New("no row matched the fence")
 
 // exactlyOne turns the result of a fenced write into errFenced when it
-// matched no row (Config sets CLIENT_FOUND_ROWS: a matched row counts
-// even when its values stay as they were).
+// matched no row (Open sets CLIENT_FOUND_ROWS: a matched row counts even
+// when its values stay as they were).
 func exactlyOne(res sql.Result, err error) error {
 	if err != nil {
 		return err
@@ -382,24 +372,25 @@ func exactlyOne(res sql.Result, err error) error {
 // settleErr names the outcome of a settle's transaction for its caller:
 // fenced (nothing written; re-read), unknown (a lost COMMIT; re-read), or
 // another failure.
-func settleErr(op, subject string, err error) error {
+func settleErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, errFenced):
-		return fmt.Errorf("%s(%s): %w", op, subject, idemkeys.ErrFenced)
+		return idemkeys.ErrFenced
 	case errors.Is(err, ErrRetryable):
 		// Still conflicting after the retries (a certification conflict on a
 		// Galera cluster: another node's writer changed a row): nothing was
 		// written, and another worker's write won. The caller re-reads.
-		return fmt.Errorf("%s(%s): %w: %v", op, subject, idemkeys.ErrFenced, err)
+		return fmt.Errorf("%w: %v", idemkeys.ErrFenced, err)
 	}
-	return writeErr(op, err)
+	return writeErr(err)
 }
 
 // Reschedule implements reconcile.Store: the lease ends now, so the client's
 // own retry may resume at once, and the reconciler looks again after r.
-func (s *Store) Reschedule(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Reschedule) error {
+func (s *Store) Reschedule(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Reschedule) (err error) {
+	defer errs.Wrap(&err, "Store.Reschedule")
 	const stmt = `
 UPDATE idempotency_keys
 SET locked_until = NOW(6),
@@ -410,12 +401,12 @@ SET locked_until = NOW(6),
 WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
 	notBefore := sql.NullTime{Time: r.NotBefore, Valid: !r.NotBefore.IsZero()}
 	args := append([]any{micros(r.After), notBefore, r.Attempts, r.NotFound}, append(refArgs(ref), int64(token))...)
-	return s.fenced(ctx, "store.Reschedule", stmt, args...)
+	return s.fenced(ctx, stmt, args...)
 }
 
 // replaceResponse rewrites the stored response of a completed key after its
-// payment's outcome changed in review. Run it in the transaction that holds
-// the payment's row lock. A key already purged has nothing to rewrite.
+// subject's outcome changed (a resolution). Run it in the transaction that
+// holds the subject's row lock. A key already purged has nothing to rewrite.
 func replaceResponse(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, resp idemkeys.Response) error {
 	const stmt = `
 UPDATE idempotency_keys SET response_status = ?, response_body = ?, updated_at = NOW(6)

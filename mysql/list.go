@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -59,15 +58,16 @@ func (s *Store) listFrame(ctx context.Context, table string, q payments.ListQuer
 }
 
 // MerchantPayments implements payments.ListStore.
-func (s *Store) MerchantPayments(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Payment], error) {
+func (s *Store) MerchantPayments(ctx context.Context, q payments.ListQuery) (_ payments.Page[payments.Payment], err error) {
+	defer errs.Wrap(&err, "Store.MerchantPayments")
 	where, args, order, reverse, err := s.listFrame(ctx, "payments", q)
 	if err != nil {
-		return payments.Page[payments.Payment]{}, fmt.Errorf("store.MerchantPayments: %w", err)
+		return payments.Page[payments.Payment]{}, err
 	}
 	var rows []paymentRow
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments FORCE INDEX (payments_list) WHERE `+where+
 		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Payment]{}, fmt.Errorf("store.MerchantPayments: %w", Classify(err))
+		return payments.Page[payments.Payment]{}, Classify(err)
 	}
 	page := payments.Page[payments.Payment]{HasMore: len(rows) > q.Limit}
 	rows = rows[:min(len(rows), q.Limit)]
@@ -85,11 +85,12 @@ func (s *Store) MerchantPayments(ctx context.Context, q payments.ListQuery) (pay
 }
 
 // MerchantRefunds implements payments.ListStore.
-func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Refund], error) {
+func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (_ payments.Page[payments.Refund], err error) {
+	defer errs.Wrap(&err, "Store.MerchantRefunds")
 	if q.PaymentID != "" {
 		var n int
 		if err := s.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM payments WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.PaymentID); err != nil {
-			return payments.Page[payments.Refund]{}, fmt.Errorf("store.MerchantRefunds: %w", Classify(err))
+			return payments.Page[payments.Refund]{}, Classify(err)
 		}
 		if n == 0 {
 			return payments.Page[payments.Refund]{}, errs.ErrNotFound
@@ -97,7 +98,7 @@ func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (paym
 	}
 	where, args, order, reverse, err := s.listFrame(ctx, "refunds", q)
 	if err != nil {
-		return payments.Page[payments.Refund]{}, fmt.Errorf("store.MerchantRefunds: %w", err)
+		return payments.Page[payments.Refund]{}, err
 	}
 	index := "refunds_list"
 	if q.PaymentID != "" {
@@ -106,7 +107,7 @@ func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (paym
 	var rows []refundRow
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+refundColumns+` FROM refunds FORCE INDEX (`+index+`) WHERE `+where+
 		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Refund]{}, fmt.Errorf("store.MerchantRefunds: %w", Classify(err))
+		return payments.Page[payments.Refund]{}, Classify(err)
 	}
 	page := payments.Page[payments.Refund]{HasMore: len(rows) > q.Limit}
 	rows = rows[:min(len(rows), q.Limit)]

@@ -38,17 +38,17 @@ var migrationFile = regexp.MustCompile(`^([0-9]+)_(.+)\.(up|down)\.sql$`)
 func Migrations() ([]Migration, error) {
 	entries, err := fs.ReadDir(migrations, "migrations")
 	if err != nil {
-		return nil, fmt.Errorf("db: migrations: %w", err)
+		return nil, fmt.Errorf("mysql: migrations: %w", err)
 	}
 	byVersion := map[uint]*Migration{}
 	for _, e := range entries {
 		m := migrationFile.FindStringSubmatch(e.Name())
 		if m == nil {
-			return nil, fmt.Errorf("db: migration file %q is not NNN_name.up|down.sql", e.Name())
+			return nil, fmt.Errorf("mysql: migration file %q is not NNN_name.up|down.sql", e.Name())
 		}
 		v, err := strconv.ParseUint(m[1], 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("db: migration file %q: %w", e.Name(), err)
+			return nil, fmt.Errorf("mysql: migration file %q: %w", e.Name(), err)
 		}
 		mig := byVersion[uint(v)]
 		if mig == nil {
@@ -58,7 +58,7 @@ func Migrations() ([]Migration, error) {
 		if m[3] == "down" {
 			b, err := migrations.ReadFile("migrations/" + e.Name())
 			if err != nil {
-				return nil, fmt.Errorf("db: migration file %q: %w", e.Name(), err)
+				return nil, fmt.Errorf("mysql: migration file %q: %w", e.Name(), err)
 			}
 			mig.Down = string(b)
 		}
@@ -107,23 +107,23 @@ func NewMigrator(dsn string) (*Migrator, error) {
 	}
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("db: %w", err)
+		return nil, fmt.Errorf("mysql: %w", err)
 	}
 	sdb := sql.OpenDB(conn)
 	drv, err := mysqlmigrate.WithInstance(sdb, &mysqlmigrate.Config{})
 	if err != nil {
 		_ = sdb.Close()
-		return nil, fmt.Errorf("db: migrate: %w", err)
+		return nil, fmt.Errorf("mysql: migrate: %w", err)
 	}
 	src, err := iofs.New(migrations, "migrations")
 	if err != nil {
 		_ = sdb.Close()
-		return nil, fmt.Errorf("db: migrate: %w", err)
+		return nil, fmt.Errorf("mysql: migrate: %w", err)
 	}
 	m, err := migrate.NewWithInstance("iofs", src, "mysql", drv)
 	if err != nil {
 		_ = sdb.Close()
-		return nil, fmt.Errorf("db: migrate: %w", err)
+		return nil, fmt.Errorf("mysql: migrate: %w", err)
 	}
 	return &Migrator{m: m}, nil
 }
@@ -139,7 +139,7 @@ func (mg *Migrator) Up() error {
 			return nil // nothing left to apply
 		}
 		if err != nil {
-			return fmt.Errorf("db: migrate up: %w", err)
+			return fmt.Errorf("mysql: migrate up: %w", err)
 		}
 		if err := mg.report(true, time.Since(start)); err != nil {
 			return err
@@ -155,7 +155,7 @@ func (mg *Migrator) Down() error {
 	}
 	start := time.Now()
 	if err := mg.m.Steps(-1); err != nil {
-		return fmt.Errorf("db: migrate down: %w", err)
+		return fmt.Errorf("mysql: migrate down: %w", err)
 	}
 	mig, _ := FindMigration(v)
 	if mg.Progress != nil {
@@ -173,7 +173,7 @@ func (mg *Migrator) Force(version uint) error {
 		v = database.NilVersion
 	}
 	if err := mg.m.Force(v); err != nil {
-		return fmt.Errorf("db: migrate force %d: %w", version, err)
+		return fmt.Errorf("mysql: migrate force %d: %w", version, err)
 	}
 	return nil
 }
@@ -214,7 +214,7 @@ func (mg *Migrator) Version() (version uint, dirty bool, err error) {
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("db: migrate version: %w", err)
+		return 0, false, fmt.Errorf("mysql: migrate version: %w", err)
 	}
 	return v, d, nil
 }
@@ -269,7 +269,7 @@ func SchemaVersion(ctx context.Context, q RowQueryer) (version uint, dirty bool,
 	case errors.As(err, &me) && me.Number == 1146: // no such table: never migrated
 		return 0, false, nil
 	case err != nil:
-		return 0, false, fmt.Errorf("db: schema version: %w", Classify(err))
+		return 0, false, fmt.Errorf("mysql: schema version: %w", Classify(err))
 	case v < 0:
 		return 0, dirty, nil
 	}

@@ -202,7 +202,7 @@ func TestMigratorDownUpRoundTrip(t *testing.T) {
 
 	t.Run("the schema works after the round trip", func(t *testing.T) {
 		mustExec(t, dbx, `INSERT INTO idempotency_keys
-    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version, created_at, updated_at)
+    (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version, created_at, updated_at)
 VALUES ('mer_1', 'POST /payments', 'k', REPEAT('x', 32), 'IN_PROGRESS', 'pay_1', 1, NOW(6), NOW(6))`)
 	})
 }
@@ -237,7 +237,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND COLUMN_NAME = 'idem_key'`
 	t.Run("keys differing only in case are different rows", func(t *testing.T) {
 		for _, key := range []string{"order-abc", "ORDER-ABC", "Order-Abc"} {
 			mustExec(t, dbx, `INSERT INTO idempotency_keys
-    (merchant_id, endpoint, idem_key, fingerprint, state, payment_id, lease_version, created_at, updated_at)
+    (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version, created_at, updated_at)
 VALUES ('mer_1', 'POST /payments', ?, REPEAT('x', 32), 'IN_PROGRESS', ?, 1, NOW(6), NOW(6))`, key, "pay_"+key)
 			mustExec(t, dbx, `INSERT INTO payments
     (merchant_id, id, idem_key, merchant_order_id, status, amount, currency, payment_method, created_at, updated_at)

@@ -15,7 +15,7 @@ import (
 // This needs a server of its own: read_only is global.
 func TestReadOnlyServerIsUnavailable(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a private server")
+		t.Skip("starts a private server: make proofs runs it")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

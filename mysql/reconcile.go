@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -27,9 +26,10 @@ import (
 // READ COMMITTED: its scan of the queue then locks only the rows it claims,
 // not the gaps and rows it passed over (rows just claimed or being settled),
 // so it makes no settle and no other claim wait.
-func (s *Store) ClaimStale(ctx context.Context, lease time.Duration, limit int) (payments.Claimed, error) {
+func (s *Store) ClaimStale(ctx context.Context, lease time.Duration, limit int) (_ payments.Claimed, err error) {
+	defer errs.Wrap(&err, "Store.ClaimStale")
 	var out payments.Claimed
-	err := TransactReadCommitted(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = TransactReadCommitted(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = payments.Claimed{}
 		const query = `SELECT ` + keyColumns + ` FROM idempotency_keys
 WHERE state = 'IN_PROGRESS' AND (reconcile_after <= NOW(6) OR reconcile_after IS NULL) AND locked_until <= NOW(6)
@@ -56,7 +56,7 @@ FOR UPDATE SKIP LOCKED`
 		)
 		for _, k := range rows {
 			rec := k.toDomain()
-			if reason, ok := bad[rec.MerchantID+"/"+rec.PaymentID]; ok {
+			if reason, ok := bad[rec.MerchantID+"/"+rec.SubjectID]; ok {
 				if err := quarantine(ctx, tx, rec.Ref, reason); err != nil {
 					return err
 				}
@@ -72,8 +72,8 @@ FOR UPDATE SKIP LOCKED`
 			rec.Token = rec.Token.NextWith(r)
 			rec.LockedUntil = rec.DBNow.Add(lease)
 			rec.ReconcileAfter = rec.LockedUntil
-			pending := payments.Pending{Key: rec, Payment: byID[rec.MerchantID+"/"+rec.PaymentID]}
-			if r, ok := refunds[rec.MerchantID+"/"+rec.PaymentID]; ok {
+			pending := payments.Pending{Key: rec, Payment: byID[rec.MerchantID+"/"+rec.SubjectID]}
+			if r, ok := refunds[rec.MerchantID+"/"+rec.SubjectID]; ok {
 				pending.Refund = &r
 				pending.Payment = byID[r.MerchantID+"/"+r.PaymentID]
 			}
@@ -99,7 +99,7 @@ WHERE state = 'IN_PROGRESS' AND (` + cond.String() + `)`
 		return nil
 	})
 	if err != nil {
-		return payments.Claimed{}, fmt.Errorf("store.ClaimStale: %w", err)
+		return payments.Claimed{}, err
 	}
 	return out, nil
 }
@@ -119,12 +119,12 @@ func subjectsOf(ctx context.Context, tx *sqlx.Tx, keys []keyRow) (map[string]pay
 		b.WriteString(clause)
 	}
 	for _, k := range keys {
-		if k.Endpoint == payments.EndpointCreateRefund {
+		if kind, _ := payments.KindOf(k.Endpoint); kind == payments.KindRefund {
 			or(&rcond, "(merchant_id = ? AND id = ?)")
-			rargs = append(rargs, k.MerchantID, k.PaymentID)
+			rargs = append(rargs, k.MerchantID, k.SubjectID)
 		} else {
 			or(&pcond, "(merchant_id = ? AND id = ?)")
-			pargs = append(pargs, k.MerchantID, k.PaymentID)
+			pargs = append(pargs, k.MerchantID, k.SubjectID)
 		}
 	}
 	bad := map[string]string{}
@@ -164,11 +164,11 @@ func subjectsOf(ctx context.Context, tx *sqlx.Tx, keys []keyRow) (map[string]pay
 		}
 	}
 	for _, k := range keys {
-		id := k.MerchantID + "/" + k.PaymentID
+		id := k.MerchantID + "/" + k.SubjectID
 		if bad[id] != "" {
 			continue
 		}
-		if k.Endpoint == payments.EndpointCreateRefund {
+		if kind, _ := payments.KindOf(k.Endpoint); kind == payments.KindRefund {
 			r, ok := refunds[id]
 			switch {
 			case !ok:
@@ -214,7 +214,8 @@ func random32() uint32 {
 // starts where the last one ended, so it never walks again over what was
 // deleted, and no statement holds locks beyond its own rows. done: no key
 // is left after the returned cursor.
-func (s *Store) PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (int64, payments.PurgeCursor, bool, error) {
+func (s *Store) PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (_ int64, _ payments.PurgeCursor, _ bool, err error) {
+	defer errs.Wrap(&err, "Store.PurgeKeys")
 	const pick = `SELECT merchant_id, endpoint, idem_key, completed_at FROM idempotency_keys
 WHERE state = 'COMPLETED' AND completed_at < NOW(6) - INTERVAL ? MICROSECOND
   AND (completed_at > ? OR (completed_at = ? AND (merchant_id > ? OR (merchant_id = ? AND (endpoint > ? OR (endpoint = ? AND idem_key > ?))))))
@@ -229,7 +230,7 @@ LIMIT ?`
 	a := after
 	if err := s.db.SelectContext(ctx, &rows, pick, micros(retention), a.CompletedAt, a.CompletedAt,
 		a.Ref.MerchantID, a.Ref.MerchantID, a.Ref.Endpoint, a.Ref.Endpoint, a.Ref.Key, limit); err != nil {
-		return 0, after, false, fmt.Errorf("store.PurgeKeys: %w", Classify(err))
+		return 0, after, false, Classify(err)
 	}
 	if len(rows) == 0 {
 		return 0, after, true, nil
@@ -248,14 +249,15 @@ LIMIT ?`
 	n, err := ExecRetry(ctx, s.db, `DELETE FROM idempotency_keys
 WHERE state = 'COMPLETED' AND completed_at < NOW(6) - INTERVAL ? MICROSECOND AND (`+cond.String()+`)`, args...)
 	if err != nil {
-		return 0, after, false, fmt.Errorf("store.PurgeKeys: %w", Classify(err))
+		return 0, after, false, Classify(err)
 	}
 	return n, next, len(rows) < limit, nil
 }
 
 // Backlog implements reconcile.Store: what a pass leaves for people and
 // gauges, every age on the database's clock.
-func (s *Store) Backlog(ctx context.Context) (payments.Backlog, error) {
+func (s *Store) Backlog(ctx context.Context) (_ payments.Backlog, err error) {
+	defer errs.Wrap(&err, "Store.Backlog")
 	var b payments.Backlog
 	var row struct {
 		Oldest      sql.NullInt64 `db:"oldest"`
@@ -265,7 +267,7 @@ func (s *Store) Backlog(ctx context.Context) (payments.Backlog, error) {
     COUNT(quarantine_reason) AS quarantined
 FROM idempotency_keys WHERE state = 'IN_PROGRESS'`
 	if err := s.db.GetContext(ctx, &row, q); err != nil {
-		return b, fmt.Errorf("store.Backlog: keys: %w", Classify(err))
+		return b, fmt.Errorf("keys: %w", Classify(err))
 	}
 	b.OldestUnfinished = time.Duration(row.Oldest.Int64) * time.Microsecond
 	b.Quarantined = row.Quarantined
@@ -276,7 +278,7 @@ FROM idempotency_keys WHERE state = 'IN_PROGRESS'`
 	const rq = `SELECT COUNT(*) AS n, TIMESTAMPDIFF(MICROSECOND, MIN(review_since), NOW(6)) AS oldest
 FROM payments WHERE status = 'requires_review'`
 	if err := s.db.GetContext(ctx, &review, rq); err != nil {
-		return b, fmt.Errorf("store.Backlog: review: %w", Classify(err))
+		return b, fmt.Errorf("review: %w", Classify(err))
 	}
 	b.NeedsReview = review.N
 	b.OldestReview = time.Duration(review.Oldest.Int64) * time.Microsecond
@@ -286,20 +288,22 @@ FROM payments WHERE status = 'requires_review'`
 // ClaimReview implements reconcile.Store: locks up to limit payments in
 // review whose next look is due, and marks them looked at for `lease` (the
 // mark is the fence every later write compares).
-func (s *Store) ClaimReview(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error) {
+func (s *Store) ClaimReview(ctx context.Context, lease time.Duration, limit int) (_ []payments.InReview, err error) {
+	defer errs.Wrap(&err, "Store.ClaimReview")
 	out, err := s.claimLooks(ctx, payments.RequiresReview, lease, limit)
 	if err != nil {
-		return nil, fmt.Errorf("store.ClaimReview: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
 
 // ClaimActions implements reconcile.Store: ClaimReview for payments waiting
 // for their customer (requires_action).
-func (s *Store) ClaimActions(ctx context.Context, lease time.Duration, limit int) ([]payments.InReview, error) {
+func (s *Store) ClaimActions(ctx context.Context, lease time.Duration, limit int) (_ []payments.InReview, err error) {
+	defer errs.Wrap(&err, "Store.ClaimActions")
 	out, err := s.claimLooks(ctx, payments.RequiresAction, lease, limit)
 	if err != nil {
-		return nil, fmt.Errorf("store.ClaimActions: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -344,7 +348,8 @@ ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
 // RescheduleReview implements reconcile.Store: the next look at a payment in
 // review (or waiting for its customer), fenced on the claim's mark and on
 // its status.
-func (s *Store) RescheduleReview(ctx context.Context, p payments.Payment, r payments.Reschedule) error {
+func (s *Store) RescheduleReview(ctx context.Context, p payments.Payment, r payments.Reschedule) (err error) {
+	defer errs.Wrap(&err, "Store.RescheduleReview")
 	const stmt = `
 UPDATE payments
 SET review_after = GREATEST(NOW(6) + INTERVAL ? MICROSECOND, COALESCE(?, NOW(6))), review_attempts = ?,
@@ -354,36 +359,37 @@ WHERE merchant_id = ? AND id = ? AND status = ? AND review_after = ?`
 	n, err := ExecRetry(ctx, s.db, stmt, micros(r.After), notBefore, r.Attempts, r.NotFound, p.MerchantID, p.ID, string(p.Status), p.Review.After)
 	switch {
 	case err != nil:
-		return writeErr("store.RescheduleReview", err)
+		return writeErr(err)
 	case n == 0:
-		return fmt.Errorf("store.RescheduleReview(payment %s): %w", p.ID, idemkeys.ErrFenced)
+		return idemkeys.ErrFenced
 	}
 	return nil
 }
 
-// Resolve implements payments.AdminStore and reconcile.Store.
-func (s *Store) Resolve(ctx context.Context, id string, decide func(payments.Payment) (payments.Payment, error), res payments.Resolution) (payments.Payment, error) {
+// Resolve implements payments.AdminStore and reconcile.Store: decide turns
+// the payment locked at the database's time into its change; the payment,
+// its event, its outcome key's answer and res in the audit table are
+// written as the change says, all in one transaction.
+func (s *Store) Resolve(ctx context.Context, id string, decide func(payments.Payment, time.Time) (payments.PaymentChange, error), res payments.Resolution) (_ payments.Payment, err error) {
+	defer errs.Wrap(&err, "Store.Resolve(%s)", id)
 	var out payments.Payment
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		var r paymentRow
-		err := tx.GetContext(ctx, &r, `SELECT `+paymentColumns+` FROM payments WHERE id = ? FOR UPDATE`, id)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errs.ErrNotFound
-		}
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		locked, err := lockPayment(ctx, tx, `id = ?`, id)
 		if err != nil {
 			return err
 		}
-		before, err := r.toDomain()
+		before, seq := locked.Payment, locked.seq
+		c, err := decide(before, locked.dbNow)
 		if err != nil {
 			return err
 		}
-		after, err := decide(before)
-		if err != nil {
-			return err
-		}
+		after := c.Payment
 		action, err := nextActionJSON(after.NextAction)
 		if err != nil {
 			return err
+		}
+		if c.Event != nil {
+			seq++
 		}
 		// The schedule first: MySQL assigns left to right, and the status
 		// compared there must be the one before this change. A payment that
@@ -391,10 +397,6 @@ func (s *Store) Resolve(ctx context.Context, id string, decide func(payments.Pay
 		// afresh; one that stays keeps its schedule; one that leaves both
 		// has none.
 		to := string(after.Status)
-		changed := 0
-		if after.Status != before.Status {
-			changed = 1
-		}
 		if _, err := tx.ExecContext(ctx, `
 UPDATE payments SET
     review_since = IF(? IN ('requires_review', 'requires_action') AND status <> ?, NOW(6), review_since),
@@ -405,23 +407,22 @@ UPDATE payments SET
                         WHEN ? = 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
                         ELSE NOW(6) + INTERVAL ? MICROSECOND END,
     status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?, next_action = ?,
-    event_seq = event_seq + ?, updated_at = NOW(6)
+    event_seq = ?, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ?`,
 			to, to, to, to, to, to, to, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook),
 			to, nullString(after.PSPReference), nullString(after.DeclineCode), nullString(after.PSPCode), nullString(after.ReviewReason), action,
-			changed, after.MerchantID, after.ID); err != nil {
+			seq, after.MerchantID, after.ID); err != nil {
 			return err
 		}
-		// A change of status is an event; a look that leaves the status as
-		// it was (a new next action, a PSP reference learnt) is not.
-		if changed == 1 {
-			if _, err := paymentEvent(ctx, tx, after.MerchantID, after.ID); err != nil {
+		if c.Event != nil {
+			if err := insertEvent(ctx, tx, *c.Event, seq); err != nil {
 				return err
 			}
 		}
-		// The key whose answer reported the payment's outcome replays the new one.
-		if err := replaceResponse(ctx, tx, payments.OutcomeKey(after), payments.Render(after)); err != nil {
-			return err
+		if c.Answer != nil {
+			if err := replaceResponse(ctx, tx, c.Key, *c.Answer); err != nil {
+				return err
+			}
 		}
 		auditID := "res_" + ulid.Make().String()
 		if _, err := tx.ExecContext(ctx, `

@@ -64,59 +64,56 @@ func (r refundRow) toDomain() (payments.Refund, error) {
 
 // ClaimRefund implements payments.FlowStore: the key first (of two racing
 // claims the loser stops at its INSERT), then the payment under its row
-// lock, the amount decided and reserved, then the refund, in one short
-// transaction on the database's clock. A refusal from decide rolls the whole
-// transaction back: nothing is stored and the key stays free.
-func (s *Store) ClaimRefund(ctx context.Context, c payments.RefundClaim, decide func(payments.Payment) (int64, error)) (payments.Refund, payments.Payment, error) {
-	r := c.Refund
-	md, err := metadataJSON(r.Metadata)
-	if err != nil {
-		return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: %w", err)
-	}
+// lock, the refund decided, its amount reserved, the refund and its event
+// inserted, in one short transaction on the database's clock. A refusal
+// from decide rolls the whole transaction back: nothing is stored and the
+// key stays free.
+func (s *Store) ClaimRefund(ctx context.Context, c payments.RefundClaim, decide func(payments.Payment, time.Time) (payments.RefundChange, error)) (_ payments.Refund, _ payments.Payment, err error) {
+	defer errs.Wrap(&err, "Store.ClaimRefund(%s)", c.PaymentID)
 	const insertRefund = `
 INSERT INTO refunds (merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency,
     reason, metadata, psp, event_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, 1, ?, ?)`
-	var p payments.Payment
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
+	var (
+		r payments.Refund
+		p payments.Payment
+	)
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		var now time.Time
 		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
 			return err
 		}
-		if err := claimKey(ctx, tx, c.Ref, c.Fingerprint, r.ID, c.Token, now, c.Lease); err != nil {
+		if err := claimKey(ctx, tx, c.Ref, c.Fingerprint, c.RefundID, c.Token, now, c.Lease); err != nil {
 			return err
 		}
-		var pr paymentRow
-		err := tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, r.MerchantID, r.PaymentID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return errs.ErrNotFound
-		}
+		locked, err := lockPayment(ctx, tx, `merchant_id = ? AND id = ?`, c.Ref.MerchantID, c.PaymentID)
 		if err != nil {
 			return err
 		}
-		if p, err = pr.toDomain(); err != nil {
+		p = locked.Payment
+		ch, err := decide(p, now)
+		if err != nil {
 			return err
 		}
-		amount, err := decide(p)
+		r = ch.Refund
+		if r.ID != c.RefundID {
+			return fmt.Errorf("decide made refund %s of the claim of %s", r.ID, c.RefundID)
+		}
+		md, err := metadataJSON(r.Metadata)
 		if err != nil {
 			return err
 		}
 		// The row is locked: the reservation just decided cannot be raced.
-		if _, err := tx.ExecContext(ctx, `UPDATE payments SET amount_reserved = amount_reserved + ? WHERE merchant_id = ? AND id = ?`,
-			amount, p.MerchantID, p.ID); err != nil {
+		if err := movePayment(ctx, tx, r.MerchantID, r.PaymentID, ch.Refunded, ch.Reserved); err != nil {
 			return err
 		}
-		p.AmountReserved += amount
-		r.Amount = payments.Money{Minor: amount, Currency: p.Amount.Currency}
-		r.PSP, r.CreatedAt, r.UpdatedAt = p.PSP, now, now
+		p.AmountRefunded += ch.Refunded
+		p.AmountReserved += ch.Reserved
 		if _, err := tx.ExecContext(ctx, insertRefund, r.MerchantID, r.ID, r.PaymentID, r.IdempotencyKey, r.RefundOrderID,
-			r.Amount.Minor, r.Amount.Currency, r.Reason, md, nullString(r.PSP), now, now); err != nil {
+			string(r.Status), r.Amount.Minor, r.Amount.Currency, r.Reason, md, nullString(r.PSP), r.CreatedAt, r.UpdatedAt); err != nil {
 			return err
 		}
-		return createdEvent(ctx, tx, payments.Event{
-			MerchantID: r.MerchantID, Type: payments.RefundEventType(payments.RefundPending), ObjectType: payments.ObjectRefund,
-			ObjectID: r.ID, Data: payments.RefundEventData(r),
-		})
+		return insertEvent(ctx, tx, *ch.Event, 1)
 	})
 	switch {
 	case err == nil:
@@ -124,13 +121,13 @@ VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, 1, ?, ?)`
 	case errors.Is(err, idemkeys.ErrExists), errors.Is(err, errs.ErrNotFound):
 		return payments.Refund{}, payments.Payment{}, err
 	case errors.Is(err, ErrRetryable):
-		return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: %w: %v", idemkeys.ErrExists, err)
+		return payments.Refund{}, payments.Payment{}, fmt.Errorf("%w: %v", idemkeys.ErrExists, err)
 	case errors.Is(err, ErrDuplicate):
 		// The key is free but a refund holds it: its record was purged after
 		// retention. Never send the refund again; name the existing one.
 		var existing string
-		if gerr := s.db.GetContext(ctx, &existing, `SELECT id FROM refunds WHERE merchant_id = ? AND idem_key = ?`, r.MerchantID, r.IdempotencyKey); gerr != nil {
-			return payments.Refund{}, payments.Payment{}, fmt.Errorf("store.ClaimRefund: refund %s refused as a duplicate and none found for its key: %w", r.ID, Classify(gerr))
+		if gerr := s.db.GetContext(ctx, &existing, `SELECT id FROM refunds WHERE merchant_id = ? AND idem_key = ?`, c.Ref.MerchantID, c.Ref.Key); gerr != nil {
+			return payments.Refund{}, payments.Payment{}, fmt.Errorf("refund %s refused as a duplicate and none found for its key: %w", c.RefundID, Classify(gerr))
 		}
 		return payments.Refund{}, payments.Payment{}, &errs.Error{
 			Code:     errs.CodeKeyReused,
@@ -142,7 +139,17 @@ VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, 1, ?, ?)`
 	if errors.As(err, &pe) {
 		return payments.Refund{}, payments.Payment{}, pe
 	}
-	return payments.Refund{}, payments.Payment{}, writeErr("store.ClaimRefund", err)
+	return payments.Refund{}, payments.Payment{}, writeErr(err)
+}
+
+// movePayment adds refunded and reserved to a payment's amounts, as a
+// refund's change decided; the payment's row is locked by the caller's tx.
+func movePayment(ctx context.Context, tx *sqlx.Tx, merchantID, paymentID string, refunded, reserved int64) error {
+	if refunded == 0 && reserved == 0 {
+		return nil
+	}
+	return exactlyOne(tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved + ?
+WHERE merchant_id = ? AND id = ?`, refunded, reserved, merchantID, paymentID))
 }
 
 // Refund implements payments.FlowStore.
@@ -162,7 +169,7 @@ func (s *Store) getRefund(ctx context.Context, q string, args ...any) (payments.
 		return payments.Refund{}, errs.ErrNotFound
 	}
 	if err != nil {
-		return payments.Refund{}, fmt.Errorf("store: read refund: %w", Classify(err))
+		return payments.Refund{}, fmt.Errorf("read refund: %w", Classify(err))
 	}
 	return r.toDomain()
 }
@@ -170,67 +177,59 @@ func (s *Store) getRefund(ctx context.Context, q string, args ...any) (payments.
 // SettleRefund implements payments.FlowStore with one short transaction of
 // single-table statements: the key completes with the answer, fenced on the
 // token; the refund leaves pending (or stays pending with the PSP's
-// reference), fenced on its status; the payment's amounts follow (a
-// succeeded refund adds to amount_refunded; a failed one gives its
-// reservation back); a refund that changed status writes its event. A
-// fenced settle rolls back whole.
-func (s *Store) SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Refund, resp idemkeys.Response) error {
+// reference), fenced on its status; its payment's amounts move as the
+// change says; a refund that changed status writes its event. A fenced
+// settle rolls back whole.
+func (s *Store) SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.RefundChange) (err error) {
+	r := c.Refund
+	defer errs.Wrap(&err, "Store.SettleRefund(%s)", r.ID)
 	const settleRefund = `
 UPDATE refunds
 SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
     review_since = IF(? = 'requires_review', NOW(6), NULL),
     review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
                           WHEN 'pending' THEN NOW(6) + INTERVAL ? MICROSECOND END,
-    event_seq = event_seq + ?, updated_at = ?
+    event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'pending'`
-	const moveAmounts = `
-UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved - ?
-WHERE merchant_id = ? AND id = ?`
 	status := string(r.Status)
 	changed := 0
-	if r.Status != payments.RefundPending {
+	if c.Event != nil {
 		changed = 1
 	}
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		if err := completeKey(ctx, tx, ref, token, r.ID, resp); err != nil {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if err := completeKey(ctx, tx, ref, token, r.ID, *c.Answer); err != nil {
 			return err
 		}
-		if err := exactlyOne(tx.ExecContext(ctx, settleRefund,
+		seq, err := bumped(tx.ExecContext(ctx, settleRefund,
 			status, nullString(r.PSPReference), nullString(r.FailureCode), nullString(r.PSPCode), nullString(r.ReviewReason),
 			status, status, micros(payments.ReviewFirstLook), micros(payments.RefundFirstCheck), changed, r.UpdatedAt,
-			ref.MerchantID, r.ID)); err != nil {
+			ref.MerchantID, r.ID))
+		if err != nil || c.Event == nil {
 			return err
 		}
-		if changed == 0 {
-			return nil
-		}
-		stored, err := refundEvent(ctx, tx, ref.MerchantID, r.ID)
-		if err != nil {
+		if err := insertEvent(ctx, tx, *c.Event, seq); err != nil {
 			return err
 		}
-		var refunded, released int64
-		switch stored.Status {
-		case payments.RefundSucceeded:
-			refunded = stored.Amount.Minor
-		case payments.RefundFailed:
-			released = stored.Amount.Minor
-		default:
-			return nil
-		}
-		return exactlyOne(tx.ExecContext(ctx, moveAmounts, refunded, released, stored.MerchantID, stored.PaymentID))
+		return movePayment(ctx, tx, r.MerchantID, r.PaymentID, c.Refunded, c.Reserved)
 	})
-	return settleErr("store.SettleRefund", "refund "+r.ID, err)
+	return settleErr(err)
 }
 
 // ResolveRefund implements payments.AdminStore and reconcile.Store: decide
-// turns the refund locked with its payment into its new state; the payment's
-// amounts follow the change, the key's answer is rewritten when the refund
-// leaves review, and res is kept in the audit table, all in one transaction.
-func (s *Store) ResolveRefund(ctx context.Context, id string, decide func(payments.Refund) (payments.Refund, error), res payments.Resolution) (payments.Refund, error) {
+// turns the refund locked with its payment (at the database's time) into
+// its change; the payment's amounts, the refund, its event, its key's
+// answer and res in the audit table are written as the change says, all in
+// one transaction.
+func (s *Store) ResolveRefund(ctx context.Context, id string, decide func(payments.Refund, time.Time) (payments.RefundChange, error), res payments.Resolution) (_ payments.Refund, err error) {
+	defer errs.Wrap(&err, "Store.ResolveRefund(%s)", id)
 	var out payments.Refund
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		var rr refundRow
-		err := tx.GetContext(ctx, &rr, `SELECT `+refundColumns+` FROM refunds WHERE id = ? FOR UPDATE`, id)
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		var rr struct {
+			refundRow
+			Seq   int64     `db:"event_seq"`
+			DBNow time.Time `db:"db_now"`
+		}
+		err := tx.GetContext(ctx, &rr, `SELECT `+refundColumns+`, event_seq, NOW(6) AS db_now FROM refunds WHERE id = ? FOR UPDATE`, id)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errs.ErrNotFound
 		}
@@ -246,53 +245,35 @@ func (s *Store) ResolveRefund(ctx context.Context, id string, decide func(paymen
 		if err := tx.GetContext(ctx, &locked, `SELECT 1 FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, before.MerchantID, before.PaymentID); err != nil {
 			return err
 		}
-		after, err := decide(before)
+		c, err := decide(before, rr.DBNow.Truncate(time.Microsecond))
 		if err != nil {
 			return err
 		}
-		changed := 0
-		if after.Status != before.Status {
-			changed = 1
-		}
-		var refunded, released int64
-		switch {
-		case after.Status == payments.RefundSucceeded && before.Status != payments.RefundSucceeded:
-			refunded = after.Amount.Minor
-		case after.Status != payments.RefundSucceeded && before.Status == payments.RefundSucceeded:
-			refunded = -before.Amount.Minor
-		}
-		switch {
-		case after.Status == payments.RefundFailed && before.Status != payments.RefundFailed:
-			released = after.Amount.Minor
-		case after.Status != payments.RefundFailed && before.Status == payments.RefundFailed:
-			released = -after.Amount.Minor // a correction takes the reservation again
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved - ?
-WHERE merchant_id = ? AND id = ?`, refunded, released, after.MerchantID, after.PaymentID); err != nil {
+		after := c.Refund
+		if err := movePayment(ctx, tx, after.MerchantID, after.PaymentID, c.Refunded, c.Reserved); err != nil {
 			return err
+		}
+		seq := rr.Seq
+		if c.Event != nil {
+			seq++
 		}
 		if _, err := tx.ExecContext(ctx, `
 UPDATE refunds SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason = ?,
     review_since = IF(? = 'requires_review', COALESCE(review_since, NOW(6)), NULL),
     review_after = IF(? IN ('requires_review', 'pending'), COALESCE(review_after, NOW(6)), NULL),
-    event_seq = event_seq + ?, updated_at = NOW(6)
+    event_seq = ?, updated_at = ?
 WHERE merchant_id = ? AND id = ?`,
 			string(after.Status), nullString(after.PSPReference), nullString(after.FailureCode), nullString(after.PSPCode),
-			nullString(after.ReviewReason), string(after.Status), string(after.Status), changed, after.MerchantID, after.ID); err != nil {
+			nullString(after.ReviewReason), string(after.Status), string(after.Status), seq, after.UpdatedAt, after.MerchantID, after.ID); err != nil {
 			return err
 		}
-		// A change of status is an event; a look that leaves it as it was is not.
-		if changed == 1 {
-			if _, err := refundEvent(ctx, tx, after.MerchantID, after.ID); err != nil {
+		if c.Event != nil {
+			if err := insertEvent(ctx, tx, *c.Event, seq); err != nil {
 				return err
 			}
 		}
-		if before.Status == payments.RefundRequiresReview {
-			if err := tx.GetContext(ctx, &after.UpdatedAt, `SELECT updated_at FROM refunds WHERE merchant_id = ? AND id = ?`, after.MerchantID, after.ID); err != nil {
-				return err
-			}
-			ref := idemkeys.Ref{MerchantID: after.MerchantID, Endpoint: payments.EndpointCreateRefund, Key: after.IdempotencyKey}
-			if err := replaceResponse(ctx, tx, ref, payments.RenderRefund(after)); err != nil {
+		if c.Answer != nil {
+			if err := replaceResponse(ctx, tx, c.Key, *c.Answer); err != nil {
 				return err
 			}
 		}
@@ -312,9 +293,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`,
 // ClaimRefundChecks implements reconcile.Store: locks up to limit refunds
 // pending at their PSP or in review whose next look is due, and marks them
 // looked at for `lease` (the mark is the fence of every later write).
-func (s *Store) ClaimRefundChecks(ctx context.Context, lease time.Duration, limit int) ([]payments.RefundCheck, error) {
+func (s *Store) ClaimRefundChecks(ctx context.Context, lease time.Duration, limit int) (_ []payments.RefundCheck, err error) {
+	defer errs.Wrap(&err, "Store.ClaimRefundChecks")
 	var out []payments.RefundCheck
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = out[:0]
 		// A pending refund whose key is still in progress belongs to the key's
 		// lease holder (or the unfinished-key reconciler), not to this queue:
@@ -355,14 +337,15 @@ ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store.ClaimRefundChecks: %w", err)
+		return nil, err
 	}
 	return out, nil
 }
 
 // RescheduleRefundCheck implements reconcile.Store: the next look at a
 // refund pending or in review, fenced on the claim's mark.
-func (s *Store) RescheduleRefundCheck(ctx context.Context, r payments.Refund, rs payments.Reschedule) error {
+func (s *Store) RescheduleRefundCheck(ctx context.Context, r payments.Refund, rs payments.Reschedule) (err error) {
+	defer errs.Wrap(&err, "Store.RescheduleRefundCheck")
 	const stmt = `
 UPDATE refunds
 SET review_after = GREATEST(NOW(6) + INTERVAL ? MICROSECOND, COALESCE(?, NOW(6))), review_attempts = ?,
@@ -372,9 +355,9 @@ WHERE merchant_id = ? AND id = ? AND status IN ('pending', 'requires_review') AN
 	n, err := ExecRetry(ctx, s.db, stmt, micros(rs.After), notBefore, rs.Attempts, rs.NotFound, r.MerchantID, r.ID, r.Review.After)
 	switch {
 	case err != nil:
-		return writeErr("store.RescheduleRefundCheck", err)
+		return writeErr(err)
 	case n == 0:
-		return fmt.Errorf("store.RescheduleRefundCheck(refund %s): %w", r.ID, idemkeys.ErrFenced)
+		return idemkeys.ErrFenced
 	}
 	return nil
 }

@@ -52,7 +52,6 @@ var scatters = append([]scatter{
 	{"the refund check queue's scan: refunds pending or in review due for a look", "ClaimRefundChecks", "SELECT", "refunds", ""},
 	{"the scan of payments waiting for their customer, due for a look", "ClaimActions", "SELECT", "payments", ""},
 	{"the expiry's scan: payments awaiting confirmation past their expiry", "ExpireUnconfirmed", "SELECT", "payments", ""},
-	{"the expiry's cancel of the payments it just locked, of several merchants", "ExpireUnconfirmed", "UPDATE", "payments", ""},
 	{"a PSP's notification: the payments of the order id it names (a PSP knows no merchant)", "PaymentsByOrder", "SELECT", "payments", "payments.merchant_order_id"},
 	{"a PSP's notification: the refunds of the refund order id it names", "RefundsByOrder", "SELECT", "refunds", "refunds.refund_order_id"},
 	{"backlog gauges: oldest unfinished key, quarantined keys", "Backlog", "SELECT", "idempotency_keys", ""},
@@ -188,8 +187,8 @@ func TestSingleShardCheckRefuses(t *testing.T) {
 		{`SELECT k.prefix FROM api_keys k JOIN payments p ON p.id = k.merchant_id WHERE k.merchant_id = ?`, false},
 		{`SELECT prefix FROM api_keys k JOIN merchants m ON m.id = k.merchant_id WHERE merchant_id = ?`, false},
 		{`UPDATE idempotency_keys SET state = ? WHERE merchant_id = ? AND endpoint = ? AND idem_key = ? AND lease_version = ?`, true},
-		{`UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id SET p.status = ? WHERE k.merchant_id = ?`, false},
-		{`DELETE k FROM idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id WHERE k.merchant_id = ?`, false},
+		{`UPDATE idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.subject_id SET p.status = ? WHERE k.merchant_id = ?`, false},
+		{`DELETE k FROM idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.subject_id WHERE k.merchant_id = ?`, false},
 		{`INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`, true},
 		{`SELECT pos FROM events WHERE merchant_id = ? AND pos > ? ORDER BY pos LIMIT ?`, true},
 		{`DELETE FROM events WHERE created_at < ? LIMIT ?`, false},
@@ -328,9 +327,45 @@ func (sc *scenario) claim(merchantID, key string, lease time.Duration) (payments
 		PaymentMethod: "pm_card_ok", Description: "shard check", Metadata: map[string]string{"k": "v"}, PSP: "fake",
 	}
 	tok := idemkeys.FirstToken()
-	_, err := sc.s.Claim(sc.ctx, payments.Claim{Ref: ref, Fingerprint: idemkeys.Fingerprint(key), Token: tok, Lease: lease, Payment: p})
-	sc.must(err, "Claim")
-	return p, ref, tok
+	c := sc.claimOf(ref, tok, lease, p)
+	sc.must(sc.s.Claim(sc.ctx, c), "Claim")
+	return c.Payment, ref, tok
+}
+
+// now reads the database's clock through the store.
+func (sc *scenario) now() time.Time {
+	sc.t.Helper()
+	now, err := sc.s.Now(sc.ctx)
+	sc.must(err, "Now")
+	return now
+}
+
+// claimOf is the claim of ref for p, now.
+func (sc *scenario) claimOf(ref idemkeys.Ref, tok idemkeys.Token, lease time.Duration, p payments.Payment) payments.Claim {
+	return payments.NewClaim(ref, idemkeys.Fingerprint(ref.Key), tok, lease, p, sc.now())
+}
+
+// unconfirmed is the claim of ref for p to confirm later, expiring after
+// expiry: its key completed at once with answer.
+func (sc *scenario) unconfirmed(ref idemkeys.Ref, p payments.Payment, expiry time.Duration, answer idemkeys.Response) payments.Claim {
+	now := sc.now()
+	p.Status, p.ExpiresAt = payments.RequiresConfirmation, now.Add(expiry).Truncate(time.Microsecond)
+	c := payments.NewClaim(ref, idemkeys.Fingerprint(ref.Key), idemkeys.FirstToken(), time.Minute, p, now)
+	c.Answer = &answer
+	return c
+}
+
+// reserving is a refund claim's decision: r, reserving amount.
+func reserving(r payments.Refund, amount int64) func(payments.Payment, time.Time) (payments.RefundChange, error) {
+	return payments.NewRefund(r, func(payments.Payment) (int64, error) { return amount, nil })
+}
+
+// confirming is a confirm claim's decision: the payment charged with method.
+func confirming(key, method string) func(payments.Payment, time.Time) (payments.PaymentChange, error) {
+	return payments.ChangePayment(func(p payments.Payment) (payments.Payment, error) {
+		p.Status, p.PaymentMethod, p.ConfirmKey = payments.Processing, method, key
+		return p, nil
+	})
 }
 
 func (sc *scenario) claimRefund(p payments.Payment, key string, lease time.Duration) (payments.Refund, idemkeys.Ref, idemkeys.Token) {
@@ -342,8 +377,8 @@ func (sc *scenario) claimRefund(p payments.Payment, key string, lease time.Durat
 		Reason: "shard check", Metadata: map[string]string{"k": "v"},
 	}
 	tok := idemkeys.FirstToken()
-	r, _, err := sc.s.ClaimRefund(sc.ctx, payments.RefundClaim{Ref: ref, Fingerprint: idemkeys.Fingerprint(key), Token: tok, Lease: lease, Refund: r},
-		func(payments.Payment) (int64, error) { return 100, nil })
+	r, _, err := sc.s.ClaimRefund(sc.ctx, payments.RefundClaim{Ref: ref, Fingerprint: idemkeys.Fingerprint(key), Token: tok, Lease: lease, RefundID: r.ID, PaymentID: p.ID},
+		reserving(r, 100))
 	sc.must(err, "ClaimRefund")
 	return r, ref, tok
 }
@@ -409,16 +444,16 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	// A payment's life on the live path: claimed, a duplicate refused, read,
 	// armed for a second charge, settled.
 	p1, ref1, tok1 := sc.claim(m1.ID, "key-1", time.Minute)
-	_, err = s.Claim(ctx, payments.Claim{Ref: ref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: payments.Payment{
-		ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "key-1", MerchantOrderID: newID("ord"), Amount: p1.Amount}})
+	err = s.Claim(ctx, sc.claimOf(ref1, idemkeys.FirstToken(), time.Minute, payments.Payment{
+		ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "key-1", MerchantOrderID: newID("ord"), Amount: p1.Amount}))
 	sc.mustIs(err, idemkeys.ErrExists, "Claim of a claimed key")
 	_, err = s.Record(ctx, ref1)
 	sc.must(err, "Record")
 	_, _, err = s.LoadKey(ctx, ref1)
 	sc.must(err, "LoadKey")
-	sc.must(s.ArmCharge(ctx, ref1, tok1, time.Minute, payments.ArmGuard{Forever: true}), "ArmCharge")
+	sc.must(s.ArmSend(ctx, ref1, tok1, time.Minute, payments.ArmGuard{Forever: true}), "ArmSend")
 	p1.Status, p1.PSPReference = payments.Succeeded, "ch_1"
-	sc.must(s.Settle(ctx, ref1, tok1, p1, answer), "Settle")
+	sc.must(s.Settle(ctx, ref1, tok1, payments.PaymentSettled(p1)), "Settle")
 	_, err = s.Payment(ctx, m1.ID, p1.ID)
 	sc.must(err, "Payment")
 	_, err = s.PaymentByKey(ctx, m1.ID, "key-1")
@@ -436,27 +471,28 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	// PSP, a duplicate refused, one left to the reconciler, one of an
 	// unknown payment refused.
 	r1, rref1, rtok1 := sc.claimRefund(p1, "refund-1", time.Minute)
-	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{Ref: rref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Refund: r1},
-		func(payments.Payment) (int64, error) { return 100, nil })
+	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{Ref: rref1, Token: idemkeys.FirstToken(), Lease: time.Minute, RefundID: newID("re"), PaymentID: p1.ID},
+		reserving(r1, 100))
 	sc.mustIs(err, idemkeys.ErrExists, "ClaimRefund of a claimed key")
+	missing := payments.Refund{ID: newID("re"), MerchantID: m1.ID, PaymentID: "pay_missing", IdempotencyKey: "refund-x", RefundOrderID: newID("rord")}
 	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{
-		Ref:    idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointCreateRefund, Key: "refund-x"},
-		Token:  idemkeys.FirstToken(),
-		Lease:  time.Minute,
-		Refund: payments.Refund{ID: newID("re"), MerchantID: m1.ID, PaymentID: "pay_missing", IdempotencyKey: "refund-x", RefundOrderID: newID("rord")},
-	}, func(payments.Payment) (int64, error) { return 100, nil })
+		Ref:      idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointCreateRefund, Key: "refund-x"},
+		Token:    idemkeys.FirstToken(),
+		Lease:    time.Minute,
+		RefundID: missing.ID, PaymentID: missing.PaymentID,
+	}, reserving(missing, 100))
 	sc.mustIs(err, errs.ErrNotFound, "ClaimRefund of an unknown payment")
 	_, err = s.Refund(ctx, m1.ID, r1.ID)
 	sc.must(err, "Refund")
 	_, err = s.RefundByID(ctx, r1.ID)
 	sc.must(err, "RefundByID")
 	r1.Status = payments.RefundPending
-	sc.must(s.SettleRefund(ctx, rref1, rtok1, r1, answer), "SettleRefund (pending at the PSP)")
+	sc.must(s.SettleRefund(ctx, rref1, rtok1, payments.RefundSettled(r1)), "SettleRefund (pending at the PSP)")
 	r2, _, _ := sc.claimRefund(p1, "refund-2", 0)
 	r2b, _, _ := sc.claimRefund(p1, "refund-2b", 0)
 	r3, rref3, rtok3 := sc.claimRefund(p1, "refund-3", time.Minute)
 	r3.Status, r3.ReviewReason = payments.RefundRequiresReview, "shard check"
-	sc.must(s.SettleRefund(ctx, rref3, rtok3, r3, answer), "SettleRefund (review)")
+	sc.must(s.SettleRefund(ctx, rref3, rtok3, payments.RefundSettled(r3)), "SettleRefund (review)")
 
 	// Unfinished keys for the reconciler: two payments (of two merchants)
 	// and two refunds, plus one whose payment row is gone (quarantined).
@@ -474,15 +510,15 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 		case pd.Refund != nil && pd.Refund.ID == r2.ID:
 			r := *pd.Refund
 			r.Status, r.ReviewReason = payments.RefundRequiresReview, "shard check"
-			sc.must(s.SettleRefund(ctx, pd.Key.Ref, pd.Key.Token, r, answer), "SettleRefund by the reconciler")
+			sc.must(s.SettleRefund(ctx, pd.Key.Ref, pd.Key.Token, payments.RefundSettled(r)), "SettleRefund by the reconciler")
 		case pd.Refund != nil && pd.Refund.ID == r2b.ID:
 			r := *pd.Refund
 			r.Status, r.FailureCode = payments.RefundFailed, "shard_check"
-			sc.must(s.SettleRefund(ctx, pd.Key.Ref, pd.Key.Token, r, answer), "SettleRefund (failed) by the reconciler")
+			sc.must(s.SettleRefund(ctx, pd.Key.Ref, pd.Key.Token, payments.RefundSettled(r)), "SettleRefund (failed) by the reconciler")
 		case pd.Payment.ID == p3.ID, pd.Payment.ID == p4.ID:
 			p := pd.Payment
 			p.Status, p.ReviewReason = payments.RequiresReview, "shard check"
-			sc.must(s.Settle(ctx, pd.Key.Ref, pd.Key.Token, p, answer), "Settle to review")
+			sc.must(s.Settle(ctx, pd.Key.Ref, pd.Key.Token, payments.PaymentSettled(p)), "Settle to review")
 		default:
 			sc.must(s.Reschedule(ctx, pd.Key.Ref, pd.Key.Token, payments.Reschedule{After: time.Minute, Attempts: 1, NotFound: true}), "Reschedule")
 		}
@@ -499,10 +535,10 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 		t.Fatalf("ClaimReview: %d payments, want p3 alone", len(inReview))
 	}
 	sc.must(s.RescheduleReview(ctx, inReview[0].Payment, payments.Reschedule{After: time.Hour, Attempts: 1}), "RescheduleReview")
-	_, err = s.Resolve(ctx, p3.ID, func(p payments.Payment) (payments.Payment, error) {
+	_, err = s.Resolve(ctx, p3.ID, payments.ChangePayment(func(p payments.Payment) (payments.Payment, error) {
 		p.Status, p.ReviewReason = payments.Succeeded, ""
 		return p, nil
-	}, res)
+	}), res)
 	sc.must(err, "Resolve")
 	checks, err := s.ClaimRefundChecks(ctx, time.Minute, 100)
 	sc.must(err, "ClaimRefundChecks")
@@ -514,10 +550,10 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 			sc.must(s.RescheduleRefundCheck(ctx, c.Refund, payments.Reschedule{After: time.Minute, Attempts: 1}), "RescheduleRefundCheck")
 			continue
 		}
-		_, err := s.ResolveRefund(ctx, c.Refund.ID, func(r payments.Refund) (payments.Refund, error) {
+		_, err := s.ResolveRefund(ctx, c.Refund.ID, payments.ChangeRefund(func(r payments.Refund) (payments.Refund, error) {
 			r.Status, r.ReviewReason = payments.RefundSucceeded, ""
 			return r, nil
-		}, res)
+		}), res)
 		sc.must(err, "ResolveRefund")
 	}
 
@@ -530,30 +566,26 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	// hastens the looks.
 	later := payments.Payment{ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "later-1", MerchantOrderID: newID("ord"),
 		Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PSP: "fake"}
-	render := func(payments.Payment) idemkeys.Response { return answer }
-	later, _, err = s.ClaimUnconfirmed(ctx, payments.Claim{Ref: idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-1"},
-		Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: later}, time.Hour, render)
-	sc.must(err, "ClaimUnconfirmed")
+	lc := sc.unconfirmed(idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-1"}, later, time.Hour, answer)
+	sc.must(s.Claim(ctx, lc), "Claim (to confirm later)")
+	later = lc.Payment
 	confirmRef := func(key string) idemkeys.Ref {
 		return idemkeys.Ref{MerchantID: m1.ID, Endpoint: payments.EndpointConfirmPayment, Key: key}
 	}
 	ctok := idemkeys.FirstToken()
-	_, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: confirmRef("confirm-1"), Token: ctok, Lease: time.Minute, PaymentID: later.ID},
-		func(p payments.Payment, _ time.Time) (payments.Payment, error) {
-			p.Status, p.PaymentMethod = payments.Processing, "pm_card_3ds"
-			return p, nil
-		})
+	later, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: confirmRef("confirm-1"), Token: ctok, Lease: time.Minute, PaymentID: later.ID},
+		confirming("confirm-1", "pm_card_3ds"))
 	sc.must(err, "ClaimConfirm")
 	_, err = s.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: confirmRef("confirm-2"), Token: idemkeys.FirstToken(), Lease: time.Minute, PaymentID: later.ID},
-		func(p payments.Payment, _ time.Time) (payments.Payment, error) {
-			return p, &errs.Error{Code: errs.CodeNotConfirmable, Message: string(p.Status)}
+		func(p payments.Payment, _ time.Time) (payments.PaymentChange, error) {
+			return payments.PaymentChange{}, &errs.Error{Code: errs.CodeNotConfirmable, Message: string(p.Status)}
 		})
 	sc.mustCode(err, errs.CodeNotConfirmable, "ClaimConfirm of a confirmed payment")
 	if hastened, err := s.HastenKey(ctx, confirmRef("confirm-1")); err != nil || !hastened {
 		t.Fatalf("HastenKey: %v, %v", hastened, err)
 	}
 	later.Status, later.ConfirmKey, later.NextAction = payments.RequiresAction, "confirm-1", &payments.NextAction{Type: "redirect", URL: "https://psp.example/3ds"}
-	sc.must(s.Settle(ctx, confirmRef("confirm-1"), ctok, later, answer), "Settle to requires_action")
+	sc.must(s.Settle(ctx, confirmRef("confirm-1"), ctok, payments.PaymentSettled(later)), "Settle to requires_action")
 	if ps, err := s.PaymentsByOrder(ctx, later.MerchantOrderID); err != nil || len(ps) != 1 || ps[0].NextAction == nil {
 		t.Fatalf("PaymentsByOrder: %+v, %v", ps, err)
 	}
@@ -571,12 +603,11 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	for _, m := range []merchants.Merchant{m1, m2} { // two merchants' payments expire together
 		unconfirmed := payments.Payment{ID: newID("pay"), MerchantID: m.ID, IdempotencyKey: "later-2", MerchantOrderID: newID("ord"),
 			Amount: payments.Money{Minor: 1000, Currency: "KRW"}, PSP: "fake"}
-		_, _, err = s.ClaimUnconfirmed(ctx, payments.Claim{Ref: idemkeys.Ref{MerchantID: m.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-2"},
-			Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: unconfirmed}, time.Microsecond, render)
-		sc.must(err, "ClaimUnconfirmed (expiring)")
+		sc.must(s.Claim(ctx, sc.unconfirmed(idemkeys.Ref{MerchantID: m.ID, Endpoint: payments.EndpointCreatePayment, Key: "later-2"},
+			unconfirmed, time.Microsecond, answer)), "Claim (to confirm later, expiring)")
 	}
 	sc.advance(time.Second)
-	if expired, err := s.ExpireUnconfirmed(ctx, 100); err != nil || len(expired) != 2 {
+	if expired, err := s.ExpireUnconfirmed(ctx, 100, payments.Expired); err != nil || len(expired) != 2 {
 		t.Fatalf("ExpireUnconfirmed: %d, %v", len(expired), err)
 	}
 
@@ -641,13 +672,13 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	if n, err := s.PurgeEvents(ctx, 24*time.Hour, 100); err != nil || n == 0 {
 		t.Fatalf("PurgeEvents: %d events, %v", n, err)
 	}
-	_, err = s.Claim(ctx, payments.Claim{Ref: ref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Payment: payments.Payment{
+	err = s.Claim(ctx, sc.claimOf(ref1, idemkeys.FirstToken(), time.Minute, payments.Payment{
 		ID: newID("pay"), MerchantID: m1.ID, IdempotencyKey: "key-1", MerchantOrderID: newID("ord"), Amount: p1.Amount,
-		PaymentMethod: "pm_card_ok"}})
+		PaymentMethod: "pm_card_ok"}))
 	sc.mustCode(err, errs.CodeKeyReused, "Claim of a purged key")
-	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{Ref: rref1, Token: idemkeys.FirstToken(), Lease: time.Minute, Refund: payments.Refund{
-		ID: newID("re"), MerchantID: m1.ID, PaymentID: p1.ID, IdempotencyKey: "refund-1", RefundOrderID: newID("rord")}},
-		func(payments.Payment) (int64, error) { return 100, nil })
+	again := payments.Refund{ID: newID("re"), MerchantID: m1.ID, PaymentID: p1.ID, IdempotencyKey: "refund-1", RefundOrderID: newID("rord")}
+	_, _, err = s.ClaimRefund(ctx, payments.RefundClaim{Ref: rref1, Token: idemkeys.FirstToken(), Lease: time.Minute, RefundID: again.ID, PaymentID: p1.ID},
+		reserving(again, 100))
 	sc.mustCode(err, errs.CodeKeyReused, "ClaimRefund of a purged key")
 
 	webhookScenario(sc, m1.ID)

@@ -196,12 +196,12 @@ func (s *Store) getPayment(ctx context.Context, q string, args ...any) (payments
 		return payments.Payment{}, errs.ErrNotFound
 	}
 	if err != nil {
-		return payments.Payment{}, fmt.Errorf("store: read payment: %w", Classify(err))
+		return payments.Payment{}, fmt.Errorf("read payment: %w", Classify(err))
 	}
 	return r.toDomain()
 }
 
-// CreateMerchant implements payments.AdminStore.
+// CreateMerchant implements merchants.AdminStore.
 func (s *Store) CreateMerchant(ctx context.Context, m merchants.Merchant, key merchants.APIKey) error {
 	return Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx,
@@ -242,16 +242,17 @@ const keyQuery = apiKeyColumns + `
 FROM api_keys k JOIN merchants m ON m.id = k.merchant_id`
 
 // ActiveKeysByPrefix implements merchants.AuthStore.
-func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
-	return s.activeKeys(ctx, "store.ActiveKeysByPrefix", keyQuery, prefix)
+func (s *Store) ActiveKeysByPrefix(ctx context.Context, prefix string) (_ []merchants.StoredKey, _ []merchants.Merchant, err error) {
+	defer errs.Wrap(&err, "Store.ActiveKeysByPrefix")
+	return s.activeKeys(ctx, keyQuery, prefix)
 }
 
 // activeKeys reads the active keys of query (keyQuery or
 // publishableKeyQuery) with a visible prefix, with their merchants.
-func (s *Store) activeKeys(ctx context.Context, op, query, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
+func (s *Store) activeKeys(ctx context.Context, query, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
 	var rows []apiKeyRow
 	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.prefix = ? AND k.revoked_at IS NULL`, prefix); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", op, Classify(err))
+		return nil, nil, Classify(err)
 	}
 	keys := make([]merchants.StoredKey, len(rows))
 	owners := make([]merchants.Merchant, len(rows))
@@ -262,7 +263,7 @@ func (s *Store) activeKeys(ctx context.Context, op, query, prefix string) ([]mer
 	return keys, owners, nil
 }
 
-// AddAPIKey implements payments.AdminStore.
+// AddAPIKey implements merchants.AdminStore.
 func (s *Store) AddAPIKey(ctx context.Context, merchantID string, key merchants.APIKey, now time.Time) error {
 	return s.addKey(ctx, "api_keys", merchantID, key, now)
 }
@@ -294,32 +295,34 @@ func lockMerchant(ctx context.Context, tx *sqlx.Tx, merchantID string) error {
 	return nil
 }
 
-// RevokeAPIKey implements payments.AdminStore.
-func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (int, error) {
-	return s.revokeKey(ctx, "store.RevokeAPIKey", "api_keys", merchantID, prefix, now)
+// RevokeAPIKey implements merchants.AdminStore.
+func (s *Store) RevokeAPIKey(ctx context.Context, merchantID, prefix string, now time.Time) (_ int, err error) {
+	defer errs.Wrap(&err, "Store.RevokeAPIKey")
+	return s.revokeKey(ctx, "api_keys", merchantID, prefix, now)
 }
 
 // revokeKey revokes the merchant's active keys of table with a prefix.
-func (s *Store) revokeKey(ctx context.Context, op, table, merchantID, prefix string, now time.Time) (int, error) {
+func (s *Store) revokeKey(ctx context.Context, table, merchantID, prefix string, now time.Time) (int, error) {
 	res, err := s.db.ExecContext(ctx, `UPDATE `+table+` SET revoked_at = ? WHERE merchant_id = ? AND prefix = ? AND revoked_at IS NULL`,
 		now, merchantID, prefix)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", op, Classify(err))
+		return 0, Classify(err)
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
 }
 
-// APIKeys implements payments.AdminStore.
-func (s *Store) APIKeys(ctx context.Context, merchantID string) ([]merchants.StoredKey, error) {
-	return s.merchantKeys(ctx, "store.APIKeys", keyQuery, merchantID)
+// APIKeys implements merchants.AdminStore.
+func (s *Store) APIKeys(ctx context.Context, merchantID string) (_ []merchants.StoredKey, err error) {
+	defer errs.Wrap(&err, "Store.APIKeys")
+	return s.merchantKeys(ctx, keyQuery, merchantID)
 }
 
 // merchantKeys lists a merchant's keys of query, revoked ones included.
-func (s *Store) merchantKeys(ctx context.Context, op, query, merchantID string) ([]merchants.StoredKey, error) {
+func (s *Store) merchantKeys(ctx context.Context, query, merchantID string) ([]merchants.StoredKey, error) {
 	var rows []apiKeyRow
 	if err := s.db.SelectContext(ctx, &rows, query+` WHERE k.merchant_id = ? ORDER BY k.created_at, k.prefix`, merchantID); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, Classify(err))
+		return nil, Classify(err)
 	}
 	out := make([]merchants.StoredKey, len(rows))
 	for i, r := range rows {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -53,22 +52,24 @@ func (r endpointRow) toDomain() webhooks.Endpoint {
 }
 
 // CreateEndpoint implements webhooks.EndpointStore.
-func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint) (webhooks.Endpoint, error) {
+func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint) (_ webhooks.Endpoint, err error) {
+	defer errs.Wrap(&err, "Store.CreateEndpoint")
 	const q = `
 INSERT INTO webhook_endpoints (merchant_id, id, url, event_types, status, description, secret_enc, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))`
 	if _, err := s.db.ExecContext(ctx, q, e.MerchantID, e.ID, e.URL, strings.Join(e.EventTypes, ","), string(e.Status),
 		e.Description, e.SecretEnc); err != nil {
-		return webhooks.Endpoint{}, fmt.Errorf("store.CreateEndpoint: %w", ClassifyWrite(err))
+		return webhooks.Endpoint{}, ClassifyWrite(err)
 	}
 	return s.Endpoint(ctx, e.MerchantID, e.ID)
 }
 
 // Endpoints implements webhooks.EndpointStore.
-func (s *Store) Endpoints(ctx context.Context, merchantID string) ([]webhooks.Endpoint, error) {
+func (s *Store) Endpoints(ctx context.Context, merchantID string) (_ []webhooks.Endpoint, err error) {
+	defer errs.Wrap(&err, "Store.Endpoints")
 	var rows []endpointRow
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE merchant_id = ? ORDER BY created_at, id`, merchantID); err != nil {
-		return nil, fmt.Errorf("store.Endpoints: %w", Classify(err))
+		return nil, Classify(err)
 	}
 	out := make([]webhooks.Endpoint, len(rows))
 	for i, r := range rows {
@@ -78,27 +79,29 @@ func (s *Store) Endpoints(ctx context.Context, merchantID string) ([]webhooks.En
 }
 
 // Endpoint implements webhooks.EndpointStore.
-func (s *Store) Endpoint(ctx context.Context, merchantID, id string) (webhooks.Endpoint, error) {
+func (s *Store) Endpoint(ctx context.Context, merchantID, id string) (_ webhooks.Endpoint, err error) {
+	defer errs.Wrap(&err, "Store.Endpoint")
 	var r endpointRow
-	err := s.db.GetContext(ctx, &r, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE merchant_id = ? AND id = ?`, merchantID, id)
+	err = s.db.GetContext(ctx, &r, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE merchant_id = ? AND id = ?`, merchantID, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return webhooks.Endpoint{}, errs.ErrNotFound
 	}
 	if err != nil {
-		return webhooks.Endpoint{}, fmt.Errorf("store.Endpoint: %w", Classify(err))
+		return webhooks.Endpoint{}, Classify(err)
 	}
 	return r.toDomain(), nil
 }
 
 // FindEndpoint implements webhooks.EndpointStore: ops know an endpoint by its id.
-func (s *Store) FindEndpoint(ctx context.Context, id string) (webhooks.Endpoint, error) {
+func (s *Store) FindEndpoint(ctx context.Context, id string) (_ webhooks.Endpoint, err error) {
+	defer errs.Wrap(&err, "Store.FindEndpoint")
 	var r endpointRow
-	err := s.db.GetContext(ctx, &r, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, id)
+	err = s.db.GetContext(ctx, &r, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE id = ?`, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return webhooks.Endpoint{}, errs.ErrNotFound
 	}
 	if err != nil {
-		return webhooks.Endpoint{}, fmt.Errorf("store.FindEndpoint: %w", Classify(err))
+		return webhooks.Endpoint{}, Classify(err)
 	}
 	return r.toDomain(), nil
 }
@@ -113,8 +116,9 @@ WHERE merchant_id = ? AND endpoint_id = ? AND status = 'pending'`
 }
 
 // DeleteEndpoint implements webhooks.EndpointStore.
-func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string) error {
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string) (err error) {
+	defer errs.Wrap(&err, "Store.DeleteEndpoint")
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM webhook_endpoints WHERE merchant_id = ? AND id = ?`, merchantID, id)
 		if err != nil {
 			return err
@@ -128,20 +132,21 @@ func (s *Store) DeleteEndpoint(ctx context.Context, merchantID, id string) error
 		return errs.ErrNotFound
 	}
 	if err != nil {
-		return fmt.Errorf("store.DeleteEndpoint: %w", err)
+		return err
 	}
 	return nil
 }
 
 // RotateSecret implements webhooks.EndpointStore.
-func (s *Store) RotateSecret(ctx context.Context, merchantID, id string, enc []byte, grace time.Duration) (webhooks.Endpoint, error) {
+func (s *Store) RotateSecret(ctx context.Context, merchantID, id string, enc []byte, grace time.Duration) (_ webhooks.Endpoint, err error) {
+	defer errs.Wrap(&err, "Store.RotateSecret")
 	const q = `
 UPDATE webhook_endpoints
 SET prev_secret_enc = secret_enc, prev_secret_until = NOW(6) + INTERVAL ? MICROSECOND, secret_enc = ?, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ?`
 	n, err := ExecRetry(ctx, s.db, q, grace.Microseconds(), enc, merchantID, id)
 	if err != nil {
-		return webhooks.Endpoint{}, fmt.Errorf("store.RotateSecret: %w", err)
+		return webhooks.Endpoint{}, err
 	}
 	if n == 0 {
 		return webhooks.Endpoint{}, errs.ErrNotFound
@@ -150,12 +155,13 @@ WHERE merchant_id = ? AND id = ?`
 }
 
 // SetEndpointStatus implements webhooks.EndpointStore.
-func (s *Store) SetEndpointStatus(ctx context.Context, merchantID, id string, status webhooks.EndpointStatus, reason string) (bool, error) {
+func (s *Store) SetEndpointStatus(ctx context.Context, merchantID, id string, status webhooks.EndpointStatus, reason string) (_ bool, err error) {
+	defer errs.Wrap(&err, "Store.SetEndpointStatus")
 	const q = `
 UPDATE webhook_endpoints SET status = ?, disabled_reason = ?, failing_since = NULL, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status <> ?`
 	var changed bool
-	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		var cur string
 		err := tx.GetContext(ctx, &cur, `SELECT status FROM webhook_endpoints WHERE merchant_id = ? AND id = ? FOR UPDATE`, merchantID, id)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -181,7 +187,7 @@ WHERE merchant_id = ? AND id = ? AND status <> ?`
 		return false, errs.ErrNotFound
 	}
 	if err != nil {
-		return false, fmt.Errorf("store.SetEndpointStatus: %w", err)
+		return false, err
 	}
 	return changed, nil
 }
@@ -191,7 +197,8 @@ const resendBatch = 500
 
 // Resend implements webhooks.EndpointStore: the events are read page by
 // page in their order and a delivery inserted for each.
-func (s *Store) Resend(ctx context.Context, merchantID, id string, since time.Time) (int, error) {
+func (s *Store) Resend(ctx context.Context, merchantID, id string, since time.Time) (_ int, err error) {
+	defer errs.Wrap(&err, "Store.Resend")
 	total := 0
 	var after int64
 	for {
@@ -201,7 +208,7 @@ func (s *Store) Resend(ctx context.Context, merchantID, id string, since time.Ti
 		}
 		const q = `SELECT pos, id FROM events WHERE merchant_id = ? AND pos > ? AND created_at >= ? ORDER BY pos LIMIT ?`
 		if err := s.db.SelectContext(ctx, &evs, q, merchantID, after, since.UTC(), resendBatch); err != nil {
-			return total, fmt.Errorf("store.Resend: %w", Classify(err))
+			return total, Classify(err)
 		}
 		if len(evs) == 0 {
 			return total, nil
@@ -225,7 +232,7 @@ func (s *Store) Resend(ctx context.Context, merchantID, id string, since time.Ti
 			return total, errs.ErrNotFound
 		}
 		if err != nil {
-			return total, fmt.Errorf("store.Resend: %w", err)
+			return total, err
 		}
 		total += len(evs)
 		after = evs[len(evs)-1].Pos

@@ -33,11 +33,11 @@ type AdminStore interface {
 	// payment's row locks, moves the payment's amounts with it, rewrites its
 	// key's answer when it leaves review, and records res in the audit
 	// table, all in one transaction. errs.ErrNotFound for an unknown id.
-	ResolveRefund(ctx context.Context, id string, decide func(Refund) (Refund, error), res Resolution) (Refund, error)
+	ResolveRefund(ctx context.Context, id string, decide func(before Refund, dbNow time.Time) (RefundChange, error), res Resolution) (Refund, error)
 	// Resolve applies decide to the payment with id under a row lock, stores
 	// the result, rewrites its key's stored response and records res in the
 	// audit table, all in one transaction. errs.ErrNotFound for an unknown id.
-	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution) (Payment, error)
+	Resolve(ctx context.Context, id string, decide func(before Payment, dbNow time.Time) (PaymentChange, error), res Resolution) (Payment, error)
 }
 
 // AdminConfig tunes administration.
@@ -115,7 +115,7 @@ func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 	if len(r.Reason) > 1000 {
 		r.Reason = r.Reason[:1000]
 	}
-	p, err := a.store.Resolve(ctx, r.PaymentID, func(p Payment) (Payment, error) {
+	p, err := a.store.Resolve(ctx, r.PaymentID, ChangePayment(func(p Payment) (Payment, error) {
 		r.From = p.Status
 		switch {
 		case p.Status == RequiresReview:
@@ -138,7 +138,7 @@ func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 			p.DeclineCode = DeclineNotProcessed
 		}
 		return p, nil
-	}, r)
+	}), r)
 	if errors.Is(err, errs.ErrNotFound) {
 		return Payment{}, errs.Errorf(errs.CodeNotFound, "no payment %s", r.PaymentID)
 	}
@@ -327,7 +327,7 @@ func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, 
 		res.Reason = res.Reason[:1000]
 	}
 	var from RefundStatus
-	out, err := a.store.ResolveRefund(ctx, r.RefundID, func(x Refund) (Refund, error) {
+	out, err := a.store.ResolveRefund(ctx, r.RefundID, ChangeRefund(func(x Refund) (Refund, error) {
 		from = x.Status
 		switch {
 		case x.Status == RefundRequiresReview:
@@ -349,7 +349,7 @@ func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, 
 			x.FailureCode = RefundFailedNotProcessed
 		}
 		return x, nil
-	}, res)
+	}), res)
 	if errors.Is(err, errs.ErrNotFound) {
 		return Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
 	}

@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -118,11 +117,11 @@ func confirmable(p Payment, req ConfirmRequest, dbNow time.Time) (Payment, error
 // charge that needs the customer answers 202 requires_action with what the
 // front end must do, stored; its outcome arrives later.
 //
-// Errors are *errs.Error: errs.CodeInvalidKey, errs.CodeInvalid; errs.CodeNotFound (no such
-// payment for the merchant), errs.CodeNotConfirmable (409) and
-// errs.CodeConfirmMismatch (422): nothing stored, the key stays free;
-// errs.CodeKeyMismatch, errs.CodeInFlight; errs.CodePSPUnavailable and errs.CodePSPUnknown
-// (retry with the same key); errs.CodeUnavailable, errs.CodeInternal.
+// Errors are *errs.Error: CodeInvalidKey, CodeInvalid; CodeNotFound (no such
+// payment for the merchant), CodeNotConfirmable (409) and
+// CodeConfirmMismatch (422): nothing stored, the key stays free;
+// CodeKeyMismatch, CodeInFlight; CodePSPUnavailable and CodePSPUnknown
+// (retry with the same key); CodeUnavailable, CodeInternal.
 func (s *Service) Confirm(ctx context.Context, req ConfirmRequest) (Outcome, error) {
 	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
 		return Outcome{}, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
@@ -130,126 +129,47 @@ func (s *Service) Confirm(ctx context.Context, req ConfirmRequest) (Outcome, err
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	a, done := s.newAttempt(ctx, idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointConfirmPayment, Key: req.IdempotencyKey}, req.Fingerprint())
-	defer done()
-	if e, ok := s.replays.get(a.ref, s.cfg.Now()); ok && e.fp == a.fp {
-		return s.replay(a, e.paymentID, e.resp), nil
-	}
-	for range maxClaims {
-		out, err := s.claimConfirm(a, req)
-		if !errors.Is(err, errVanished) {
-			return out, err
+	ref := idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointConfirmPayment, Key: req.IdempotencyKey}
+	fp := req.Fingerprint()
+	return s.run(ctx, ref, fp, [32]byte{}, func(ctx context.Context, token idemkeys.Token) (subject, *idemkeys.Response, error) {
+		sub := paymentSubject{p: Payment{ID: req.PaymentID}, twoStep: true}
+		// A confirm this replica could not send changes nothing: refused
+		// before its claim takes the payment out of requires_confirmation.
+		// (A payment's PSP never changes; the claim reads the payment again
+		// under its lock.)
+		if p, err := s.store.Payment(ctx, req.MerchantID, req.PaymentID); err == nil && p.Status == RequiresConfirmation {
+			if _, ok := s.psps.For(p.PSP); !ok {
+				s.obs.UnconfiguredPSP()
+				return sub, nil, &errs.Error{Code: errs.CodeUnavailable, RetryAfter: 5 * time.Second, PaymentID: p.ID,
+					Message: "this payment cannot be confirmed from here right now; retry with the same Idempotency-Key"}
+			}
 		}
-	}
-	return Outcome{}, errs.Internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
+		p, err := s.store.ClaimConfirm(ctx, ConfirmClaim{Ref: ref, Fingerprint: fp, Token: token, Lease: s.cfg.Lease, PaymentID: req.PaymentID},
+			func(before Payment, dbNow time.Time) (PaymentChange, error) {
+				after, err := confirmable(before, req, dbNow)
+				if err != nil {
+					return PaymentChange{}, err
+				}
+				after.UpdatedAt = dbNow
+				c := paymentChange(before, after)
+				c.Answer = nil // the confirm's key completes when the charge settles
+				return c, nil
+			})
+		if err == nil {
+			sub.p = p
+		}
+		return sub, nil, err
+	})
 }
 
-// newAttempt starts a request's work on ref: done ends it.
-func (s *Service) newAttempt(ctx context.Context, ref idemkeys.Ref, fp [32]byte) (attempt, func()) {
-	work, cancelWork := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Lease+s.cfg.PSPTimeout+flowMargin)
-	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.InFlightWait)
-	a := attempt{ref: ref, fp: fp, client: ctx, work: work, waitCtx: waitCtx, working: &workMark{}}
-	return a, func() { s.finish(a); cancel(); cancelWork() }
-}
-
-func (s *Service) claimConfirm(a attempt, req ConfirmRequest) (Outcome, error) {
-	if out, err, closed := s.whenClosed(a); closed {
-		return out, err
-	}
-	// A confirm this replica could not send changes nothing: refused before
-	// its claim takes the payment out of requires_confirmation. (A payment's
-	// PSP never changes; the claim reads the payment again under its lock.)
-	if p, err := s.store.Payment(a.work, req.MerchantID, req.PaymentID); err == nil && p.Status == RequiresConfirmation {
-		if _, ok := s.psps.For(p.PSP); !ok {
-			s.obs.UnconfiguredPSP()
-			return Outcome{}, &errs.Error{Code: errs.CodeUnavailable, RetryAfter: 5 * time.Second, PaymentID: p.ID,
-				Message: "this payment cannot be confirmed from here right now; retry with the same Idempotency-Key"}
-		}
-	}
-	h := holding{token: idemkeys.FirstToken()}
-	// The database stamps the claim after this instant (see claim).
-	start := s.cfg.Now()
-	p, err := s.store.ClaimConfirm(a.work, ConfirmClaim{Ref: a.ref, Fingerprint: a.fp, Token: h.token, Lease: s.cfg.Lease, PaymentID: req.PaymentID},
-		func(p Payment, dbNow time.Time) (Payment, error) { return confirmable(p, req, dbNow) })
-	switch {
-	case err == nil:
-		return s.chargeConfirmed(a, h, p, start)
-	case errors.Is(err, idemkeys.ErrExists):
-		return s.join(a)
-	case errors.Is(err, errs.ErrNotFound):
-		return Outcome{}, &errs.Error{Code: errs.CodeNotFound, Message: "payment not found"}
-	case errors.Is(err, errs.ErrWriteUnknown):
-		got, gp, gerr := s.store.LoadKey(a.work, a.ref)
-		switch {
-		case errors.Is(gerr, idemkeys.ErrNotFound):
-			return Outcome{}, errVanished
-		case gerr != nil:
-			return Outcome{}, errs.Internal(errors.Join(err, gerr))
-		case got.PaymentID == req.PaymentID && got.State == idemkeys.InProgress && got.Token == h.token:
-			return s.chargeConfirmed(a, h, gp, start)
-		}
-		return s.join(a)
-	}
-	var e *errs.Error
-	if errors.As(err, &e) {
-		return Outcome{}, e
-	}
-	return Outcome{}, errs.Internal(err)
-}
-
-// chargeConfirmed charges a payment whose confirm's key a holds from start.
-func (s *Service) chargeConfirmed(a attempt, h holding, p Payment, start time.Time) (Outcome, error) {
-	adapter, ok := s.psps.For(p.PSP)
-	if !ok {
-		return s.unreachable(a, h, p.ID, "payment")
-	}
-	s.obs.KeyOutcome(OutcomeFresh)
-	s.begin(a)
-	h.adapter = adapter
-	return paymentSubject{s: s, p: p, twoStep: true}.charge(a, h, start.Add(s.cfg.Lease))
-}
-
-// createUnconfirmed stores a payment to confirm later and completes its key
-// at once with the answer: no PSP is called.
-func (s *Service) createUnconfirmed(a attempt, req CreateRequest) (Outcome, error) {
-	if out, err, closed := s.whenClosed(a); closed {
-		return out, err
-	}
-	name, adapter := s.psps.Default()
-	p := newPayment(req, RequiresConfirmation, name)
-	checkout, err := CheckoutFor(p, adapter.Capabilities())
-	if err != nil {
-		return Outcome{}, errs.Internal(err)
-	}
-	if p.ClientSecret, p.ClientSecretHash, err = newClientSecret(p.ID); err != nil {
-		return Outcome{}, errs.Internal(err)
-	}
-	p, resp, err := s.store.ClaimUnconfirmed(a.work, Claim{Ref: a.ref, Fingerprint: a.fp, Token: idemkeys.FirstToken(), Lease: s.cfg.Lease, Payment: p},
-		s.cfg.ConfirmExpiry, func(p Payment) idemkeys.Response {
-			p.Checkout = checkout
-			return Render(p)
-		})
-	switch {
-	case err == nil:
-		s.obs.KeyOutcome(OutcomeFresh)
-		s.replays.put(a.ref, cachedReplay{fp: a.fp, paymentID: p.ID, resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)})
-		s.log.InfoContext(a.client, "payment created to confirm later", s.hash.Attr(a.ref), "payment_id", p.ID, "psp", name)
-		return Outcome{Response: resp, PaymentID: p.ID}, nil
-	case errors.Is(err, idemkeys.ErrExists):
-		return s.join(a)
-	case errors.Is(err, errs.ErrWriteUnknown):
-		rec, gerr := s.store.Record(a.work, a.ref)
-		switch {
-		case errors.Is(gerr, idemkeys.ErrNotFound):
-			return Outcome{}, errVanished
-		case gerr != nil:
-			return Outcome{}, errs.Internal(errors.Join(err, gerr))
-		case rec.PaymentID == p.ID:
-			return Outcome{Response: rec.Response, PaymentID: p.ID}, nil // ours committed
-		}
-		return s.join(a)
-	}
-	return s.claimRefused(err)
+// Expired is the change that cancels p, a payment nobody confirmed before
+// its expiry: its event, and its creation's answer left as it was.
+func Expired(p Payment) PaymentChange {
+	after := p
+	after.Status, after.DeclineCode = Canceled, DeclineExpired
+	c := paymentChange(p, after)
+	c.Answer = nil
+	return c
 }
 
 // withCheckout fills in what a payment awaiting confirmation's front end

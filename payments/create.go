@@ -1,13 +1,19 @@
 package payments
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 	"unicode/utf8"
+
+	"github.com/oklog/ulid/v2"
 
 	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/psp"
 )
 
 // Limits on a payment request.
@@ -168,4 +174,103 @@ func printable(s string) bool {
 		}
 	}
 	return true
+}
+
+// Create charges the customer for req at most once per (merchant, key),
+// whatever number of times it is called and from however many replicas.
+//
+// ctx is the client's: when it ends, waiting for a duplicate and paced
+// replays end too, but a payment this request claimed is finished anyway
+// while its worker holds the lease, so that the client's retry finds a
+// stored answer.
+//
+// Errors are *errs.Error: CodeInvalidKey and CodeInvalid (nothing stored),
+// CodeKeyMismatch (the key was used for another request), CodeInFlight (the
+// key is being processed; retry later), CodeKeyReused, CodePSPUnavailable and
+// CodePSPUnknown (retry with the same key), CodeUnavailable, CodeInternal.
+func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error) {
+	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
+		return Outcome{}, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
+	}
+	req.Normalize()
+	if err := req.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	if err := s.accepts(req.Amount); err != nil {
+		return Outcome{}, err
+	}
+	ref := idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey}
+	return s.run(ctx, ref, req.Fingerprint(), req.BodyDigest, func(ctx context.Context, token idemkeys.Token) (subject, *idemkeys.Response, error) {
+		name, adapter := s.psps.Default()
+		if req.ConfirmLater {
+			return s.claimUnconfirmed(ctx, ref, req, token, name, adapter)
+		}
+		p := newPayment(req, Processing, name)
+		now, err := s.store.Now(ctx)
+		if err != nil {
+			return paymentSubject{p: p}, nil, err
+		}
+		c := NewClaim(ref, req.Fingerprint(), token, s.cfg.Lease, p, now)
+		return paymentSubject{p: c.Payment}, nil, s.store.Claim(ctx, c)
+	})
+}
+
+// claimUnconfirmed stores a payment to confirm later (two-step checkout)
+// and completes its key at once with the answer: no PSP is called.
+func (s *Service) claimUnconfirmed(ctx context.Context, ref idemkeys.Ref, req CreateRequest, token idemkeys.Token, name string, adapter psp.Adapter) (subject, *idemkeys.Response, error) {
+	p := newPayment(req, RequiresConfirmation, name)
+	sub := paymentSubject{p: p}
+	checkout, err := CheckoutFor(p, adapter.Capabilities())
+	if err != nil {
+		return sub, nil, err
+	}
+	if p.ClientSecret, p.ClientSecretHash, err = newClientSecret(p.ID); err != nil {
+		return sub, nil, err
+	}
+	now, err := s.store.Now(ctx)
+	if err != nil {
+		return sub, nil, err
+	}
+	p.ExpiresAt = now.Add(s.cfg.ConfirmExpiry).Truncate(time.Microsecond)
+	c := NewClaim(ref, req.Fingerprint(), token, s.cfg.Lease, p, now)
+	shown := c.Payment
+	shown.Checkout = checkout
+	resp := Render(shown)
+	c.Answer = &resp
+	return paymentSubject{p: c.Payment}, &resp, s.store.Claim(ctx, c)
+}
+
+// accepts refuses, before anything is stored or sent, an amount the PSP new
+// payments go to can never take (a currency it does not take, an amount it
+// cannot represent or below its minimum).
+func (s *Service) accepts(m Money) error {
+	_, adapter := s.psps.Default()
+	err := adapter.Capabilities().Check(m.Minor, m.Currency)
+	if err == nil {
+		return nil
+	}
+	e := &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
+	var ce *psp.CheckError
+	if errors.As(err, &ce) {
+		e.Fields = []errs.FieldError{{Field: ce.Field, Reason: ce.Reason}}
+	} else {
+		e.Fields = []errs.FieldError{{Field: "amount", Reason: err.Error()}}
+	}
+	return e
+}
+
+// newPayment is the payment req creates at the PSP named psp.
+func newPayment(req CreateRequest, status Status, psp string) Payment {
+	return Payment{
+		ID:              "pay_" + ulid.Make().String(),
+		MerchantID:      req.MerchantID,
+		IdempotencyKey:  req.IdempotencyKey,
+		MerchantOrderID: MerchantOrderID(req.MerchantID, req.IdempotencyKey),
+		Status:          status,
+		Amount:          req.Amount,
+		PaymentMethod:   req.PaymentMethod,
+		Description:     req.Description,
+		Metadata:        req.Metadata,
+		PSP:             psp,
+	}
 }

@@ -96,6 +96,17 @@ func RefundEventData(r Refund) json.RawMessage {
 	return b
 }
 
+// PaymentEvent is the event of p entering its status: p as its API view
+// renders it then (the store numbers it).
+func PaymentEvent(p Payment) Event {
+	return Event{MerchantID: p.MerchantID, Type: PaymentEventType(p.Status), ObjectType: ObjectPayment, ObjectID: p.ID, Data: PaymentEventData(p)}
+}
+
+// RefundEvent is the event of r entering its status.
+func RefundEvent(r Refund) Event {
+	return Event{MerchantID: r.MerchantID, Type: RefundEventType(r.Status), ObjectType: ObjectRefund, ObjectID: r.ID, Data: RefundEventData(r)}
+}
+
 // NewEventID is a fresh event id: evt_ and a ULID.
 func NewEventID() string { return "evt_" + ulid.Make().String() }
 

@@ -20,13 +20,13 @@ type stuckStore struct {
 	takeovers atomic.Int32
 }
 
-func (s *stuckStore) Claim(context.Context, Claim) (time.Time, error) {
-	return time.Now(), idemkeys.ErrExists
-}
+func (s *stuckStore) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+
+func (s *stuckStore) Claim(context.Context, Claim) error { return idemkeys.ErrExists }
 
 func (s *stuckStore) Record(_ context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
 	now := time.Now()
-	return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.InProgress, PaymentID: "pay_1",
+	return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.InProgress, SubjectID: "pay_1",
 		Token: idemkeys.FirstToken(), LockedUntil: now.Add(-time.Second), DBNow: now}, nil
 }
 
@@ -67,17 +67,17 @@ type lostRace struct {
 	once      sync.Once
 }
 
-func (s *lostRace) Claim(context.Context, Claim) (time.Time, error) {
-	return time.Now(), idemkeys.ErrExists
-}
+func (s *lostRace) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+
+func (s *lostRace) Claim(context.Context, Claim) error { return idemkeys.ErrExists }
 
 func (s *lostRace) Record(_ context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
 	now := time.Now()
 	if s.done.Load() {
-		return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.Completed, PaymentID: "pay_1", DBNow: now, CompletedAt: now,
+		return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.Completed, SubjectID: "pay_1", DBNow: now, CompletedAt: now,
 			Response: idemkeys.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}}, nil
 	}
-	return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.InProgress, PaymentID: "pay_1",
+	return idemkeys.Record{Ref: ref, Fingerprint: fp, State: idemkeys.InProgress, SubjectID: "pay_1",
 		Token: idemkeys.FirstToken(), LockedUntil: now.Add(-time.Second), DBNow: now}, nil
 }
 

@@ -36,9 +36,9 @@ type NoticeStore interface {
 	// Resolve applies decide to the payment under its row lock, rewrites the
 	// answer of the key that reported its outcome, and writes an audit row,
 	// in one transaction (see AdminStore.Resolve).
-	Resolve(ctx context.Context, id string, decide func(Payment) (Payment, error), res Resolution) (Payment, error)
+	Resolve(ctx context.Context, id string, decide func(before Payment, dbNow time.Time) (PaymentChange, error), res Resolution) (Payment, error)
 	// ResolveRefund is Resolve for a refund (see AdminStore.ResolveRefund).
-	ResolveRefund(ctx context.Context, id string, decide func(Refund) (Refund, error), res Resolution) (Refund, error)
+	ResolveRefund(ctx context.Context, id string, decide func(before Refund, dbNow time.Time) (RefundChange, error), res Resolution) (Refund, error)
 	// HastenKey makes the reconciler's next look at an unfinished key due
 	// now, leaving its lease alone; false when the key is not in progress.
 	HastenKey(ctx context.Context, ref idemkeys.Ref) (bool, error)
@@ -213,12 +213,12 @@ func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment
 	if settled.Status == RequiresReview {
 		why += ": " + settled.ReviewReason
 	}
-	_, err = n.store.Resolve(ctx, p.ID, func(now Payment) (Payment, error) {
+	_, err = n.store.Resolve(ctx, p.ID, ChangePayment(func(now Payment) (Payment, error) {
 		if now.Status != RequiresAction {
 			return now, idemkeys.ErrFenced
 		}
 		return settled, nil
-	}, Resolution{PaymentID: p.ID, To: settled.Status, PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
+	}), Resolution{PaymentID: p.ID, To: settled.Status, PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
 	switch {
 	case errors.Is(err, idemkeys.ErrFenced):
 		n.log.InfoContext(ctx, "PSP notification: the payment was settled meanwhile", attrs...)
@@ -283,12 +283,12 @@ func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Not
 		return nil
 	}
 	why := fmt.Sprintf("PSP notification %s %s: refund %s %s", notice.Type, notice.ID, x.Reference, x.Status)
-	_, err = n.store.ResolveRefund(ctx, r.ID, func(now Refund) (Refund, error) {
+	_, err = n.store.ResolveRefund(ctx, r.ID, ChangeRefund(func(now Refund) (Refund, error) {
 		if now.Status != RefundPending {
 			return now, idemkeys.ErrFenced
 		}
 		return settled, nil
-	}, Resolution{PaymentID: r.ID, To: Status(settled.Status), PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
+	}), Resolution{PaymentID: r.ID, To: Status(settled.Status), PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
 	switch {
 	case errors.Is(err, idemkeys.ErrFenced):
 		return nil

@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/oklog/ulid/v2"
 
 	"gateway/errs"
 	"gateway/idemkeys"
@@ -232,4 +235,180 @@ func RefundStatusCode(s RefundStatus) int {
 		return http.StatusPaymentRequired
 	}
 	return http.StatusAccepted
+}
+
+// RefundClaim is what a fresh refund request writes: its key's record, its
+// reservation on the payment and the refund.
+type RefundClaim struct {
+	Ref         idemkeys.Ref
+	Fingerprint [32]byte
+	Token       idemkeys.Token
+	// Lease is how long the claimant owns the key and may send the refund.
+	Lease time.Duration
+	// RefundID names the refund the key holds; PaymentID is the payment it
+	// gives (part of) back.
+	RefundID, PaymentID string
+}
+
+// NewRefund is how a refund's claim decides, under its payment's row lock
+// at the database's time now, what draft becomes: amount says how much of
+// the payment it reserves (or why it may not); the refund takes the
+// payment's currency and PSP, and the change its reservation and event.
+func NewRefund(draft Refund, amount func(Payment) (int64, error)) func(Payment, time.Time) (RefundChange, error) {
+	return func(p Payment, now time.Time) (RefundChange, error) {
+		n, err := amount(p)
+		if err != nil {
+			return RefundChange{}, err
+		}
+		r := draft
+		r.Amount = Money{Minor: n, Currency: p.Amount.Currency}
+		r.PSP, r.CreatedAt, r.UpdatedAt = p.PSP, now, now
+		return refundChange(Refund{}, r), nil
+	}
+}
+
+// CreateRefund gives (part of) a succeeded payment back, at most once per
+// (merchant, key): the same guarantees as Create, the same claim → PSP →
+// fenced settle flow, the same answers. The claim reserves the refund's
+// amount on the payment in the transaction that inserts its key, so that
+// the pending, succeeded and in-review refunds of a payment never add up to
+// more than it, whatever the concurrency; a refund that fails returns it.
+//
+// Errors are *errs.Error: CodeInvalidKey, CodeInvalid; CodeNotFound (no such
+// payment for the merchant), CodeNotRefundable and CodeRefundExceeds
+// (nothing stored, the key stays free: they depend on state that changes);
+// CodeKeyMismatch, CodeInFlight, CodeKeyReused; CodePSPUnavailable and
+// CodePSPUnknown (retry with the same key); CodeUnavailable, CodeInternal.
+func (s *Service) CreateRefund(ctx context.Context, req RefundRequest) (Outcome, error) {
+	if err := idemkeys.ValidateKey(req.IdempotencyKey); err != nil {
+		return Outcome{}, &errs.Error{Code: errs.CodeInvalidKey, Message: err.Error()}
+	}
+	if err := req.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	ref := idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreateRefund, Key: req.IdempotencyKey}
+	fp := req.Fingerprint()
+	return s.run(ctx, ref, fp, [32]byte{}, func(ctx context.Context, token idemkeys.Token) (subject, *idemkeys.Response, error) {
+		draft := Refund{
+			ID:             "re_" + ulid.Make().String(),
+			MerchantID:     req.MerchantID,
+			PaymentID:      req.PaymentID,
+			IdempotencyKey: req.IdempotencyKey,
+			RefundOrderID:  RefundOrderID(req.MerchantID, req.PaymentID, req.IdempotencyKey),
+			Status:         RefundPending,
+			Reason:         req.Reason,
+			Metadata:       req.Metadata,
+		}
+		localAt := s.cfg.Now()
+		r, p, err := s.store.ClaimRefund(ctx, RefundClaim{Ref: ref, Fingerprint: fp, Token: token, Lease: s.cfg.Lease, RefundID: draft.ID, PaymentID: req.PaymentID},
+			NewRefund(draft, func(p Payment) (int64, error) { return RefundAmount(p, req.Amount) }))
+		if err != nil {
+			return refundSubject{r: draft, now: s.cfg.Now}, nil, err
+		}
+		return refundSubject{r: r, p: p, now: s.cfg.Now, dbAt: r.CreatedAt, localAt: localAt}, nil, nil
+	})
+}
+
+// refundSubject is a refund as a subject of the flow (flow.go), with its
+// payment: sent with its refund order id to its payment's PSP, looked up by
+// it, and read with ApplyRefund.
+type refundSubject struct {
+	r Refund
+	p Payment
+	// now is this process's clock; dbAt and localAt pair the database's
+	// clock with it at one moment, to stamp the refund's updated_at on the
+	// database's clock.
+	now           func() time.Time
+	dbAt, localAt time.Time
+}
+
+func (rs refundSubject) kind() Kind         { return KindRefund }
+func (rs refundSubject) id() string         { return rs.r.ID }
+func (rs refundSubject) pspName() string    { return rs.r.PSP }
+func (rs refundSubject) created() time.Time { return rs.r.CreatedAt }
+func (rs refundSubject) status() string     { return string(rs.r.Status) }
+
+func (rs refundSubject) send(ctx context.Context, adapter psp.Adapter) (answer, error) {
+	r := rs.r
+	x, err := adapter.Refund(ctx, psp.RefundRequest{
+		RefundOrderID:   r.RefundOrderID,
+		MerchantOrderID: rs.p.MerchantOrderID,
+		ChargeReference: rs.p.PSPReference,
+		Amount:          r.Amount.Minor,
+		Currency:        r.Amount.Currency,
+		Reason:          r.Reason,
+	})
+	if err != nil {
+		return answer{}, err
+	}
+	ans, err := rs.read(x)
+	if err == nil && x.Status == psp.RefundDeclined {
+		// The PSP keeps no record of a declined refund: an earlier send of
+		// this refund order id may still be applied.
+		ans.unrecorded = fmt.Errorf("refund declined (%s)", x.DeclineCode)
+	}
+	return ans, err
+}
+
+func (rs refundSubject) lookup(ctx context.Context, adapter psp.Adapter) (answer, error) {
+	x, err := adapter.LookupRefund(ctx, rs.p.PSPReference, rs.r.RefundOrderID)
+	if err != nil {
+		return answer{}, err
+	}
+	return rs.read(x)
+}
+
+// read turns the PSP's record of the refund into its next state.
+func (rs refundSubject) read(x psp.Refund) (answer, error) {
+	settled, err := ApplyRefund(rs.r, x)
+	switch {
+	case err != nil:
+		return answer{}, &psp.Error{Class: psp.Unknown, Op: "refund", Err: err}
+	case settled.Status == RefundRequiresReview:
+		return answer{next: rs.as(settled), note: "PSP answer does not match the refund", attrs: []any{"reason", settled.ReviewReason}, warn: true}, nil
+	}
+	return answer{next: rs.as(settled)}, nil
+}
+
+// as is the same refund in state r.
+func (rs refundSubject) as(r Refund) subject {
+	rs.r = r
+	return rs
+}
+
+func (rs refundSubject) rejected(code string) subject {
+	r := rs.r
+	r.Status, r.FailureCode, r.PSPCode = RefundFailed, RefundFailedRejected, code
+	return rs.as(r)
+}
+
+func (rs refundSubject) orderTaken() subject {
+	r := rs.r
+	r.Status, r.ReviewReason = RefundRequiresReview, "the PSP refused the refund: its refund order id is already used with another amount or currency"
+	return rs.as(r)
+}
+
+// settle completes the key with the refund's answer and moves it (and its
+// payment's amounts) out of pending, where every refund under a key's
+// lease is; updated_at, rendered in the answer, on the database's clock.
+func (rs refundSubject) settle(ctx context.Context, store FlowStore, ref idemkeys.Ref, token idemkeys.Token) (idemkeys.Response, error) {
+	r := rs.r
+	r.UpdatedAt = rs.dbAt.Add(rs.now().Sub(rs.localAt)).UTC().Truncate(time.Microsecond)
+	if r.UpdatedAt.Before(r.CreatedAt) {
+		r.UpdatedAt = r.CreatedAt
+	}
+	c := RefundSettled(r)
+	return *c.Answer, store.SettleRefund(ctx, ref, token, c)
+}
+
+func (rs refundSubject) recorded(obs Observer) {
+	if rs.r.Status != RefundPending {
+		obs.RefundRecorded(rs.r.Status)
+	}
+}
+
+// Refund returns one of the merchant's refunds; CodeNotFound otherwise.
+func (s *Service) Refund(ctx context.Context, merchantID, id string) (Refund, error) {
+	r, err := s.store.Refund(ctx, merchantID, id)
+	return r, notFound(err, "refund not found")
 }

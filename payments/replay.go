@@ -38,7 +38,7 @@ type cachedReplay struct {
 	// raw is the digest of the bytes of a request answered with resp
 	// (zero when unknown): the same bytes again are the same command.
 	raw       [32]byte
-	paymentID string
+	subjectID string
 	resp      idemkeys.Response
 	// expires is on this process's clock.
 	expires time.Time
@@ -103,14 +103,14 @@ func (s *Service) ReplayBody(ctx context.Context, merchantID, key string, digest
 	if !ok || e.raw != digest {
 		return Outcome{}, false
 	}
-	return s.replay(attempt{ref: ref, client: ctx}, e.paymentID, e.resp), true
+	return s.replay(attempt{ref: ref, client: ctx}, e.subjectID, e.resp), true
 }
 
 func (c *replayCache) put(ref idemkeys.Ref, r cachedReplay) {
 	if c.maxBytes <= 0 || (r.resp.Status != http.StatusCreated && r.resp.Status != http.StatusPaymentRequired) {
 		return
 	}
-	size := int64(len(r.resp.Body)+len(r.paymentID)+len(ref.MerchantID)+len(ref.Endpoint)+len(ref.Key)) + replayEntryOverhead
+	size := int64(len(r.resp.Body)+len(r.subjectID)+len(ref.MerchantID)+len(ref.Endpoint)+len(ref.Key)) + replayEntryOverhead
 	if size > c.merchantBytes {
 		return // an answer larger than a merchant's share is read from the database
 	}

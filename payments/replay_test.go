@@ -17,8 +17,8 @@ func TestReplayCacheKeepsOnlyFinalAnswersWhileRetained(t *testing.T) {
 	if _, ok := c.get(ref, t0); ok {
 		t.Fatal("a 202 under review was kept: ops may still rewrite it")
 	}
-	c.put(ref, cachedReplay{paymentID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated}, expires: t0.Add(time.Hour)})
-	if e, ok := c.get(ref, t0.Add(time.Hour-time.Second)); !ok || e.paymentID != "pay_1" {
+	c.put(ref, cachedReplay{subjectID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated}, expires: t0.Add(time.Hour)})
+	if e, ok := c.get(ref, t0.Add(time.Hour-time.Second)); !ok || e.subjectID != "pay_1" {
 		t.Fatal("a final answer within retention was not kept")
 	}
 	if _, ok := c.get(ref, t0.Add(time.Hour)); ok {
@@ -37,7 +37,7 @@ func TestReplayCacheIsBoundedByBytesAndShared(t *testing.T) {
 	const bound = 1 << 20
 	c := newReplayCache(bound, time.Hour)
 	answer := func(n int) cachedReplay {
-		return cachedReplay{paymentID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated, Body: make([]byte, n)}, expires: t0.Add(time.Hour)}
+		return cachedReplay{subjectID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated, Body: make([]byte, n)}, expires: t0.Add(time.Hour)}
 	}
 	ref := func(merchant string, i int) idemkeys.Ref {
 		return idemkeys.Ref{MerchantID: merchant, Endpoint: EndpointCreatePayment, Key: fmt.Sprint("k", i)}

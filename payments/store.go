@@ -9,25 +9,28 @@ import (
 	"gateway/psp"
 )
 
-// FlowStore is what the payment flow reads and writes. Each method runs its
-// own short transaction and holds no connection once it returns, so no
-// transaction ever spans a call to the PSP.
+// FlowStore is what the flow reads and writes. Each method runs its own
+// short transaction and holds no connection once it returns, so no
+// transaction ever spans a call to the PSP. What it writes was decided by
+// the domain (PaymentChange, RefundChange); it renders nothing itself.
 type FlowStore interface {
-	// Claim inserts the key's record (IN_PROGRESS, c.Token, a lease of
-	// c.Lease that is also the window to send the charge in) and the payment
-	// together, or neither, and returns the database's clock at the claim
-	// (the payment's created_at; every lease time derives from it).
+	// Now reads the database's clock: what a claim stamps its subject with.
+	Now(ctx context.Context) (time.Time, error)
+
+	// Claim inserts the key's record and the payment with its created
+	// event, together or neither. Without c.Answer the key is in progress
+	// (c.Token, a lease of c.Lease from the payment's CreatedAt that is also
+	// the window to send the charge in); with it, the key is completed at
+	// once with that answer and nothing may be sent for it.
 	// Errors: idemkeys.ErrExists when the key is already claimed (read it to
-	// learn what to do); *errs.Error errs.CodeKeyReused when the key's record was purged
-	// but its payment exists; errs.ErrWriteUnknown when the commit's fate is unknown
-	// (re-read the key, never re-insert blindly).
-	Claim(ctx context.Context, c Claim) (time.Time, error)
+	// learn what to do); *errs.Error CodeKeyReused when the key's record was
+	// purged but its payment exists; errs.ErrWriteUnknown when the commit's
+	// fate is unknown (re-read the key, never re-insert blindly).
+	Claim(ctx context.Context, c Claim) error
 
 	// Record reads a key's record alone (one primary-key read) with the
 	// database's clock; idemkeys.ErrNotFound when absent.
 	Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error)
-	// LoadKey reads a key's record and its payment; idemkeys.ErrNotFound when absent.
-	LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, Payment, error)
 
 	// TakeOver moves an expired lease (by the database's clock) from token
 	// seen to a new token, returned, with a lease of `lease` from now.
@@ -35,36 +38,32 @@ type FlowStore interface {
 	// another worker won.
 	TakeOver(ctx context.Context, ref idemkeys.Ref, seen idemkeys.Token, lease time.Duration) (idemkeys.Token, error)
 
-	// ArmCharge records, while the caller holds token, that one more charge
-	// may be sent within `window` from now: it raises may_charge_until and
-	// the lease to cover it and counts the attempt. Call it before any charge
-	// but the claim's own (whose lease already says so). idemkeys.ErrFenced
-	// when the caller no longer holds the lease.
+	// ArmSend records, while the caller holds token, that one more send (a
+	// charge, a refund) may leave within `window` from now: it raises
+	// may_send_until and the lease to cover it and counts the attempt. Call
+	// it before any send but the claim's own (whose lease already says so).
+	// idemkeys.ErrFenced when the caller no longer holds the lease.
 	// g is judged on the database's clock in the same statement; when it
 	// refuses, ErrArmRefused and nothing was written.
-	ArmCharge(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration, g ArmGuard) error
+	ArmSend(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration, g ArmGuard) error
 
-	// Settle records p's final state (or requires_review) and stores resp for
-	// replay, only while the caller holds token. idemkeys.ErrFenced: nothing
-	// was written. errs.ErrWriteUnknown: the write's fate is unknown; re-read.
-	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p Payment, resp idemkeys.Response) error
+	// Settle completes the key with c.Answer, moves the payment out of
+	// processing to c.Payment's state (final, requires_action or
+	// requires_review) and writes c.Event, only while the caller holds
+	// token. idemkeys.ErrFenced: nothing was written. errs.ErrWriteUnknown:
+	// the write's fate is unknown; re-read.
+	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c PaymentChange) error
 
-	// ClaimUnconfirmed stores a payment created to be confirmed later: the
-	// key's record, COMPLETED at once with the answer render gives for the
-	// payment as inserted (its times the database's), and the payment in
-	// requires_confirmation, expiring `expiry` after the claim, together or
-	// neither. It returns the payment and the answer. Errors as Claim's.
-	ClaimUnconfirmed(ctx context.Context, c Claim, expiry time.Duration, render func(Payment) idemkeys.Response) (Payment, idemkeys.Response, error)
 	// ClaimConfirm inserts a confirm's key (IN_PROGRESS, c.Token, a lease
-	// that is also the window to send the charge in; its payment_id the
-	// payment's), then, under the payment's row lock, lets decide (given the
-	// database's clock) turn the payment into the one to charge, and moves
-	// it from requires_confirmation to processing with the key's name, all
-	// or nothing. It returns the payment as now stored. Errors:
-	// idemkeys.ErrExists (the key is claimed: read it); errs.ErrNotFound (no such
-	// payment for the merchant); decide's own error (nothing stored, the key
-	// stays free); errs.ErrWriteUnknown (re-read the key).
-	ClaimConfirm(ctx context.Context, c ConfirmClaim, decide func(p Payment, dbNow time.Time) (Payment, error)) (Payment, error)
+	// that is also the window to send the charge in; its subject the
+	// payment), then, under the payment's row lock, lets decide (given the
+	// database's clock) turn the payment into the one to charge, and writes
+	// the change (the payment in processing with the key's name, its
+	// event), all or nothing. It returns the payment as now stored. Errors:
+	// idemkeys.ErrExists (the key is claimed: read it); errs.ErrNotFound (no
+	// such payment for the merchant); decide's own error (nothing stored,
+	// the key stays free); errs.ErrWriteUnknown (re-read the key).
+	ClaimConfirm(ctx context.Context, c ConfirmClaim, decide func(p Payment, dbNow time.Time) (PaymentChange, error)) (Payment, error)
 
 	// Release ends the caller's lease now without storing a response, so a
 	// retry can resume at once; notSent counts the caller's send as one that
@@ -74,21 +73,23 @@ type FlowStore interface {
 
 	// ClaimRefund inserts a refund's key (IN_PROGRESS, c.Token, a lease that
 	// is also the window to send the refund in), then, under the payment's
-	// row lock, lets decide turn the payment into the refund's amount,
-	// reserves it on the payment and inserts the refund, all or nothing. It
-	// returns the refund as inserted and the payment as locked. Errors:
-	// idemkeys.ErrExists (the key is claimed: read it); errs.ErrNotFound (no such
-	// payment for the merchant); decide's own error (nothing stored); *errs.Error
-	// errs.CodeKeyReused (the key's record was purged but its refund exists);
-	// errs.ErrWriteUnknown (re-read the key).
-	ClaimRefund(ctx context.Context, c RefundClaim, decide func(Payment) (int64, error)) (Refund, Payment, error)
+	// row lock, lets decide (given the database's clock) turn the payment
+	// into the refund to create, and writes the change (the refund, its
+	// reservation on the payment, its event), all or nothing. It returns the
+	// refund as inserted and the payment as locked and reserved. Errors:
+	// idemkeys.ErrExists (the key is claimed: read it); errs.ErrNotFound (no
+	// such payment for the merchant); decide's own error (nothing stored);
+	// *errs.Error CodeKeyReused (the key's record was purged but its refund
+	// exists); errs.ErrWriteUnknown (re-read the key).
+	ClaimRefund(ctx context.Context, c RefundClaim, decide func(p Payment, dbNow time.Time) (RefundChange, error)) (Refund, Payment, error)
 	// Refund reads one of the merchant's refunds; errs.ErrNotFound otherwise.
 	Refund(ctx context.Context, merchantID, id string) (Refund, error)
-	// SettleRefund records r's state (succeeded, failed, pending at the PSP,
-	// or requires_review), moves its payment's amounts with it, and stores
-	// resp for replay, only while the caller holds token.
-	// idemkeys.ErrFenced: nothing was written. errs.ErrWriteUnknown: re-read.
-	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r Refund, resp idemkeys.Response) error
+	// SettleRefund completes the key with c.Answer and moves the refund out
+	// of pending to c.Refund's state (succeeded, failed, pending at the PSP,
+	// or requires_review), with its payment's amounts and its event, only
+	// while the caller holds token. idemkeys.ErrFenced: nothing was
+	// written. errs.ErrWriteUnknown: re-read.
+	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c RefundChange) error
 
 	// Payment reads one of the merchant's payments; errs.ErrNotFound otherwise.
 	Payment(ctx context.Context, merchantID, id string) (Payment, error)
@@ -106,7 +107,7 @@ type ArmGuard struct {
 	// (PSP timeout plus creation window). Zero: no such memory to lean on.
 	DedupeAge time.Duration
 	// Authoritative and LateAfter: or, when the PSP's "not found" is
-	// authoritative, once may_charge_until is LateAfter (its creation
+	// authoritative, once may_send_until is LateAfter (its creation
 	// window) in the past: no earlier send can still appear.
 	Authoritative bool
 	LateAfter     time.Duration
@@ -125,11 +126,12 @@ func ArmGuardFor(caps psp.Capabilities, pspTimeout time.Duration) ArmGuard {
 	return g
 }
 
-// ErrArmRefused: ArmCharge's guard said no more send may leave (the PSP's
+// ErrArmRefused: ArmSend's guard said no more send may leave (the PSP's
 // dedupe memory may end before it would land); nothing was written.
 var ErrArmRefused = errors.New("payments: sending again could outlive the PSP's dedupe memory")
 
-// Claim is what a fresh request writes: its key's record and its payment.
+// Claim is what a fresh request writes: its key's record, its payment and
+// the payment's first event.
 type Claim struct {
 	Ref         idemkeys.Ref
 	Fingerprint [32]byte
@@ -137,6 +139,17 @@ type Claim struct {
 	// Lease is how long the claimant owns the key and may send its charge.
 	Lease   time.Duration
 	Payment Payment
+	Event   Event
+	// Answer, when set, completes the key at once: a payment to confirm
+	// later, for which nothing is sent.
+	Answer *idemkeys.Response
+}
+
+// NewClaim is the claim of ref for p at the database's time now: p stamped
+// with it, and its first event.
+func NewClaim(ref idemkeys.Ref, fp [32]byte, token idemkeys.Token, lease time.Duration, p Payment, now time.Time) Claim {
+	p.CreatedAt, p.UpdatedAt = now, now
+	return Claim{Ref: ref, Fingerprint: fp, Token: token, Lease: lease, Payment: p, Event: PaymentEvent(p)}
 }
 
 // ConfirmClaim is what a confirm request writes: its key's record, naming

@@ -65,7 +65,7 @@ func (r *Reconciler) recheckAction(ctx context.Context, item payments.InReview) 
 func (r *Reconciler) expire(ctx context.Context) ([]Result, error) {
 	var out []Result
 	for len(out) < maxPerPass && ctx.Err() == nil {
-		ps, err := r.store.ExpireUnconfirmed(ctx, r.cfg.BatchSize)
+		ps, err := r.store.ExpireUnconfirmed(ctx, r.cfg.BatchSize, payments.Expired)
 		if err != nil {
 			return out, err
 		}

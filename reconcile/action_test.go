@@ -28,7 +28,7 @@ func (e *env) later(key string) payments.Payment {
 	if err != nil || out.Response.Status != http.StatusAccepted {
 		e.t.Fatalf("create: %+v %v", out, err)
 	}
-	p, err := e.store.Payment(context.Background(), e.merch.ID, out.PaymentID)
+	p, err := e.store.Payment(context.Background(), e.merch.ID, out.SubjectID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -59,10 +59,10 @@ func TestConfirmCrashedAfterChargeWaitsForTheCustomer(t *testing.T) {
 	ref := idemkeys.Ref{MerchantID: e.merch.ID, Endpoint: payments.EndpointConfirmPayment, Key: "c"}
 	fp := payments.ConfirmRequest{PaymentID: p.ID, PaymentMethod: fake.MethodThreeDS}.Fingerprint()
 	claimed, err := e.store.ClaimConfirm(context.Background(), payments.ConfirmClaim{Ref: ref, Fingerprint: fp, Token: idemkeys.FirstToken(), Lease: lease, PaymentID: p.ID},
-		func(p payments.Payment, _ time.Time) (payments.Payment, error) {
+		payments.ChangePayment(func(p payments.Payment) (payments.Payment, error) {
 			p.Status, p.PaymentMethod, p.ConfirmKey = payments.Processing, fake.MethodThreeDS, "c"
 			return p, nil
-		})
+		}))
 	if err != nil || claimed.Status != payments.Processing {
 		t.Fatalf("claim: %+v %v", claimed, err)
 	}
@@ -178,20 +178,20 @@ func TestExpiryRacesTheConfirm(t *testing.T) {
 		ref := idemkeys.Ref{MerchantID: e.merch.ID, Endpoint: payments.EndpointConfirmPayment, Key: "c-1"}
 		var during []payments.Payment
 		_, err := e.store.ClaimConfirm(ctx, payments.ConfirmClaim{Ref: ref, Token: idemkeys.FirstToken(), Lease: lease, PaymentID: p.ID},
-			func(p payments.Payment, _ time.Time) (payments.Payment, error) {
+			payments.ChangePayment(func(p payments.Payment) (payments.Payment, error) {
 				// The confirm started in time and holds the row: expiry skips it.
 				var err error
-				during, err = e.store.ExpireUnconfirmed(ctx, 10)
+				during, err = e.store.ExpireUnconfirmed(ctx, 10, payments.Expired)
 				if err != nil {
 					return p, err
 				}
 				p.Status, p.PaymentMethod, p.ConfirmKey = payments.Processing, fake.MethodOK, "c-1"
 				return p, nil
-			})
+			}))
 		if err != nil || len(during) != 0 {
 			t.Fatalf("claim %v; expired %d while the confirm held it", err, len(during))
 		}
-		after, err := e.store.ExpireUnconfirmed(ctx, 10)
+		after, err := e.store.ExpireUnconfirmed(ctx, 10, payments.Expired)
 		if err != nil || len(after) != 0 || e.status(p.ID) != payments.Processing {
 			t.Fatalf("after the confirm: expired %d (%v), status %s", len(after), err, e.status(p.ID))
 		}

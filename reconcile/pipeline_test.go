@@ -51,7 +51,7 @@ func (s heldSettles) ClaimRefundChecks(ctx context.Context, lease time.Duration,
 	return items, err
 }
 
-func (s heldSettles) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
+func (s heldSettles) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) error {
 	if s.entered != nil {
 		s.entered <- struct{}{}
 	}
@@ -60,7 +60,7 @@ func (s heldSettles) Settle(ctx context.Context, ref idemkeys.Ref, token idemkey
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.Store.Settle(ctx, ref, token, p, resp)
+	return s.Store.Settle(ctx, ref, token, c)
 }
 
 // A lookup worker hands its decision to a writer and goes on to its next
@@ -138,8 +138,8 @@ type cancelAfterSettles struct {
 	cancel context.CancelFunc
 }
 
-func (s *cancelAfterSettles) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error {
-	err := s.Store.Settle(ctx, ref, token, p, resp)
+func (s *cancelAfterSettles) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) error {
+	err := s.Store.Settle(ctx, ref, token, c)
 	if err == nil && s.done.Add(1) == s.n {
 		s.cancel()
 	}
@@ -171,7 +171,7 @@ func TestCancelledPassLeavesNoGoroutineNorHalfWrittenRow(t *testing.T) {
 	if completed < sum.Counts[reconcile.Succeeded] || sum.Counts[reconcile.Succeeded] < 8 || completed >= rows {
 		t.Fatalf("%d keys completed, %d reported succeeded (outcomes %v): want at least 8, and the pass cut short", completed, sum.Counts[reconcile.Succeeded], sum.Counts)
 	}
-	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.payment_id
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys k JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.subject_id
 WHERE (k.state = 'COMPLETED') <> (p.status = 'succeeded')
    OR (k.state = 'COMPLETED') <> (k.response_body IS NOT NULL)
    OR (SELECT COUNT(*) FROM events v WHERE v.merchant_id = p.merchant_id AND v.object_id = p.id AND v.type = 'payment.succeeded') <> (p.status = 'succeeded')

@@ -30,7 +30,7 @@ type Store interface {
 	ClaimStale(ctx context.Context, lease time.Duration, limit int) (payments.Claimed, error)
 	// Settle records a payment's final state (or its review) and its key's
 	// stored answer while the caller holds token; idemkeys.ErrFenced otherwise.
-	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, resp idemkeys.Response) error
+	Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) error
 	// Reschedule gives back a lease without settling; idemkeys.ErrFenced when
 	// the caller no longer holds it.
 	Reschedule(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Reschedule) error
@@ -49,11 +49,11 @@ type Store interface {
 	// claim's mark; idemkeys.ErrFenced when another look or a person moved it.
 	RescheduleReview(ctx context.Context, p payments.Payment, r payments.Reschedule) error
 	// Resolve applies decide to a payment under its row lock with an audit row.
-	Resolve(ctx context.Context, id string, decide func(payments.Payment) (payments.Payment, error), res payments.Resolution) (payments.Payment, error)
+	Resolve(ctx context.Context, id string, decide func(before payments.Payment, dbNow time.Time) (payments.PaymentChange, error), res payments.Resolution) (payments.Payment, error)
 
 	// SettleRefund records an unfinished refund's state and its key's answer
 	// while the caller holds token; idemkeys.ErrFenced otherwise.
-	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, r payments.Refund, resp idemkeys.Response) error
+	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.RefundChange) error
 	// ClaimRefundChecks marks up to limit refunds pending at their PSP or in
 	// review, due for a look, as looked at for `lease`.
 	ClaimRefundChecks(ctx context.Context, lease time.Duration, limit int) ([]payments.RefundCheck, error)
@@ -61,7 +61,7 @@ type Store interface {
 	RescheduleRefundCheck(ctx context.Context, r payments.Refund, rs payments.Reschedule) error
 	// ResolveRefund applies decide to a refund under its and its payment's
 	// row locks, moving the payment's amounts with it, with an audit row.
-	ResolveRefund(ctx context.Context, id string, decide func(payments.Refund) (payments.Refund, error), res payments.Resolution) (payments.Refund, error)
+	ResolveRefund(ctx context.Context, id string, decide func(before payments.Refund, dbNow time.Time) (payments.RefundChange, error), res payments.Resolution) (payments.Refund, error)
 
 	// ClaimActions is ClaimReview for payments waiting for their customer
 	// (requires_action); RescheduleReview and Resolve settle them likewise.
@@ -69,7 +69,7 @@ type Store interface {
 	// ExpireUnconfirmed cancels up to limit payments still awaiting their
 	// confirmation past their expiry, with a compare-and-set on the status,
 	// skipping those a confirm holds, and returns them.
-	ExpireUnconfirmed(ctx context.Context, limit int) ([]payments.Payment, error)
+	ExpireUnconfirmed(ctx context.Context, limit int, expire func(payments.Payment) payments.PaymentChange) ([]payments.Payment, error)
 }
 
 // Config tunes a reconciler.
@@ -473,7 +473,7 @@ func (r *Reconciler) claimUnfinished(ctx context.Context, batch int, work chan<-
 		}
 		for _, q := range c.Quarantined {
 			results <- r.logged(q.Key.Ref, q.Key.Token, Result{
-				PaymentID: q.Key.PaymentID, MerchantID: q.Key.MerchantID, Key: r.hash.Key(q.Key.Ref),
+				PaymentID: q.Key.SubjectID, MerchantID: q.Key.MerchantID, Key: r.hash.Key(q.Key.Ref),
 				Outcome: Quarantined, Detail: q.Reason,
 			})
 		}
@@ -550,7 +550,7 @@ func (r *Reconciler) subjectOf(p payments.Pending) subject {
 	}
 	write := func(pay payments.Payment) func(context.Context) error {
 		return func(ctx context.Context) error {
-			return r.store.Settle(ctx, key.Ref, key.Token, pay, payments.Render(pay))
+			return r.store.Settle(ctx, key.Ref, key.Token, payments.PaymentSettled(pay))
 		}
 	}
 	return subject{
@@ -563,7 +563,7 @@ func (r *Reconciler) subjectOf(p payments.Pending) subject {
 			}
 			settled, err := payments.ApplyCharge(pay, c)
 			switch {
-			case errors.Is(err, payments.ErrChargePending) && key.Ref.Endpoint == payments.EndpointConfirmPayment:
+			case errors.Is(err, payments.ErrChargePending) && payments.AtFrontEnd(key.Ref.Endpoint):
 				// A confirm's customer is at a front end: the payment waits
 				// for it, as the live confirm would have recorded.
 				return write(payments.AwaitCustomer(pay, c)), AwaitingCustomer, "the PSP waits for the customer", false, nil
@@ -615,7 +615,7 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) decision {
 	}
 	if key.NothingSent() {
 		// Every send the key was allowed ended "not processed" or never left.
-		res.Outcome, res.Detail = Failed, fmt.Sprintf("all %d attempt(s) to send certainly did nothing", key.ChargeAttempts)
+		res.Outcome, res.Detail = Failed, fmt.Sprintf("all %d attempt(s) to send certainly did nothing", key.SendAttempts)
 		return r.written(key, res, sub.fail)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
@@ -641,16 +641,16 @@ func (r *Reconciler) settle(ctx context.Context, p payments.Pending) decision {
 
 // notFound weighs an authoritative "no such charge" (or refund). "Failed"
 // needs proof that nothing can still appear: the database's clock at the
-// claim (which preceded the lookup) is past may_charge_until plus the
+// claim (which preceded the lookup) is past may_send_until plus the
 // creation window, and an earlier authoritative "not found", recorded under
 // a reconciler's own lease after its lookup, is itself a creation window
 // old. Anything less defers the verdict; nothing is guessed.
 func (r *Reconciler) notFound(key idemkeys.Record, sub subject, res Result, window time.Duration) decision {
 	switch {
-	case key.MayChargeUntil.IsZero():
+	case key.MaySendUntil.IsZero():
 		return r.retry(key, sub, res, "no record of when the last send could have left")
-	case key.DBNow.Before(key.MayChargeUntil.Add(window)):
-		at := key.MayChargeUntil.Add(window)
+	case key.DBNow.Before(key.MaySendUntil.Add(window)):
+		at := key.MaySendUntil.Add(window)
 		res.Outcome, res.Detail = Deferred, "not at the PSP yet; it may still appear until "+at.UTC().Format(time.RFC3339)
 		return r.reschedule(key, res, payments.Reschedule{NotBefore: at, Attempts: key.ReconcileAttempts})
 	case key.NotFoundAt.IsZero():

@@ -127,14 +127,16 @@ func (e *env) crash(key string, charged bool) payments.Payment {
 		MerchantOrderID: payments.MerchantOrderID(e.merch.ID, key), Status: payments.Processing,
 		Amount: req.Amount, PaymentMethod: req.PaymentMethod, PSP: payments.PSPName(e.psp.Capabilities()),
 	}
-	now, err := e.store.Claim(context.Background(), payments.Claim{
-		Ref:         idemkeys.Ref{MerchantID: e.merch.ID, Endpoint: payments.EndpointCreatePayment, Key: key},
-		Fingerprint: req.Fingerprint(), Token: idemkeys.FirstToken(), Lease: lease, Payment: p,
-	})
+	now, err := e.store.Now(context.Background())
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	p.CreatedAt, p.UpdatedAt = now, now
+	c := payments.NewClaim(idemkeys.Ref{MerchantID: e.merch.ID, Endpoint: payments.EndpointCreatePayment, Key: key},
+		req.Fingerprint(), idemkeys.FirstToken(), lease, p, now)
+	if err := e.store.Claim(context.Background(), c); err != nil {
+		e.t.Fatal(err)
+	}
+	p = c.Payment
 	if charged {
 		if _, err := e.psp.Charge(context.Background(), psp.ChargeRequest{
 			MerchantOrderID: p.MerchantOrderID, Amount: p.Amount.Minor, Currency: p.Amount.Currency, PaymentMethod: p.PaymentMethod,
@@ -364,7 +366,7 @@ func TestConcurrentReconcilersSettleEachRowOnce(t *testing.T) {
 		t.Fatalf("%d keys still in progress", c)
 	}
 	// Claim, first pass, second pass: no key was claimed more than once by a pass.
-	if c := e.count(`SELECT COUNT(*) FROM idempotency_keys k JOIN payments p ON p.id = k.payment_id
+	if c := e.count(`SELECT COUNT(*) FROM idempotency_keys k JOIN payments p ON p.id = k.subject_id
 WHERE (k.lease_version >> 32) != IF(p.status = 'succeeded', 2, 3)`); c != 0 {
 		t.Fatalf("%d keys were claimed more than once in a pass", c)
 	}

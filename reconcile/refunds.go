@@ -18,7 +18,7 @@ func (r *Reconciler) refundSubject(key idemkeys.Record, pay payments.Payment, re
 		// updated_at on the database's clock, as the claim read it.
 		x.UpdatedAt = key.DBNow.UTC().Truncate(time.Microsecond)
 		return func(ctx context.Context) error {
-			return r.store.SettleRefund(ctx, key.Ref, key.Token, x, payments.RenderRefund(x))
+			return r.store.SettleRefund(ctx, key.Ref, key.Token, payments.RefundSettled(x))
 		}
 	}
 	return subject{
@@ -172,12 +172,12 @@ func (r *Reconciler) refundLater(key idemkeys.Ref, item payments.RefundCheck, re
 func (r *Reconciler) resolveRefund(key idemkeys.Ref, item payments.RefundCheck, settled payments.Refund, res Result, why string) decision {
 	res.Detail = why
 	return func(ctx context.Context) Result {
-		_, err := r.store.ResolveRefund(ctx, settled.ID, func(now payments.Refund) (payments.Refund, error) {
+		_, err := r.store.ResolveRefund(ctx, settled.ID, payments.ChangeRefund(func(now payments.Refund) (payments.Refund, error) {
 			if now.Status != item.Refund.Status || !now.Review.After.Equal(item.Refund.Review.After) {
 				return now, idemkeys.ErrFenced
 			}
 			return settled, nil
-		}, payments.Resolution{To: payments.Status(settled.Status), PSPReference: settled.PSPReference,
+		}), payments.Resolution{To: payments.Status(settled.Status), PSPReference: settled.PSPReference,
 			Reason: "settled by the refund queue: " + why, Actor: reviewActor})
 		return r.logged(key, 0, r.outcome(res, err))
 	}

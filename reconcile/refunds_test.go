@@ -31,7 +31,7 @@ func (e *env) paid(key string, amount int64) payments.Payment {
 	if err != nil || out.Response.Status != http.StatusCreated {
 		e.t.Fatalf("pay: %+v %v", out, err)
 	}
-	p, err := e.store.Payment(context.Background(), e.merch.ID, out.PaymentID)
+	p, err := e.store.Payment(context.Background(), e.merch.ID, out.SubjectID)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestRefundOfAnUnsucceededPaymentIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := e.store.Payment(ctx, e.merch.ID, out.PaymentID)
+	d, _ := e.store.Payment(ctx, e.merch.ID, out.SubjectID)
 	processing := e.crash("processing", false)
 	review := e.crash("review", false)
 	if _, err := e.db.Exec(`UPDATE payments SET status = 'requires_review' WHERE id = ?`, review.ID); err != nil {
@@ -321,7 +321,7 @@ func TestRefundsAreScopedPerMerchant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Refund(context.Background(), other.ID, out.PaymentID); errs.CodeOf(err) != errs.CodeNotFound {
+	if _, err := e.svc.Refund(context.Background(), other.ID, out.SubjectID); errs.CodeOf(err) != errs.CodeNotFound {
 		t.Fatalf("another merchant reads the refund: %v", err)
 	}
 }
@@ -344,7 +344,7 @@ func TestPurgedRefundKeyNamesTheRefund(t *testing.T) {
 	}
 	_, err = e.refund(p, "r", amt(10))
 	var pe *errs.Error
-	if !errors.As(err, &pe) || pe.Code != errs.CodeKeyReused || pe.RefundID != out.PaymentID {
+	if !errors.As(err, &pe) || pe.Code != errs.CodeKeyReused || pe.RefundID != out.SubjectID {
 		t.Fatalf("reused purged key: %v", err)
 	}
 	if e.psp.RefundCalls() != 1 {

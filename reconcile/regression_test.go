@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,20 +23,24 @@ type stalledAck struct {
 	*mysql.Store
 	advance func(time.Duration)
 	stall   time.Duration
+	claimed atomic.Bool
 	once    sync.Once
 }
 
-func (s *stalledAck) Claim(ctx context.Context, c payments.Claim) (time.Time, error) {
-	now, err := s.Store.Claim(ctx, c)
-	if err != nil {
-		return now, err
+func (s *stalledAck) Claim(ctx context.Context, c payments.Claim) error {
+	if err := s.Store.Claim(ctx, c); err != nil {
+		return err
 	}
-	return now, fmt.Errorf("mysql.Claim: %w: commit: invalid connection", errs.ErrWriteUnknown)
+	s.claimed.Store(true)
+	return fmt.Errorf("Store.Claim: %w: commit: invalid connection", errs.ErrWriteUnknown)
 }
 
-func (s *stalledAck) LoadKey(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, payments.Payment, error) {
-	s.once.Do(func() { s.advance(s.stall) })
-	return s.Store.LoadKey(ctx, ref)
+// Record stalls the re-read that follows the lost acknowledgement.
+func (s *stalledAck) Record(ctx context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
+	if s.claimed.Load() {
+		s.once.Do(func() { s.advance(s.stall) })
+	}
+	return s.Store.Record(ctx, ref)
 }
 
 // A worker whose claim was delayed past its lease (here: a lost COMMIT

@@ -94,12 +94,12 @@ func (r *Reconciler) resolve(ref idemkeys.Ref, item payments.InReview, settled p
 	}
 	res.Detail = why
 	return func(ctx context.Context) Result {
-		_, err := r.store.Resolve(ctx, settled.ID, func(now payments.Payment) (payments.Payment, error) {
+		_, err := r.store.Resolve(ctx, settled.ID, payments.ChangePayment(func(now payments.Payment) (payments.Payment, error) {
 			if now.Status != from || !now.Review.After.Equal(item.Payment.Review.After) {
 				return now, idemkeys.ErrFenced
 			}
 			return settled, nil
-		}, payments.Resolution{PaymentID: settled.ID, To: settled.Status, PSPReference: settled.PSPReference,
+		}), payments.Resolution{PaymentID: settled.ID, To: settled.Status, PSPReference: settled.PSPReference,
 			Reason: reason, Actor: reviewActor})
 		return r.logged(ref, 0, r.outcome(res, err))
 	}

@@ -68,13 +68,13 @@ func TestSkewedReplicaNeverTakesALiveLease(t *testing.T) {
 	}
 }
 
-// A key written before may_charge_until existed says nothing about when its
+// A key written before may_send_until existed says nothing about when its
 // last charge could have left: it is never settled failed from the missing
 // value, however long it waits; it ends in review.
 func TestUnknownChargeWindowNeverFails(t *testing.T) {
 	e := newEnv(t)
 	p := e.crash("legacy", false)
-	if _, err := e.db.Exec(`UPDATE idempotency_keys SET may_charge_until = NULL`); err != nil {
+	if _, err := e.db.Exec(`UPDATE idempotency_keys SET may_send_until = NULL`); err != nil {
 		t.Fatal(err)
 	}
 	r := e.reconciler(nil, nil) // MaxAttempts 3
@@ -120,7 +120,7 @@ func TestLostTakeoverTokenIsNeverReissued(t *testing.T) {
 		t.Fatalf("tokens %x and %x: the same grant must differ", held, again)
 	}
 	p.Status = payments.Failed
-	if err := e.store.Settle(ctx, ref, held, p, payments.Render(p)); !errors.Is(err, idemkeys.ErrFenced) {
+	if err := e.store.Settle(ctx, ref, held, payments.PaymentSettled(p)); !errors.Is(err, idemkeys.ErrFenced) {
 		t.Fatalf("the lost grant's holder wrote: %v", err)
 	}
 	if s := e.status(p.ID); s != payments.Processing {
@@ -317,7 +317,7 @@ func TestEverySendRefusedFailsWithoutALookup(t *testing.T) {
 	if _, err := e.svc.Create(context.Background(), e.request("k")); errs.CodeOf(err) != errs.CodePSPUnavailable {
 		t.Fatalf("create: %v", err)
 	}
-	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE charge_attempts = 1 AND charges_not_sent = 1`); n != 1 {
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE send_attempts = 1 AND sends_not_sent = 1`); n != 1 {
 		t.Fatal("the refused send was not counted")
 	}
 	e.advance(lease + time.Second)
@@ -406,7 +406,7 @@ func TestDrainingReplicaSendsNothingNew(t *testing.T) {
 	if e.psp.ChargeCalls() != 0 {
 		t.Fatal("a draining replica charged")
 	}
-	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND charges_not_sent = charge_attempts AND locked_until <= NOW(6)`); n != 1 {
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND sends_not_sent = send_attempts AND locked_until <= NOW(6)`); n != 1 {
 		t.Fatal("the key was not given back as unsent")
 	}
 }

@@ -429,7 +429,7 @@ func (g *gateway) controlHandler(t *testing.T) http.Handler {
 			return
 		}
 		var keys []string
-		if err := g.db.SelectContext(r.Context(), &keys, `SELECT idem_key FROM idempotency_keys WHERE endpoint = ? AND payment_id = ?`,
+		if err := g.db.SelectContext(r.Context(), &keys, `SELECT idem_key FROM idempotency_keys WHERE endpoint = ? AND subject_id = ?`,
 			payments.EndpointConfirmPayment, id); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

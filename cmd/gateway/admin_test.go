@@ -51,7 +51,7 @@ func newOpsFixture(t *testing.T) opsFixture {
 		if err != nil && errs.CodeOf(err) != errs.CodePSPUnknown {
 			t.Fatal(err)
 		}
-		return out.PaymentID
+		return out.SubjectID
 	}
 	f.acme, f.globex = newMerchant("Acme"), newMerchant("Globex")
 	f.succeeded = pay(f.acme, "a-1", fake.MethodOK)

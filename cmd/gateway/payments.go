@@ -161,8 +161,8 @@ func recordJSON(rec payments.PaymentRecord) any {
 		Resolutions []resolutionJSON `json:"resolutions"`
 	}{Payment: toPaymentJSON(rec.Payment), Resolutions: []resolutionJSON{}}
 	if k := rec.Key; k != nil {
-		out.Key = &keyStateJSON{State: string(k.State), FencingToken: int64(k.Token), ChargeAttempts: k.ChargeAttempts,
-			ChargesNotSent: k.ChargesNotSent, LockedUntil: jsonTime(k.LockedUntil),
+		out.Key = &keyStateJSON{State: string(k.State), FencingToken: int64(k.Token), ChargeAttempts: k.SendAttempts,
+			ChargesNotSent: k.SendsNotSent, LockedUntil: jsonTime(k.LockedUntil),
 			ReconcileAfter: jsonTime(k.ReconcileAfter), ReconcileAttempts: k.ReconcileAttempts,
 			CompletedAt: jsonTime(k.CompletedAt), ResponseStatus: k.Response.Status}
 	}
@@ -218,7 +218,7 @@ func keyState(rec payments.PaymentRecord) string {
 		return "purged after retention (a reuse of the key answers 409 naming this payment)"
 	case k.CompletedAt.IsZero():
 		s := fmt.Sprintf("%s, fencing token %d, lease until %s, %d charge(s) allowed (%d certainly not sent), %d failed reconcile attempt(s)",
-			k.State, k.Token, timestamp(k.LockedUntil), k.ChargeAttempts, k.ChargesNotSent, k.ReconcileAttempts)
+			k.State, k.Token, timestamp(k.LockedUntil), k.SendAttempts, k.SendsNotSent, k.ReconcileAttempts)
 		if !k.ReconcileAfter.IsZero() {
 			s += ", next look " + timestamp(k.ReconcileAfter)
 		}

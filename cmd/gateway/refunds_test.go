@@ -38,7 +38,7 @@ func TestRefundsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.FailNextRefunds(fake.FaultUnknownBeforeCharge, 1)
-	if _, err := svc.CreateRefund(ctx, payments.RefundRequest{MerchantID: mer.ID, PaymentID: out.PaymentID, IdempotencyKey: "r"}); errs.CodeOf(err) != errs.CodePSPUnknown {
+	if _, err := svc.CreateRefund(ctx, payments.RefundRequest{MerchantID: mer.ID, PaymentID: out.SubjectID, IdempotencyKey: "r"}); errs.CodeOf(err) != errs.CodePSPUnknown {
 		t.Fatalf("refund: %v", err)
 	}
 	clk.Advance(time.Minute)
@@ -63,7 +63,7 @@ func TestRefundsCommands(t *testing.T) {
 		t.Fatalf("refunds list: %s", listed)
 	}
 	id := doc.Refunds[0]["id"].(string)
-	table, _, err := runCmd(t, getenv, "refunds", "list", "--payment", out.PaymentID)
+	table, _, err := runCmd(t, getenv, "refunds", "list", "--payment", out.SubjectID)
 	if err != nil || !strings.Contains(table, id) || !strings.Contains(table, "1 refund(s)") {
 		t.Fatalf("refunds list table: %v\n%s", err, table)
 	}
@@ -81,7 +81,7 @@ func TestRefundsCommands(t *testing.T) {
 	if n := mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ? AND actor = 'alice' AND to_status = 'failed'`, id); n != 1 {
 		t.Fatal("no audit row")
 	}
-	if n := mysqltest.Count(t, dbx, `SELECT amount_reserved FROM payments WHERE id = ?`, out.PaymentID); n != 0 {
+	if n := mysqltest.Count(t, dbx, `SELECT amount_reserved FROM payments WHERE id = ?`, out.SubjectID); n != 0 {
 		t.Fatalf("the failed refund still reserves %d", n)
 	}
 }

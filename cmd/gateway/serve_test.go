@@ -242,7 +242,7 @@ func TestServeDrainsInFlightRequests(t *testing.T) {
 	case r.err == nil && r.status == http.StatusServiceUnavailable:
 		// Claimed but not yet sent when the shutdown began: given back unsent,
 		// for the retry elsewhere.
-		if n := mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND charges_not_sent = charge_attempts`); n != 1 {
+		if n := mysqltest.Count(t, dbx, `SELECT COUNT(*) FROM idempotency_keys WHERE state = 'IN_PROGRESS' AND sends_not_sent = send_attempts`); n != 1 {
 			t.Fatal("a 503 during shutdown left the key without its unsent mark")
 		}
 	default:

@@ -18,7 +18,7 @@ import (
 // the other two go on) and heals it, then stops everything.
 func TestGaleraCluster(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a three-node Galera cluster (about a minute)")
+		t.Skip("starts a three-node Galera cluster (about a minute): make proofs runs it")
 	}
 	began := time.Now()
 	c, err := StartCluster(t.Context(), ClusterOptions{Log: testWriter{t}, NoInstall: true})

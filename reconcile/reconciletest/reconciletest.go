@@ -69,8 +69,8 @@ func SeedStale(ctx context.Context, dbx *sqlx.DB, adapter psp.Adapter, n int, ag
 			payment_method, description, metadata, psp, created_at, updated_at) VALUES `+strings.Join(pv, ","), pargs...); err != nil {
 			return merchants.Merchant{}, fmt.Errorf("reconciletest: insert payments: %w", err)
 		}
-		if _, err := dbx.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state, payment_id,
-			lease_version, locked_until, may_charge_until, reconcile_after, not_found_at, created_at, updated_at) VALUES `+strings.Join(kv, ","), kargs...); err != nil {
+		if _, err := dbx.ExecContext(ctx, `INSERT INTO idempotency_keys (merchant_id, endpoint, idem_key, fingerprint, state, subject_id,
+			lease_version, locked_until, may_send_until, reconcile_after, not_found_at, created_at, updated_at) VALUES `+strings.Join(kv, ","), kargs...); err != nil {
 			return merchants.Merchant{}, fmt.Errorf("reconciletest: insert keys: %w", err)
 		}
 	}

@@ -18,7 +18,7 @@ import (
 // GATEWAY_TEST_DSN's server when set, a private MariaDB otherwise.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the chaos run takes about a minute")
+		t.Skip("the chaos run takes about a minute: make proofs runs it")
 	}
 	var out bytes.Buffer
 	rep, err := run(t.Context(), []string{"--duration", "20s", "--seed", "3", "--clients", "32"},

@@ -55,7 +55,7 @@ type dbKey struct {
 	MerchantID     string        `db:"merchant_id"`
 	IdemKey        string        `db:"idem_key"`
 	State          string        `db:"state"`
-	PaymentID      string        `db:"payment_id"`
+	PaymentID      string        `db:"subject_id"`
 	LeaseVersion   int64         `db:"lease_version"`
 	ResponseStatus sql.NullInt32 `db:"response_status"`
 	ResponseBody   []byte        `db:"response_body"`
@@ -86,7 +86,7 @@ func (c *checker) load(ctx context.Context) error {
     currency, payment_method, psp_reference, decline_code, created_at, updated_at FROM payments`); err != nil {
 		return fmt.Errorf("read payments: %w", err)
 	}
-	if err := c.e.db.SelectContext(ctx, &c.keys, `SELECT merchant_id, idem_key, state, payment_id, lease_version,
+	if err := c.e.db.SelectContext(ctx, &c.keys, `SELECT merchant_id, idem_key, state, subject_id, lease_version,
     response_status, response_body FROM idempotency_keys WHERE endpoint = ?`, payments.EndpointCreatePayment); err != nil {
 		return fmt.Errorf("read idempotency keys: %w", err)
 	}

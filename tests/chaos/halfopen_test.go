@@ -211,7 +211,7 @@ func TestHalfOpenLabelsAndGreeting(t *testing.T) {
 // release the row within the bound, and the watch must see all of it.
 func TestHalfOpenSessionLocksAreBounded(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits for the server's idle transaction timeout")
+		t.Skip("waits for the server's idle transaction timeout: make proofs runs it")
 	}
 	ctx := t.Context()
 	dsn := mysqltest.MustDSN(t)

@@ -41,7 +41,7 @@ type dbRefundKey struct {
 	MerchantID     string        `db:"merchant_id"`
 	IdemKey        string        `db:"idem_key"`
 	State          string        `db:"state"`
-	RefundID       string        `db:"payment_id"`
+	RefundID       string        `db:"subject_id"`
 	ResponseStatus sql.NullInt32 `db:"response_status"`
 	ResponseBody   []byte        `db:"response_body"`
 }
@@ -86,7 +86,7 @@ func loadRefundEvidence(ctx context.Context, dbx *sqlx.DB, ledger fakeserver.Led
     amount, currency, psp_reference, failure_code, review_reason FROM refunds`); err != nil {
 		return nil, fmt.Errorf("read refunds: %w", err)
 	}
-	if err := dbx.SelectContext(ctx, &ev.keys, `SELECT merchant_id, idem_key, state, payment_id, response_status, response_body
+	if err := dbx.SelectContext(ctx, &ev.keys, `SELECT merchant_id, idem_key, state, subject_id, response_status, response_body
     FROM idempotency_keys WHERE endpoint = ?`, payments.EndpointCreateRefund); err != nil {
 		return nil, fmt.Errorf("read refund keys: %w", err)
 	}

@@ -20,12 +20,12 @@ func isCommit(chunk []byte) bool {
 // network fault, that no worker sends a charge once its lease is gone.
 //
 // Replica 0 takes a fresh key: its claim transaction (key IN_PROGRESS with
-// lease and may_charge_until t+lease, payment processing) commits, but the
+// lease and may_send_until t+lease, payment processing) commits, but the
 // COMMIT's answer is held up: the link between replica 0 and the database
 // stalls right after the COMMIT went out (a partition, a packet TCP resends
 // much later, or a paused process all look like this). Replica 1's
 // reconciler does what the design says: after the lease it looks the order
-// up (not found), waits out the creation window after may_charge_until,
+// up (not found), waits out the creation window after may_send_until,
 // looks again and settles the payment as failed, storing a 402. When the link
 // heals, replica 0 learns that its claim committed. If it sent the charge
 // now, the PSP would charge the customer for a payment the merchant is told
@@ -35,7 +35,7 @@ func isCommit(chunk []byte) bool {
 // PSP timeout of the lease left.
 func TestNoChargeAfterLeaseExpired(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts MariaDB and two gateway replicas")
+		t.Skip("starts MariaDB and two gateway replicas: make proofs runs it")
 	}
 	opts := options{
 		seed: 1, replicas: 2, merchants: 1, clients: 1,

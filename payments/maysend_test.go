@@ -9,9 +9,9 @@ import (
 	"gateway/psp"
 )
 
-// MayChargeAgain is the one decision that can send a second charge for an
+// MaySendAgain is the one decision that can send a second charge for an
 // order id: every branch is pinned here.
-func TestMayChargeAgain(t *testing.T) {
+func TestMaySendAgain(t *testing.T) {
 	created := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	local := time.Now()
 	const pspTimeout = 10 * time.Second
@@ -21,7 +21,7 @@ func TestMayChargeAgain(t *testing.T) {
 	rec := func(age time.Duration, mayCharge time.Duration, known bool) idemkeys.Record {
 		r := idemkeys.Record{DBNow: created.Add(age), ReadAt: local}
 		if known {
-			r.MayChargeUntil = created.Add(mayCharge)
+			r.MaySendUntil = created.Add(mayCharge)
 		}
 		return r
 	}
@@ -54,14 +54,14 @@ func TestMayChargeAgain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := payments.MayChargeAgain(tt.rec, p.CreatedAt, tt.caps, pspTimeout, local.Add(tt.later)); got != tt.want {
-				t.Errorf("MayChargeAgain = %v, want %v", got, tt.want)
+			if got := payments.MaySendAgain(tt.rec, p.CreatedAt, tt.caps, pspTimeout, local.Add(tt.later)); got != tt.want {
+				t.Errorf("MaySendAgain = %v, want %v", got, tt.want)
 			}
 		})
 	}
 }
 
-// ArmGuardFor carries MayChargeAgain's decision into ArmCharge, which judges
+// ArmGuardFor carries MaySendAgain's decision into ArmCharge, which judges
 // it again on the database's clock as the send is armed.
 func TestArmGuardFor(t *testing.T) {
 	const pspTimeout = 10 * time.Second
