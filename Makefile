@@ -1,6 +1,9 @@
 # Every target works on a fresh Debian/Ubuntu machine with Go: the database
 # the gateway and its tests need is started from the installed MariaDB
-# binaries (installed with apt-get when missing).
+# binaries (installed with apt-get when missing, saying so). Everything else
+# the suite can use (Chromium, node, SPIN, promtool, the OpenAPI linter) is
+# installed by one step, make deps; a test whose tool is missing skips and
+# says to run it.
 GO ?= go
 # The race detector needs a C compiler; without one the suite still runs.
 RACE := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
@@ -17,25 +20,39 @@ STRIPE_MOCK := $(STRIPE_MOCK_DIR)/stripe-mock
 # Where the browser tests leave their screenshots (in a browser/ directory).
 GATEWAY_ARTIFACTS ?= $(CURDIR)/.artifacts
 
-.PHONY: run test test-frontend fuzz build vet bench chaos chaos-cluster stripe-mock-test model
+.PHONY: run test proofs deps test-frontend fuzz fuzz-long build vet bench chaos chaos-cluster stripe-mock-test model
 
 ## run: start the gateway with a private MariaDB, the fake PSP and a demo merchant
 run:
 	$(GO) run ./cmd/gateway dev
 
-## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one), then the fuzzers;
-## the front ends' tests (node, headless Chromium) among them, skipped with the reason where they cannot run
+## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one) with -short
+## (the slow proofs are make proofs), then the fuzzers briefly; ends with every skipped test and its reason
 test: vet
-	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./cmd/withdb -- $(GO) test $(RACE) -count=1 -timeout 15m ./...
+	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./tests/withdb -- \
+		$(GO) run ./tests/testsum -- $(GO) test -json -short $(RACE) -count=1 -timeout 15m ./...
 	$(MAKE) --no-print-directory stripe-mock-test
 	$(MAKE) --no-print-directory fuzz
 
+## proofs: the slow proofs make test leaves out: the 20-second chaos run and its repros, the SPIN model's
+## smaller worlds, a three-node Galera cluster, the benchmark's smoke run (bench/, a module of its own)
+proofs:
+	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./tests/withdb -- sh -c '\
+		$(GO) run ./tests/testsum -- $(GO) test -json $(RACE) -count=1 -timeout 20m ./tests/chaos ./model ./mysql/... && \
+		cd bench && $(GO) run gateway/tests/testsum -- $(GO) test -json -count=1 -timeout 10m ./...'
+
+## deps: install, once, what the suite and the proofs can use (Debian packages with apt-get as root or
+## through sudo -n, the OpenAPI linter with npm); without it their tests skip and say so
+deps:
+	@tests/deps.sh
+
 ## test-frontend: the browser client's node tests and the checkout page in headless Chromium, alone
 test-frontend:
-	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./cmd/withdb -- $(GO) test $(RACE) -count=1 -v ./clients/js ./demo
+	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./tests/withdb -- $(GO) test $(RACE) -count=1 -v ./clients/js ./demo
 
 vet:
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 ## fuzz: run each fuzz target for FUZZTIME
 fuzz:
@@ -44,6 +61,10 @@ fuzz:
 		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME); \
 	done
+
+## fuzz-long: each fuzz target for LONG_FUZZTIME (2 minutes unless set), its corpus kept in testdata/fuzz
+fuzz-long:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(or $(LONG_FUZZTIME),2m)
 
 ## stripe-mock-test: every request the Stripe adapter sends, checked against stripe-mock (Stripe's mock
 ## generated from its OpenAPI specification), built once into .cache/bin; skipped when it cannot be built
@@ -62,13 +83,13 @@ stripe-mock-test:
 ## bench: the gateway against a raw-SQL floor measured in the same run (private MariaDB unless
 ## $$GATEWAY_BENCH_DSN or $$GATEWAY_TEST_DSN is set); pass flags with BENCH_ARGS='--duration 30s --json bench.json'
 bench:
-	$(GO) run ./cmd/bench $(BENCH_ARGS)
+	cd bench && $(GO) run . $(BENCH_ARGS)
 
 ## chaos: the gateway under faults (DB resets, outages and a partition, PSP errors, replica kills and
 ## pauses), then every invariant of design §7 checked against the PSP ledger and the database; 3 minutes
 ## by default. Pass flags with CHAOS_ARGS='--duration 10m --seed 42 --json chaos.json'
 chaos:
-	$(GO) run ./cmd/chaos $(CHAOS_ARGS)
+	$(GO) run ./tests/chaos $(CHAOS_ARGS)
 
 ## model: check the SPIN model of the payment protocol (model/): every property over every
 ## interleaving, then every mutant, which must be caught; installs spin when missing. Pass flags
@@ -82,7 +103,7 @@ model:
 ## node kills and restarts and a node cut off from the others; invariant 7 checks that no node outside the
 ## primary component accepted a write. Pass flags with CHAOS_ARGS='--duration 60s --seed 42'
 chaos-cluster:
-	$(GO) run ./cmd/chaos --cluster $(CHAOS_ARGS)
+	$(GO) run ./tests/chaos --cluster $(CHAOS_ARGS)
 
 ## build: a static binary in bin/gateway
 build:

@@ -370,7 +370,7 @@ func TestRevocationReachesEveryReplica(t *testing.T) {
 	if err := e.merchantAdmin().RevokeAPIKey(context.Background(), e.merch.ID, merchants.KeyPrefix(e.apiKey)); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Advance(2 * time.Second) // the bound the README documents
+	e.clock.Advance(2 * time.Second) // the bound docs/operations.md documents
 	for i, r := range []*env{e, second} {
 		if res := r.getAs(e.apiKey, "/payments"); res.status != http.StatusUnauthorized {
 			t.Fatalf("replica %d still accepts the revoked key %s after its revocation: %d", i+1, 2*time.Second, res.status)

@@ -186,7 +186,7 @@ func (c *contract) check(x exchange) []string {
 		findings = append(findings, fmt.Sprintf("status %d is documented without a body, yet it has one", x.status))
 	}
 
-	// Cross-field rules of the README that JSON Schema cannot express.
+	// Cross-field rules of docs/api.md that JSON Schema cannot express.
 	rid := x.header.Get("X-Request-Id")
 	if sent := x.reqHeader.Get("X-Request-Id"); plainRequestID.MatchString(sent) && rid != sent {
 		findings = append(findings, fmt.Sprintf("X-Request-Id %q sent, %q echoed", sent, rid))
@@ -445,11 +445,11 @@ func TestOpenAPIDocument(t *testing.T) {
 		}
 	}
 
-	// The README's status table names problem types: each must be documented.
-	if readme, err := os.ReadFile("../README.md"); err == nil {
+	// The status table of docs/api.md names problem types: each must be documented.
+	if readme, err := os.ReadFile("../docs/api.md"); err == nil {
 		for _, m := range regexp.MustCompile("\\b([45][0-9][0-9]) `([a-z-]+)`").FindAllStringSubmatch(string(readme), -1) {
 			if !enum["/problems/"+m[2]] {
-				t.Errorf("README's %s %s is not a documented problem type", m[1], m[2])
+				t.Errorf("docs/api.md's %s %s is not a documented problem type", m[1], m[2])
 			}
 		}
 	}

@@ -22,7 +22,7 @@ type problemKind struct {
 	title  string
 }
 
-// problems is the single map from error codes to HTTP. The README's status
+// problems is the single map from error codes to HTTP. docs/api.md's status
 // table lists the same rows.
 var problems = map[errs.Code]problemKind{
 	errs.CodeInvalid:         {http.StatusBadRequest, "invalid-request", "The request body is invalid"},
@@ -58,7 +58,7 @@ var (
 	problemMethod        = problemKind{http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed"}
 )
 
-// ProblemTypeBase prefixes every problem type; the README documents each.
+// ProblemTypeBase prefixes every problem type; docs/api.md documents each.
 const ProblemTypeBase = "/problems/"
 
 // problem is an application/problem+json body.

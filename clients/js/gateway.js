@@ -2,7 +2,7 @@
 // server created ("confirm": false), with the merchant's publishable key and
 // the payment's client secret, and never charges the customer twice.
 //
-// The rules it keeps (the README's "Front ends" section):
+// The rules it keeps (docs/frontends.md):
 //   - one Idempotency-Key per payment attempt, made when the attempt starts
 //     and kept, with the exact body, until a final answer: across retries,
 //     double clicks and page reloads (sessionStorage);

@@ -13,7 +13,7 @@ import (
 	"github.com/mattn/go-isatty"
 )
 
-// Exit statuses; the root help and the README document them.
+// Exit statuses; the root help and docs/cli.md document them.
 const (
 	exitError       = 1
 	exitUsage       = 2

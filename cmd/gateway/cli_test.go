@@ -163,7 +163,7 @@ func TestHelpPerCommand(t *testing.T) {
 	}
 }
 
-// The variable GATEWAY_FOO_BAR is the flag --foo-bar, and the README's
+// The variable GATEWAY_FOO_BAR is the flag --foo-bar, and docs/configuration.md's
 // configuration table lists exactly the variables the commands read.
 func TestEveryVariableIsAFlagAndDocumented(t *testing.T) {
 	vars := map[string]bool{}
@@ -182,7 +182,7 @@ func TestEveryVariableIsAFlagAndDocumented(t *testing.T) {
 		}
 	}
 	walk(model(t).Node)
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,12 +193,12 @@ func TestEveryVariableIsAFlagAndDocumented(t *testing.T) {
 	delete(documented, "GATEWAY_TEST_DSN")
 	for v := range vars {
 		if !documented[v] {
-			t.Errorf("%s is read but not in the README's configuration table", v)
+			t.Errorf("%s is read but not in docs/configuration.md's table", v)
 		}
 	}
 	for v := range documented {
 		if !vars[v] {
-			t.Errorf("the README documents %s, which no command reads", v)
+			t.Errorf("docs/configuration.md documents %s, which no command reads", v)
 		}
 	}
 	if len(vars) < 33 {
