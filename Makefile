@@ -11,10 +11,10 @@ RACE := $(shell command -v gcc >/dev/null 2>&1 && echo -race)
 FUZZTIME ?= 5s
 FUZZ_TARGETS := ./api:FuzzParseCreate ./idemkeys:FuzzValidateKey ./idemkeys:FuzzFingerprint
 
-# Stripe's own mock, built with go install into a cache directory (never a
-# dependency in go.mod).
+# Stripe's own mock, built with go install into the user's cache directory,
+# once for every clone (never a dependency in go.mod).
 STRIPE_MOCK_VERSION := v0.203.0
-STRIPE_MOCK_DIR := $(CURDIR)/.cache/bin
+STRIPE_MOCK_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/gateway-test-tools/stripe-mock-$(STRIPE_MOCK_VERSION)
 STRIPE_MOCK := $(STRIPE_MOCK_DIR)/stripe-mock
 
 # Where the browser tests leave their screenshots (in a browser/ directory).
@@ -22,9 +22,11 @@ GATEWAY_ARTIFACTS ?= $(CURDIR)/.artifacts
 
 .PHONY: run test proofs deps test-frontend fuzz fuzz-long build vet bench chaos chaos-cluster stripe-mock-test model
 
-## run: start the gateway with a private MariaDB, the fake PSP and a demo merchant
+## run: start the gateway with a private MariaDB, the fake PSP and a demo merchant (built, then run
+## in make's place, so that Ctrl-C ends it with the gateway's own status)
 run:
-	$(GO) run ./cmd/gateway dev
+	@$(GO) build -o bin/gateway ./cmd/gateway
+	exec bin/gateway dev
 
 ## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one) with -short
 ## (the slow proofs are make proofs), then the fuzzers briefly; ends with every skipped test and its reason
@@ -35,10 +37,11 @@ test: vet
 	$(MAKE) --no-print-directory fuzz
 
 ## proofs: the slow proofs make test leaves out: the 20-second chaos run and its repros, the SPIN model's
-## smaller worlds, a three-node Galera cluster, the benchmark's smoke run (bench/, a module of its own)
+## smaller worlds, a three-node Galera cluster, the checkout page in headless Chromium, the benchmark's
+## smoke run (bench/, a module of its own)
 proofs:
 	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./tests/withdb -- sh -c '\
-		$(GO) run ./tests/testsum -- $(GO) test -json $(RACE) -count=1 -timeout 20m ./tests/chaos ./model ./mysql/... && \
+		$(GO) run ./tests/testsum -- $(GO) test -json $(RACE) -count=1 -timeout 20m ./tests/chaos ./model ./mysql/... ./demo && \
 		cd bench && $(GO) run gateway/tests/testsum -- $(GO) test -json -count=1 -timeout 10m ./...'
 
 ## deps: install, once, what the suite and the proofs can use (Debian packages with apt-get as root or

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) { mysqltest.Main(m) }
 // directory under the system's temporary directory, named in the log).
 func TestCheckoutInABrowser(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: the browser tests start Chromium and a gateway process")
+		t.Skip("starts Chromium and a gateway process: make proofs runs it")
 	}
 	chromium := findChromium(t)
 	start := time.Now()

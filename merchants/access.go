@@ -27,6 +27,8 @@ type BrowserAdminStore interface {
 	RemoveOrigin(ctx context.Context, merchantID, origin string) (bool, error)
 	// MerchantOrigins lists the origins a merchant allows, in order.
 	MerchantOrigins(ctx context.Context, merchantID string) ([]string, error)
+	// Merchant reads one merchant; errs.ErrNotFound when there is none.
+	Merchant(ctx context.Context, id string) (Merchant, error)
 }
 
 // BrowserAccess is ops' administration of what browsers may do for a
@@ -74,11 +76,15 @@ func (b *BrowserAccess) RevokePublishableKey(ctx context.Context, merchantID, pr
 	return nil
 }
 
-// PublishableKeys lists a merchant's publishable keys: prefixes and dates.
+// PublishableKeys lists a merchant's publishable keys: prefixes and dates;
+// errs.CodeNotFound for an unknown merchant.
 func (b *BrowserAccess) PublishableKeys(ctx context.Context, merchantID string) ([]StoredKey, error) {
 	keys, err := b.store.PublishableKeys(ctx, merchantID)
 	if err != nil {
 		return nil, errs.Internal(err)
+	}
+	if len(keys) == 0 {
+		return nil, known(ctx, b.store, merchantID)
 	}
 	return keys, nil
 }
@@ -116,11 +122,15 @@ func (b *BrowserAccess) DisallowOrigin(ctx context.Context, merchantID, origin s
 	return norm, nil
 }
 
-// Origins lists the origins a merchant allows.
+// Origins lists the origins a merchant allows; errs.CodeNotFound for an
+// unknown merchant.
 func (b *BrowserAccess) Origins(ctx context.Context, merchantID string) ([]string, error) {
 	origins, err := b.store.MerchantOrigins(ctx, merchantID)
 	if err != nil {
 		return nil, errs.Internal(err)
+	}
+	if len(origins) == 0 {
+		return nil, known(ctx, b.store, merchantID)
 	}
 	return origins, nil
 }

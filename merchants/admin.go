@@ -21,6 +21,8 @@ type AdminStore interface {
 	APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error)
 	// Merchants lists every merchant with its key counts, oldest first.
 	Merchants(ctx context.Context) ([]MerchantSummary, error)
+	// Merchant reads one merchant; errs.ErrNotFound when there is none.
+	Merchant(ctx context.Context, id string) (Merchant, error)
 }
 
 // Admin is ops' administration of merchants and their secret API keys.
@@ -80,13 +82,32 @@ func (a *Admin) RevokeAPIKey(ctx context.Context, merchantID, prefix string) err
 	return nil
 }
 
-// APIKeys lists a merchant's keys (prefixes and dates, never secrets).
+// APIKeys lists a merchant's keys (prefixes and dates, never secrets);
+// errs.CodeNotFound for an unknown merchant.
 func (a *Admin) APIKeys(ctx context.Context, merchantID string) ([]StoredKey, error) {
 	keys, err := a.store.APIKeys(ctx, merchantID)
 	if err != nil {
 		return nil, errs.Internal(fmt.Errorf("list keys: %w", err))
 	}
+	if len(keys) == 0 {
+		// Every merchant is created with a key: none says there is no merchant.
+		return nil, known(ctx, a.store, merchantID)
+	}
 	return keys, nil
+}
+
+// known is nil for an existing merchant, errs.CodeNotFound otherwise.
+func known(ctx context.Context, store interface {
+	Merchant(context.Context, string) (Merchant, error)
+}, merchantID string) error {
+	_, err := store.Merchant(ctx, merchantID)
+	switch {
+	case errors.Is(err, errs.ErrNotFound):
+		return errs.Errorf(errs.CodeNotFound, "no merchant %s", merchantID)
+	case err != nil:
+		return errs.Internal(err)
+	}
+	return nil
 }
 
 // MerchantSummary is a merchant as ops list it.

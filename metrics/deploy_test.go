@@ -750,8 +750,8 @@ func TestPrometheusConfig(t *testing.T) {
 func TestPromtool(t *testing.T) {
 	promtool := promtoolPath(t)
 	if promtool == "" {
-		t.Skip("promtool is not on PATH: install the Debian package `prometheus` " +
-			"(apt-get install --no-install-recommends prometheus) to check the rules, the config and the rule tests")
+		t.Skip("promtool is not installed: run make deps (or apt-get install --no-install-recommends prometheus) " +
+			"to check the rules, the config and the rule tests")
 	}
 	if out, err := exec.Command(promtool, "--version").CombinedOutput(); err == nil {
 		t.Logf("%s", strings.SplitN(string(out), "\n", 2)[0])
@@ -766,7 +766,6 @@ func promtoolPath(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Log("promtool not found; the Debian package `prometheus` provides it")
 		return ""
 	}
 	return p

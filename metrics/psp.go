@@ -26,6 +26,9 @@ type instrumented struct {
 	name string
 }
 
+// Unwrap returns the adapter it counts the calls of.
+func (i *instrumented) Unwrap() psp.Adapter { return i.Adapter }
+
 func (i *instrumented) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
 	start := time.Now()
 	c, err := i.Adapter.Charge(ctx, req)

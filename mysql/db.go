@@ -107,9 +107,21 @@ func Open(ctx context.Context, dsn string, pool PoolOptions) (*sqlx.DB, error) {
 	sdb.SetConnMaxIdleTime(pool.MaxIdleTime)
 	if err := sdb.PingContext(ctx); err != nil {
 		_ = sdb.Close()
-		return nil, fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, err)
+		return nil, connectErr(cfg.Addr, err)
 	}
 	return sqlx.NewDb(sdb, "mysql"), nil
+}
+
+// connectErr names a first connection that failed: nothing was sent, so a
+// broken or refused connection is a database that cannot be reached
+// (ErrUnavailable), never a write of unknown outcome; a refusal by the
+// server (a wrong password, an unknown database) is said as it is.
+func connectErr(addr string, err error) error {
+	cerr := Classify(err)
+	if errors.Is(cerr, ErrConnLost) || errors.Is(cerr, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("mysql: cannot reach the database at %s: %w: %v", addr, ErrUnavailable, err)
+	}
+	return fmt.Errorf("mysql: connect to %s: %w", addr, cerr)
 }
 
 // setSessionLimits asks the server which limits it knows and adds them to
@@ -124,7 +136,7 @@ func setSessionLimits(ctx context.Context, cfg *gomysql.Config) error {
 	defer sdb.Close()
 	var version string
 	if err := sdb.QueryRowContext(ctx, `SELECT VERSION()`).Scan(&version); err != nil {
-		return fmt.Errorf("mysql: connect to %s: %w", cfg.Addr, Classify(err))
+		return connectErr(cfg.Addr, err)
 	}
 	for k, v := range SessionLimits(version) {
 		if _, set := cfg.Params[k]; !set { // a DSN's own value wins
@@ -159,6 +171,9 @@ func Config(dsn string) (*gomysql.Config, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// The driver's own log lines (a reset connection, a refused dial) would
+	// reach stderr raw; every such failure is returned as an error instead.
+	cfg.Logger = &gomysql.NopLogger{}
 	cfg.InterpolateParams = true
 	// Compare-and-set updates read RowsAffected as "did my condition match";
 	// without this flag MySQL counts only rows whose values changed.

@@ -281,6 +281,20 @@ func (s *Store) addKey(ctx context.Context, table, merchantID string, key mercha
 	})
 }
 
+// Merchant implements merchants.AdminStore and merchants.BrowserAdminStore.
+func (s *Store) Merchant(ctx context.Context, id string) (_ merchants.Merchant, err error) {
+	defer errs.Wrap(&err, "Store.Merchant")
+	var m merchants.Merchant
+	err = s.db.QueryRowxContext(ctx, `SELECT id, name, created_at FROM merchants WHERE id = ?`, id).Scan(&m.ID, &m.Name, &m.CreatedAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return merchants.Merchant{}, errs.ErrNotFound
+	}
+	if err != nil {
+		return merchants.Merchant{}, Classify(err)
+	}
+	return m, nil
+}
+
 // lockMerchant takes a shared look at a merchant's row in tx, so that it
 // cannot vanish before what tx adds for it; errs.ErrNotFound when there
 // is none.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,16 @@ func TestMerchantsCommands(t *testing.T) {
 	}
 	if _, _, err := runCmd(t, f.getenv, "merchants", "keys", "revoke", "--merchant", f.acme.ID, "--prefix", oldPrefix); exitCode(err) != exitError || !strings.Contains(err.Error(), "no active key") {
 		t.Fatalf("revoking twice: %v", err)
+	}
+	// A merchant that does not exist is said so, not listed empty.
+	for _, args := range [][]string{
+		{"merchants", "keys", "list", "--merchant", "mer_nope"},
+		{"merchants", "publishable-keys", "list", "--merchant", "mer_nope"},
+		{"merchants", "origins", "list", "--merchant", "mer_nope"},
+	} {
+		if _, _, err := runCmd(t, f.getenv, args...); exitCode(err) != exitError || !strings.Contains(fmt.Sprint(err), "no merchant mer_nope") {
+			t.Errorf("gateway %s: %v, want exit %d naming the merchant", strings.Join(args, " "), err, exitError)
+		}
 	}
 	if _, _, err := runCmd(t, f.getenv, "merchants", "create", "--name", strings.Repeat("x", 300)); exitCode(err) != exitUsage {
 		t.Fatalf("an invalid name is a usage error: %v", err)

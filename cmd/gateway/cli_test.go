@@ -136,7 +136,11 @@ func TestHelpPerCommand(t *testing.T) {
 					t.Errorf("help shows %s: %v, want %v\n%s", e, has, !has, out)
 				}
 			}
-			// `gateway help CMD` is the same text.
+			// `gateway help CMD` is the same text (one command of each depth
+			// is enough: kong renders both).
+			if cmd != "serve" && cmd != "merchants create" && cmd != "merchants keys list" {
+				return
+			}
 			same, _, err := runCmd(t, env(), append([]string{"help"}, strings.Fields(cmd)...)...)
 			if err != nil || same != out {
 				t.Errorf("gateway help %s differs from --help (%v)", cmd, err)

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // docker-compose.yml runs commands of this binary: each must parse with the
@@ -51,11 +52,24 @@ func TestComposeFile(t *testing.T) {
 	if !strings.Contains(file, "${GATEWAY_HOST_PORT:-8080}:8080") {
 		t.Error("the host port is not configurable")
 	}
+	// Compose kills a service its stop grace after SIGTERM: the gateway's
+	// drain must end first.
+	srv, err := parseServe(t, composeEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drain := srv.Server.HTTP.ShutdownTimeout
+	grace := regexp.MustCompile(`(?m)^\s+stop_grace_period: (\S+)$`).FindStringSubmatch(file)
+	if grace == nil {
+		t.Error("the gateway service has no stop_grace_period: compose kills it 10s after SIGTERM, mid-drain")
+	} else if d, err := time.ParseDuration(grace[1]); err != nil || d <= drain {
+		t.Errorf("stop_grace_period %s does not outlast the drain (GATEWAY_SHUTDOWN_TIMEOUT %s)", grace[1], drain)
+	}
 
 	tool := []string{"docker-compose"}
 	if _, err := exec.LookPath("docker-compose"); err != nil {
 		if exec.Command("docker", "compose", "version").Run() != nil {
-			t.Skip("neither docker-compose nor the docker compose plugin is installed (apt-get install docker-compose): the file's syntax is not checked")
+			t.Skip("neither docker-compose nor the docker compose plugin is installed: run make deps (or apt-get install docker-compose) to check the file's syntax")
 		}
 		tool = []string{"docker", "compose"}
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"gateway/merchants"
 	"gateway/mysql"
 	"gateway/mysql/localdb"
 	"gateway/psp/fake/fakeserver"
@@ -103,26 +102,25 @@ func (c *devCmd) Run(ctx context.Context, a *app) error {
 	if err := errors.Join(mg.Up(), mg.Close()); err != nil {
 		return err
 	}
-	var (
-		m   merchants.Merchant
-		key merchants.APIKey
-	)
-	err = withMerchants(ctx, cfg.DB, func(adm *merchants.Admin) (err error) {
-		m, key, err = adm.CreateMerchant(ctx, "Demo merchant")
-		return err
-	})
+	keptIn := ""
+	if c.Server.DB.DSN == "" {
+		// The private database is kept from one run to the next: so is its
+		// demo merchant, with its keys beside it.
+		keptIn = filepath.Join(filepath.Dir(filepath.Clean(c.DataDir)), "demo-merchant.json")
+	}
+	checkout, err := devMerchant(ctx, cfg.DB, keptIn)
 	if err != nil {
 		return err
 	}
-	checkout, err := newDevCheckout(ctx, cfg.DB, m, key.Plaintext)
-	if err != nil {
-		return err
+	m, shown := checkout.merchant, "shown once"
+	if keptIn != "" {
+		shown = "kept in " + keptIn
 	}
 	log := newLogger(cfg.Log, stderr)
 	return serve(ctx, &cfg, false, log, func(addr string) {
 		fmt.Fprintf(a.stdout, `
 Gateway ready on http://%[1]s (PSP %[5]s, database %[4]s)
-Demo merchant %[2]s, API key (shown once): %[3]s
+Demo merchant %[2]s, API key (%[8]s): %[3]s
 
 Try a payment (run it twice: the second answer is a replay, Idempotent-Replayed: true):
   KEY=$(cat /proc/sys/kernel/random/uuid)
@@ -139,7 +137,7 @@ Checkout demo (confirms in the browser with publishable key %[6]s):
 
 Press Ctrl-C to stop.
 
-`, addr, m.ID, key.Plaintext, maskDSN(cfg.DB.DSN), pspName(cfg.PSP), checkout.publishableKey, demoURL(addr))
+`, addr, m.ID, checkout.secretKey, maskDSN(cfg.DB.DSN), pspName(cfg.PSP), checkout.publishableKey, demoURL(addr), shown)
 	}, checkout.mount(ctx, cfg.DB, log))
 }
 

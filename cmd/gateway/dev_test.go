@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -75,6 +78,69 @@ func TestDevQuickStartReplays(t *testing.T) {
 	}
 }
 
+// The README's quick start runs as written: dev's output kept in
+// gateway.out as `make run | tee gateway.out` keeps it, then, in a shell of
+// their own with unset variables refused, the commands of the second
+// terminal: the payment is created, and the same curl again replays it.
+func TestReadmeQuickStartRuns(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl is not installed (apt-get install curl): the README's quick start cannot be run")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(readme), "\n## Quick start\n")
+	end := strings.Index(string(readme[start+1:]), "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("the README has no Quick start section")
+	}
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme[start:start+1+end]), -1)
+	var script string
+	for _, b := range blocks {
+		if !strings.HasPrefix(b[1], "make run") { // the first terminal's, emulated below
+			script += b[1]
+		}
+	}
+	curl := regexp.MustCompile(`(?s)\ncurl .*`).FindString(script)
+	if !strings.Contains(script, "API_KEY=") || curl == "" {
+		t.Fatalf("the quick start has no second-terminal commands that set API_KEY and send a curl:\n%s", script)
+	}
+
+	printed := startDev(t)
+	addr := regexp.MustCompile(`Gateway ready on http://(\S+) `).FindStringSubmatch(printed)
+	if addr == nil {
+		t.Fatalf("dev did not say where it listens:\n%s", printed)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "gateway.out"), []byte(printed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The README's address is dev's default; this dev listens on a free port.
+	script = strings.ReplaceAll(script, "127.0.0.1:8080", addr[1])
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script+"\necho '=== again'"+curl)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the quick start's commands failed: %v\n%s", err, out)
+	}
+	first, again, ok := strings.Cut(string(out), "=== again")
+	body := func(s string) string {
+		_, b, _ := strings.Cut(strings.ReplaceAll(s, "\r\n", "\n"), "\n\n")
+		return strings.TrimSpace(b)
+	}
+	switch {
+	case !ok:
+		t.Fatalf("the second curl did not run:\n%s", out)
+	case !strings.Contains(first, "HTTP/1.1 201 Created") || strings.Contains(first, "Idempotent-Replayed"):
+		t.Fatalf("the quick start's payment was not created:\n%s", first)
+	case !strings.Contains(again, "HTTP/1.1 201 Created") || !strings.Contains(again, "Idempotent-Replayed: true"):
+		t.Fatalf("the same curl again is no replay:\n%s", again)
+	case body(first) != body(again) || body(first) == "":
+		t.Fatalf("the replay's body differs:\n%s\n%s", first, again)
+	}
+}
+
 // startDev runs `gateway dev` on a test database until the test ends and
 // returns what it printed once ready.
 func startDev(t *testing.T) string {
@@ -100,4 +166,54 @@ func startDev(t *testing.T) string {
 		time.Sleep(10 * time.Millisecond) // polling dev's output, bounded by the deadline
 	}
 	return out.String()
+}
+
+// With the in-process fake PSP, a 3-D Secure charge's next action is a
+// page the gateway itself serves: its relative URL resolves, and passing
+// it finishes the charge once.
+func TestDevServesTheFakesThreeDSPage(t *testing.T) {
+	printed := startDev(t)
+	m := regexp.MustCompile(`Gateway ready on (http://\S+) .*\n.*API key \([^)]*\): (sk_\S+)`).FindStringSubmatch(printed)
+	if m == nil {
+		t.Fatalf("dev did not print its address and key:\n%s", printed)
+	}
+	base, key := m[1], m[2]
+	post := func(path, idemKey, body string) map[string]any {
+		req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Idempotency-Key", idemKey)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var v map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		return v
+	}
+	created := post("/payments", "3ds-create", `{"amount": 1000, "currency": "KRW", "confirm": false}`)
+	confirmed := post("/payments/"+created["id"].(string)+"/confirm", "3ds-confirm", `{"payment_method": "pm_card_3ds"}`)
+	action, _ := confirmed["next_action"].(map[string]any)
+	url, _ := action["url"].(string)
+	if confirmed["status"] != "requires_action" || !strings.HasPrefix(url, "/3ds/") {
+		t.Fatalf("confirm with pm_card_3ds: %v", confirmed)
+	}
+	get := func() (int, string) {
+		res, err := http.Get(base + url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get(); code != http.StatusOK || !strings.Contains(body, "3-D Secure passed") {
+		t.Fatalf("GET %s: %d %s", url, code, body)
+	}
+	if code, _ := get(); code != http.StatusConflict {
+		t.Fatalf("GET %s again: %d, want 409 (the charge no longer waits)", url, code)
+	}
 }

@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 
 	"gateway/demo"
 	"gateway/merchants"
+	"gateway/mysql"
 )
 
 // dev's reference checkout page (package demo) at /demo/checkout: the demo
@@ -21,15 +25,77 @@ type devCheckout struct {
 	publishableKey string
 }
 
-// newDevCheckout mints the demo merchant's publishable key.
-func newDevCheckout(ctx context.Context, dsn dsnConfig, m merchants.Merchant, secretKey string) (devCheckout, error) {
-	dc := devCheckout{merchant: m, secretKey: secretKey}
-	err := withBrowserAccess(ctx, dsn, func(b *merchants.BrowserAccess) error {
-		pk, err := b.CreatePublishableKey(ctx, m.ID)
+// devMerchant is dev's demo merchant with its secret and publishable keys:
+// the one kept in the file keptIn (when set) while its keys still open it,
+// otherwise a new one, kept there for the next run.
+func devMerchant(ctx context.Context, dsn dsnConfig, keptIn string) (devCheckout, error) {
+	if keptIn != "" {
+		if dc, ok := keptMerchant(ctx, dsn, keptIn); ok {
+			return dc, nil
+		}
+	}
+	var dc devCheckout
+	err := withMerchants(ctx, dsn, func(adm *merchants.Admin) error {
+		m, key, err := adm.CreateMerchant(ctx, "Demo merchant")
+		dc.merchant, dc.secretKey = m, key.Plaintext
+		return err
+	})
+	if err != nil {
+		return devCheckout{}, err
+	}
+	err = withBrowserAccess(ctx, dsn, func(b *merchants.BrowserAccess) error {
+		pk, err := b.CreatePublishableKey(ctx, dc.merchant.ID)
 		dc.publishableKey = pk.Plaintext
 		return err
 	})
-	return dc, err
+	if err != nil || keptIn == "" {
+		return dc, err
+	}
+	b, err := json.Marshal(keptKeys{MerchantID: dc.merchant.ID, APIKey: dc.secretKey, PublishableKey: dc.publishableKey})
+	if err != nil {
+		return devCheckout{}, err
+	}
+	if err := os.WriteFile(keptIn, append(b, '\n'), 0o600); err != nil {
+		return devCheckout{}, fmt.Errorf("keep the demo merchant: %w", err)
+	}
+	return dc, nil
+}
+
+// keptKeys is the file dev keeps its demo merchant's keys in.
+type keptKeys struct {
+	MerchantID     string `json:"merchant_id"`
+	APIKey         string `json:"api_key"`
+	PublishableKey string `json:"publishable_key"`
+}
+
+// keptMerchant reads the kept demo merchant; false when there is none, or
+// when its keys no longer open it (a database reset, a key revoked).
+func keptMerchant(ctx context.Context, dsn dsnConfig, path string) (devCheckout, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return devCheckout{}, false
+	}
+	var k keptKeys
+	if json.Unmarshal(b, &k) != nil {
+		return devCheckout{}, false
+	}
+	var dc devCheckout
+	err = withStore(ctx, dsn, func(st *mysql.Store) error {
+		m, err := merchants.NewAuth(st, merchants.AuthConfig{}).Authenticate(ctx, k.APIKey)
+		if err != nil {
+			return err
+		}
+		pm, _, err := merchants.NewBrowserAuth(st, merchants.AuthConfig{}).AuthenticatePublishable(ctx, k.PublishableKey)
+		if err != nil {
+			return err
+		}
+		if m.ID != k.MerchantID || pm.ID != k.MerchantID {
+			return errors.New("the kept keys open another merchant")
+		}
+		dc = devCheckout{merchant: m, secretKey: k.APIKey, publishableKey: k.PublishableKey}
+		return nil
+	})
+	return dc, err == nil
 }
 
 // devOrigins are the origins a browser on this machine reaches addr by.

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"gateway/merchants"
 	"gateway/mysql/mysqltest"
 )
 
@@ -18,7 +21,7 @@ import (
 func TestDevServesCheckoutDemo(t *testing.T) {
 	printed := startDev(t)
 	m := regexp.MustCompile(`publishable key (pk_[a-z2-7]{32})\):\n  (http://localhost:(\d+)/demo/checkout)\n`).FindStringSubmatch(printed)
-	secret := regexp.MustCompile(`API key \(shown once\): (sk_\S+)`).FindStringSubmatch(printed)
+	secret := regexp.MustCompile(`API key \([^)]*\): (sk_\S+)`).FindStringSubmatch(printed)
 	if m == nil || secret == nil {
 		t.Fatalf("dev does not print the checkout demo:\n%s", printed)
 	}
@@ -76,5 +79,44 @@ func TestDevServesCheckoutDemo(t *testing.T) {
 	s := startServe(t, env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, mysqltest.MustOpen(t)), "GATEWAY_ADDR", "127.0.0.1:0"))
 	if res, _ := get("http://" + s.addr + "/demo/checkout"); res.StatusCode != http.StatusNotFound {
 		t.Fatalf("serve answers /demo/checkout with %d", res.StatusCode)
+	}
+}
+
+// dev keeps its demo merchant beside its private database: a second run
+// finds the same merchant and keys; one whose keys no longer open it (the
+// database was reset, a key revoked) gets a new merchant, kept in its place.
+func TestDevKeepsItsDemoMerchant(t *testing.T) {
+	ctx := t.Context()
+	dsn := dsnConfig{DSN: mysqltest.MustDSN(t)}
+	kept := filepath.Join(t.TempDir(), "demo-merchant.json")
+	first, err := devMerchant(ctx, dsn, kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := devMerchant(ctx, dsn, kept)
+	if err != nil || again != first {
+		t.Fatalf("second run: %+v (%v), want the first run's %+v", again, err, first)
+	}
+	if info, err := os.Stat(kept); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("the kept keys' file: %v, %v; want mode 0600", info, err)
+	}
+	err = withMerchants(ctx, dsn, func(adm *merchants.Admin) error {
+		return adm.RevokeAPIKey(ctx, first.merchant.ID, merchants.KeyPrefix(first.secretKey))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := devMerchant(ctx, dsn, kept)
+	if err != nil || fresh.merchant.ID == first.merchant.ID || fresh.secretKey == first.secretKey {
+		t.Fatalf("after a revocation: %+v (%v), want another merchant", fresh, err)
+	}
+	if kept, err := devMerchant(ctx, dsn, kept); err != nil || kept != fresh {
+		t.Fatalf("the new merchant is not the one kept: %+v (%v)", kept, err)
+	}
+	// Without a data directory nothing is kept: a new merchant each run.
+	a, errA := devMerchant(ctx, dsn, "")
+	b, errB := devMerchant(ctx, dsn, "")
+	if errA != nil || errB != nil || a.merchant.ID == b.merchant.ID {
+		t.Fatalf("without a kept file: %v %v (%v, %v)", a.merchant.ID, b.merchant.ID, errA, errB)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"gateway/mysql"
 	"gateway/payments"
 	"gateway/psp"
+	"gateway/psp/fake"
 )
 
 // serveCmd is `gateway serve`.
@@ -115,6 +116,15 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTP.Addr, err)
+	}
+	if f := inProcessFake(psps); f != nil {
+		// Its 3-D Secure page: the next actions of its charges point here.
+		mounts = append(mounts, func(api http.Handler, _ string) (http.Handler, error) {
+			mux := http.NewServeMux()
+			mux.Handle("GET /3ds/", f.ThreeDSPage())
+			mux.Handle("/", api)
+			return mux, nil
+		})
 	}
 	for _, mount := range mounts {
 		if handler, err = mount(handler, ln.Addr().String()); err != nil {
@@ -243,5 +253,23 @@ func (c *healthcheckCmd) Run(ctx context.Context, a *app) error {
 		return fmt.Errorf("not ready: GET %s answered %s", url, res.Status)
 	}
 	fmt.Fprintln(a.stdout, "ready")
+	return nil
+}
+
+// inProcessFake is the in-process fake PSP among psps, or nil.
+func inProcessFake(psps *payments.PSPs) *fake.PSP {
+	for _, name := range psps.Names() {
+		a, _ := psps.For(name)
+		for {
+			if f, ok := a.(*fake.PSP); ok {
+				return f
+			}
+			w, ok := a.(interface{ Unwrap() psp.Adapter })
+			if !ok {
+				break
+			}
+			a = w.Unwrap()
+		}
+	}
 	return nil
 }

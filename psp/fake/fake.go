@@ -54,6 +54,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -373,6 +375,50 @@ func (p *PSP) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, e
 		return psp.Charge{}, psp.ErrNotFound
 	}
 	return p.records[i], nil
+}
+
+// ThreeDS is the customer's answer on the 3-D Secure page of the pending
+// charge with reference: it passes (the charge succeeds) or fails (declined
+// "authentication_failed"), and says what the page shows. ErrNotFound for no
+// such charge, ErrNotPending for one not waiting for 3-D Secure.
+func (p *PSP) ThreeDS(reference string, passed bool) (psp.Charge, string, error) {
+	for _, c := range p.Charges() {
+		if c.Reference != reference {
+			continue
+		}
+		status, code, say := psp.Succeeded, "", "3-D Secure passed; the payment succeeded. Return to the merchant."
+		if !passed {
+			status, code, say = psp.Declined, "authentication_failed", "3-D Secure failed; the payment was declined. Return to the merchant."
+		}
+		c, err := p.Settle(c.MerchantOrderID, status, code)
+		return c, say, err
+	}
+	return psp.Charge{}, "", fmt.Errorf("fake psp: no charge %s: %w", reference, psp.ErrNotFound)
+}
+
+// ThreeDSPage serves the 3-D Secure page a pending pm_card_3ds charge's next
+// action sends the customer to, GET /3ds/{reference} (?result=failed fails
+// it), for a gateway that runs this fake in its own process: its relative
+// URL resolves there.
+func (p *PSP) ThreeDSPage() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ref := strings.TrimPrefix(r.URL.Path, "/3ds/")
+		if r.Method != http.MethodGet || ref == r.URL.Path || ref == "" {
+			http.NotFound(w, r)
+			return
+		}
+		_, say, err := p.ThreeDS(ref, r.URL.Query().Get("result") != "failed")
+		switch {
+		case errors.Is(err, psp.ErrNotFound):
+			http.Error(w, "no charge with this reference", http.StatusNotFound)
+			return
+		case err != nil:
+			http.Error(w, "this payment is not waiting for 3-D Secure", http.StatusConflict)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, say+"\n")
+	})
 }
 
 // Settle finishes the Pending charge for merchantOrderID as the customer or

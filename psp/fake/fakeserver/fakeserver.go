@@ -497,24 +497,17 @@ func (s *Server) getCharge(w http.ResponseWriter, r *http.Request) {
 // threeDS is the bank's 3-D Secure page: visiting it finishes the pending
 // charge, passed unless ?result=failed.
 func (s *Server) threeDS(w http.ResponseWriter, r *http.Request) {
-	ref := r.PathValue("reference")
-	for _, c := range s.psp.Charges() {
-		if c.Reference != ref {
-			continue
-		}
-		status, code, say := psp.Succeeded, "", "3-D Secure passed; the payment succeeded. Return to the merchant."
-		if r.URL.Query().Get("result") == "failed" {
-			status, code, say = psp.Declined, "authentication_failed", "3-D Secure failed; the payment was declined. Return to the merchant."
-		}
-		if _, err := s.psp.Settle(c.MerchantOrderID, status, code); err != nil {
-			writeError(w, http.StatusConflict, CodeNotPending, "this payment is not waiting for 3-D Secure")
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, say+"\n")
+	_, say, err := s.psp.ThreeDS(r.PathValue("reference"), r.URL.Query().Get("result") != "failed")
+	switch {
+	case errors.Is(err, psp.ErrNotFound):
+		writeError(w, http.StatusNotFound, CodeNotFound, "no charge with this reference")
+		return
+	case err != nil:
+		writeError(w, http.StatusConflict, CodeNotPending, "this payment is not waiting for 3-D Secure")
 		return
 	}
-	writeError(w, http.StatusNotFound, CodeNotFound, "no charge with this reference")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, say+"\n")
 }
 
 // settle finishes a pending charge as the bank or the customer would.
