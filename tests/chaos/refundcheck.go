@@ -149,147 +149,169 @@ const (
 type payRef struct{ merchant, id string }
 
 // checkRefundState judges the refund invariants that need no HTTP: every
-// one but the replays and the cross-merchant reads.
+// one but the replays and the cross-merchant reads, each by a function of
+// its own.
 func checkRefundState(ev *refundEvidence, invs []*invariant) {
-	iOnce, iCharge, iLedger, iRows, iRes, iSet, iAns := invs[riOnce], invs[riWithinCharge], invs[riLedgerRows],
-		invs[riRowsLedger], invs[riReserved], invs[riSettled], invs[riAnswers]
+	x := indexRefunds(ev)
+	checkRefundOnce(ev, x, invs[riOnce])
+	checkRefundsWithinCharge(ev, x, invs[riWithinCharge])
+	checkLedgerRefundsHaveRows(ev, x, invs[riLedgerRows])
+	checkRefundRowsAgree(ev, x, invs[riRowsLedger])
+	checkRefundReservations(ev, x, invs[riReserved])
+	checkRefundsSettled(ev, x, invs[riSettled])
+	checkRefundAnswers(ev, x, invs[riAnswers])
+}
 
-	charges := map[string]fakeserver.Charge{}
+// refundIndex is the evidence looked up by what each invariant needs.
+type refundIndex struct {
+	charges                       map[string]fakeserver.Charge
+	ledgerByOrder, ledgerByCharge map[string][]fakeserver.Refund
+	pays                          map[payRef]dbRefundedPayment
+	rowsByOrder                   map[string][]dbRefund
+	rowsByPayment                 map[payRef][]dbRefund
+	rowsByKey, rowsByID           map[payRef]dbRefund // rowsByKey: by (merchant, refund key)
+	keysByKey, keysByRefund       map[payRef]dbRefundKey
+}
+
+func indexRefunds(ev *refundEvidence) refundIndex {
+	x := refundIndex{charges: map[string]fakeserver.Charge{}, ledgerByOrder: map[string][]fakeserver.Refund{},
+		ledgerByCharge: map[string][]fakeserver.Refund{}, pays: map[payRef]dbRefundedPayment{}, rowsByOrder: map[string][]dbRefund{},
+		rowsByPayment: map[payRef][]dbRefund{}, rowsByKey: map[payRef]dbRefund{}, rowsByID: map[payRef]dbRefund{},
+		keysByKey: map[payRef]dbRefundKey{}, keysByRefund: map[payRef]dbRefundKey{}}
 	for _, ch := range ev.ledger.Charges {
-		charges[ch.MerchantOrderID] = ch
+		x.charges[ch.MerchantOrderID] = ch
 	}
-	ledgerByOrder := map[string][]fakeserver.Refund{}
-	ledgerByCharge := map[string][]fakeserver.Refund{}
 	for _, lr := range ev.ledger.Refunds {
-		ledgerByOrder[lr.RefundOrderID] = append(ledgerByOrder[lr.RefundOrderID], lr)
-		ledgerByCharge[lr.MerchantOrderID] = append(ledgerByCharge[lr.MerchantOrderID], lr)
+		x.ledgerByOrder[lr.RefundOrderID] = append(x.ledgerByOrder[lr.RefundOrderID], lr)
+		x.ledgerByCharge[lr.MerchantOrderID] = append(x.ledgerByCharge[lr.MerchantOrderID], lr)
 	}
-	pays := map[payRef]dbRefundedPayment{}
 	for _, p := range ev.payments {
-		pays[payRef{p.MerchantID, p.ID}] = p
+		x.pays[payRef{p.MerchantID, p.ID}] = p
 	}
-	rowsByOrder := map[string][]dbRefund{}
-	rowsByPayment := map[payRef][]dbRefund{}
-	rowsByKey := map[payRef]dbRefund{} // (merchant, refund key)
-	rowsByID := map[payRef]dbRefund{}
 	for _, rf := range ev.refunds {
-		rowsByOrder[rf.RefundOrderID] = append(rowsByOrder[rf.RefundOrderID], rf)
-		rowsByPayment[payRef{rf.MerchantID, rf.PaymentID}] = append(rowsByPayment[payRef{rf.MerchantID, rf.PaymentID}], rf)
-		rowsByKey[payRef{rf.MerchantID, rf.IdemKey}] = rf
-		rowsByID[payRef{rf.MerchantID, rf.ID}] = rf
+		x.rowsByOrder[rf.RefundOrderID] = append(x.rowsByOrder[rf.RefundOrderID], rf)
+		x.rowsByPayment[payRef{rf.MerchantID, rf.PaymentID}] = append(x.rowsByPayment[payRef{rf.MerchantID, rf.PaymentID}], rf)
+		x.rowsByKey[payRef{rf.MerchantID, rf.IdemKey}] = rf
+		x.rowsByID[payRef{rf.MerchantID, rf.ID}] = rf
 	}
-	keysByKey := map[payRef]dbRefundKey{}
-	keysByRefund := map[payRef]dbRefundKey{}
 	for _, k := range ev.keys {
-		keysByKey[payRef{k.MerchantID, k.IdemKey}] = k
-		keysByRefund[payRef{k.MerchantID, k.RefundID}] = k
+		x.keysByKey[payRef{k.MerchantID, k.IdemKey}] = k
+		x.keysByRefund[payRef{k.MerchantID, k.RefundID}] = k
 	}
+	return x
+}
 
-	// At most one PSP refund per refund order id, and the id is the one
-	// derived from (merchant, payment, key): what makes the PSP deduplicate
-	// a refund's retries.
-	for _, order := range sortedKeys(ledgerByOrder) {
-		iOnce.Checked++
-		if lrs := ledgerByOrder[order]; len(lrs) > 1 {
-			iOnce.fail("refund order %s was refunded %d times at the PSP (%s, %s)", order, len(lrs), lrs[0].Reference, lrs[1].Reference)
+// checkRefundOnce judges at most one PSP refund per refund order id, and the id the one derived from (merchant, payment, key): what makes the PSP deduplicate a refund's retries.
+func checkRefundOnce(ev *refundEvidence, x refundIndex, inv *invariant) {
+	for _, order := range sortedKeys(x.ledgerByOrder) {
+		inv.Checked++
+		if lrs := x.ledgerByOrder[order]; len(lrs) > 1 {
+			inv.fail("refund order %s was refunded %d times at the PSP (%s, %s)", order, len(lrs), lrs[0].Reference, lrs[1].Reference)
 		}
 	}
 	for _, rf := range ev.refunds {
-		iOnce.Checked++
+		inv.Checked++
 		if want := payments.RefundOrderID(rf.MerchantID, rf.PaymentID, rf.IdemKey); rf.RefundOrderID != want {
-			iOnce.fail("refund %s has refund order id %s, want %s for its (merchant, payment, key)", rf.ID, rf.RefundOrderID, want)
+			inv.fail("refund %s has refund order id %s, want %s for its (merchant, payment, key)", rf.ID, rf.RefundOrderID, want)
 		}
-		if n := len(rowsByOrder[rf.RefundOrderID]); n > 1 {
-			iOnce.fail("refund order id %s is shared by %d refund rows", rf.RefundOrderID, n)
+		if n := len(x.rowsByOrder[rf.RefundOrderID]); n > 1 {
+			inv.fail("refund order id %s is shared by %d refund rows", rf.RefundOrderID, n)
 		}
 	}
+}
 
-	// The PSP's refunds of a charge never exceed it.
-	for _, order := range sortedKeys(ledgerByCharge) {
-		iCharge.Checked++
-		lrs := ledgerByCharge[order]
-		ch, ok := charges[order]
+// checkRefundsWithinCharge judges that the PSP's refunds of a charge never exceed it.
+func checkRefundsWithinCharge(ev *refundEvidence, x refundIndex, inv *invariant) {
+	for _, order := range sortedKeys(x.ledgerByCharge) {
+		inv.Checked++
+		lrs := x.ledgerByCharge[order]
+		ch, ok := x.charges[order]
 		if !ok {
-			iCharge.fail("the PSP refunded %d times against order %s, which it never charged", len(lrs), order)
+			inv.fail("the PSP refunded %d times against order %s, which it never charged", len(lrs), order)
 			continue
 		}
 		if ch.Status != "succeeded" {
-			iCharge.fail("the PSP refunded order %s, whose charge %s is %s", order, ch.Reference, ch.Status)
+			inv.fail("the PSP refunded order %s, whose charge %s is %s", order, ch.Reference, ch.Status)
 		}
 		var sum int64
 		for _, lr := range lrs {
 			sum += lr.Amount
 			if lr.Currency != ch.Currency {
-				iCharge.fail("PSP refund %s is in %s, its charge %s in %s", lr.Reference, lr.Currency, ch.Reference, ch.Currency)
+				inv.fail("PSP refund %s is in %s, its charge %s in %s", lr.Reference, lr.Currency, ch.Reference, ch.Currency)
 			}
 		}
 		if sum > ch.Amount {
-			iCharge.fail("the PSP refunded %d %s of charge %s (order %s), which was %d %s, in %d refunds",
+			inv.fail("the PSP refunded %d %s of charge %s (order %s), which was %d %s, in %d refunds",
 				sum, ch.Currency, ch.Reference, order, ch.Amount, ch.Currency, len(lrs))
 		}
 	}
+}
 
-	// Every PSP refund is exactly one row, of the same refund.
+// checkLedgerRefundsHaveRows judges that every PSP refund is exactly one row, of the same refund.
+func checkLedgerRefundsHaveRows(ev *refundEvidence, x refundIndex, inv *invariant) {
 	for _, lr := range ev.ledger.Refunds {
-		iLedger.Checked++
-		rows := rowsByOrder[lr.RefundOrderID]
+		inv.Checked++
+		rows := x.rowsByOrder[lr.RefundOrderID]
 		if len(rows) != 1 {
-			iLedger.fail("PSP refund %s (refund order %s, %d %s) has %d refund rows", lr.Reference, lr.RefundOrderID, lr.Amount, lr.Currency, len(rows))
+			inv.fail("PSP refund %s (refund order %s, %d %s) has %d refund rows", lr.Reference, lr.RefundOrderID, lr.Amount, lr.Currency, len(rows))
 			continue
 		}
 		rf := rows[0]
 		if rf.Amount != lr.Amount || rf.Currency != lr.Currency {
-			iLedger.fail("refund %s is %d %s, the PSP refunded %d %s (%s)", rf.ID, rf.Amount, rf.Currency, lr.Amount, lr.Currency, lr.Reference)
+			inv.fail("refund %s is %d %s, the PSP refunded %d %s (%s)", rf.ID, rf.Amount, rf.Currency, lr.Amount, lr.Currency, lr.Reference)
 		}
-		if p, ok := pays[payRef{rf.MerchantID, rf.PaymentID}]; ok && p.MerchantOrderID != lr.MerchantOrderID {
-			iLedger.fail("refund %s is of payment %s (order %s), the PSP refunded order %s", rf.ID, p.ID, p.MerchantOrderID, lr.MerchantOrderID)
+		if p, ok := x.pays[payRef{rf.MerchantID, rf.PaymentID}]; ok && p.MerchantOrderID != lr.MerchantOrderID {
+			inv.fail("refund %s is of payment %s (order %s), the PSP refunded order %s", rf.ID, p.ID, p.MerchantOrderID, lr.MerchantOrderID)
 		}
 		switch rf.Status {
 		case string(payments.RefundFailed):
-			iLedger.fail("refund %s is failed (%s), but the PSP refunded it: %s, %d %s", rf.ID, rf.FailureCode.String, lr.Reference, lr.Amount, lr.Currency)
+			inv.fail("refund %s is failed (%s), but the PSP refunded it: %s, %d %s", rf.ID, rf.FailureCode.String, lr.Reference, lr.Amount, lr.Currency)
 		case string(payments.RefundRequiresReview):
-			iLedger.Notes = appendCapped(iLedger.Notes, fmt.Sprintf("PSP refund %s has refund %s in requires_review (allowed, needs a person)", lr.Reference, rf.ID))
+			inv.Notes = appendCapped(inv.Notes, fmt.Sprintf("PSP refund %s has refund %s in requires_review (allowed, needs a person)", lr.Reference, rf.ID))
 		}
 	}
+}
 
-	// Every row's final status agrees with the PSP.
+// checkRefundRowsAgree judges that every row's final status agrees with the PSP.
+func checkRefundRowsAgree(ev *refundEvidence, x refundIndex, inv *invariant) {
 	for _, rf := range ev.refunds {
-		iRows.Checked++
-		lrs := ledgerByOrder[rf.RefundOrderID]
+		inv.Checked++
+		lrs := x.ledgerByOrder[rf.RefundOrderID]
 		switch rf.Status {
 		case string(payments.RefundSucceeded):
 			switch {
 			case len(lrs) == 0:
-				iRows.fail("refund %s (%d %s) is succeeded, but the PSP has no refund for order %s", rf.ID, rf.Amount, rf.Currency, rf.RefundOrderID)
+				inv.fail("refund %s (%d %s) is succeeded, but the PSP has no refund for order %s", rf.ID, rf.Amount, rf.Currency, rf.RefundOrderID)
 			case !rf.PSPReference.Valid || rf.PSPReference.String != lrs[0].Reference:
-				iRows.fail("refund %s has psp_reference %q, the PSP's refund is %s", rf.ID, rf.PSPReference.String, lrs[0].Reference)
+				inv.fail("refund %s has psp_reference %q, the PSP's refund is %s", rf.ID, rf.PSPReference.String, lrs[0].Reference)
 			}
 		case string(payments.RefundFailed):
 			if len(lrs) > 0 {
-				iRows.fail("refund %s is failed (%s), the PSP holds refund %s for order %s", rf.ID, rf.FailureCode.String, lrs[0].Reference, rf.RefundOrderID)
+				inv.fail("refund %s is failed (%s), the PSP holds refund %s for order %s", rf.ID, rf.FailureCode.String, lrs[0].Reference, rf.RefundOrderID)
 			}
 			if !rf.FailureCode.Valid || rf.FailureCode.String == "" {
-				iRows.fail("refund %s is failed without a failure code", rf.ID)
+				inv.fail("refund %s is failed without a failure code", rf.ID)
 			}
 		case string(payments.RefundRequiresReview):
 			at := "not at the PSP"
 			if len(lrs) > 0 {
 				at = "refunded at the PSP as " + lrs[0].Reference
 			}
-			iRows.Notes = appendCapped(iRows.Notes, fmt.Sprintf("refund %s is in requires_review, %s: %s", rf.ID, at, rf.ReviewReason.String))
+			inv.Notes = appendCapped(inv.Notes, fmt.Sprintf("refund %s is in requires_review, %s: %s", rf.ID, at, rf.ReviewReason.String))
 		case string(payments.RefundPending):
 			// Judged by the settle invariant.
 		default:
-			iRows.fail("refund %s has unknown status %q", rf.ID, rf.Status)
+			inv.fail("refund %s has unknown status %q", rf.ID, rf.Status)
 		}
 	}
+}
 
-	// What a payment's refunds hold never exceeds it, and its sums are
-	// its refunds'.
+// checkRefundReservations judges that what a payment's refunds hold never exceeds it, and that its sums are its refunds'.
+func checkRefundReservations(ev *refundEvidence, x refundIndex, inv *invariant) {
 	for _, p := range ev.payments {
-		iRes.Checked++
+		inv.Checked++
 		var reserved, refunded int64
-		for _, rf := range rowsByPayment[payRef{p.MerchantID, p.ID}] {
+		for _, rf := range x.rowsByPayment[payRef{p.MerchantID, p.ID}] {
 			switch rf.Status {
 			case string(payments.RefundSucceeded):
 				refunded += rf.Amount
@@ -298,60 +320,64 @@ func checkRefundState(ev *refundEvidence, invs []*invariant) {
 				reserved += rf.Amount
 			}
 			if rf.Currency != p.Currency {
-				iRes.fail("refund %s is in %s, its payment %s in %s", rf.ID, rf.Currency, p.ID, p.Currency)
+				inv.fail("refund %s is in %s, its payment %s in %s", rf.ID, rf.Currency, p.ID, p.Currency)
 			}
 			if p.Status != string(payments.Succeeded) {
-				iRes.fail("refund %s refunds payment %s, which is %s", rf.ID, p.ID, p.Status)
+				inv.fail("refund %s refunds payment %s, which is %s", rf.ID, p.ID, p.Status)
 			}
 		}
 		switch {
 		case reserved > p.Amount:
-			iRes.fail("payment %s (%d %s): its pending, succeeded and in-review refunds add up to %d", p.ID, p.Amount, p.Currency, reserved)
+			inv.fail("payment %s (%d %s): its pending, succeeded and in-review refunds add up to %d", p.ID, p.Amount, p.Currency, reserved)
 		case p.AmountReserved != reserved:
-			iRes.fail("payment %s has amount_reserved %d, its pending, succeeded and in-review refunds add up to %d", p.ID, p.AmountReserved, reserved)
+			inv.fail("payment %s has amount_reserved %d, its pending, succeeded and in-review refunds add up to %d", p.ID, p.AmountReserved, reserved)
 		case p.AmountRefunded != refunded:
-			iRes.fail("payment %s has amount_refunded %d, its succeeded refunds add up to %d", p.ID, p.AmountRefunded, refunded)
+			inv.fail("payment %s has amount_refunded %d, its succeeded refunds add up to %d", p.ID, p.AmountRefunded, refunded)
 		}
 	}
 	for _, rf := range ev.refunds {
-		if _, ok := pays[payRef{rf.MerchantID, rf.PaymentID}]; !ok {
-			iRes.Checked++
-			iRes.fail("refund %s refunds payment %s, which merchant %s does not have", rf.ID, rf.PaymentID, rf.MerchantID)
+		if _, ok := x.pays[payRef{rf.MerchantID, rf.PaymentID}]; !ok {
+			inv.Checked++
+			inv.fail("refund %s refunds payment %s, which merchant %s does not have", rf.ID, rf.PaymentID, rf.MerchantID)
 		}
 	}
+}
 
-	// Nothing left unfinished after the drain.
+// checkRefundsSettled judges that nothing is left unfinished after the drain.
+func checkRefundsSettled(ev *refundEvidence, x refundIndex, inv *invariant) {
 	if !ev.settled {
-		iSet.fail("the reconcilers did not finish the refunds within the settle timeout: %d refund keys IN_PROGRESS, %d refunds pending",
+		inv.fail("the reconcilers did not finish the refunds within the settle timeout: %d refund keys IN_PROGRESS, %d refunds pending",
 			ev.inProgressLeft, ev.pendingLeft)
 	}
 	review := 0
 	for _, k := range ev.keys {
-		iSet.Checked++
+		inv.Checked++
 		if k.State != "COMPLETED" {
-			iSet.fail("refund key %q of merchant %s is %s (refund %s)", k.IdemKey, k.MerchantID, k.State, k.RefundID)
+			inv.fail("refund key %q of merchant %s is %s (refund %s)", k.IdemKey, k.MerchantID, k.State, k.RefundID)
 		}
-		if _, ok := rowsByID[payRef{k.MerchantID, k.RefundID}]; !ok {
-			iSet.fail("refund key %q of merchant %s names refund %s, which does not exist", k.IdemKey, k.MerchantID, k.RefundID)
+		if _, ok := x.rowsByID[payRef{k.MerchantID, k.RefundID}]; !ok {
+			inv.fail("refund key %q of merchant %s names refund %s, which does not exist", k.IdemKey, k.MerchantID, k.RefundID)
 		}
 	}
 	for _, rf := range ev.refunds {
-		iSet.Checked++
+		inv.Checked++
 		switch rf.Status {
 		case string(payments.RefundPending):
-			iSet.fail("refund %s (%d %s of payment %s) is still pending", rf.ID, rf.Amount, rf.Currency, rf.PaymentID)
+			inv.fail("refund %s (%d %s of payment %s) is still pending", rf.ID, rf.Amount, rf.Currency, rf.PaymentID)
 		case string(payments.RefundRequiresReview):
 			review++
 		}
-		if k, ok := keysByKey[payRef{rf.MerchantID, rf.IdemKey}]; !ok || k.RefundID != rf.ID {
-			iSet.fail("refund %s has no idempotency key row of its own", rf.ID)
+		if k, ok := x.keysByKey[payRef{rf.MerchantID, rf.IdemKey}]; !ok || k.RefundID != rf.ID {
+			inv.fail("refund %s has no idempotency key row of its own", rf.ID)
 		}
 	}
 	if review > 0 {
-		iSet.Notes = append(iSet.Notes, fmt.Sprintf("%d refunds in requires_review (allowed; a person decides)", review))
+		inv.Notes = append(inv.Notes, fmt.Sprintf("%d refunds in requires_review (allowed; a person decides)", review))
 	}
+}
 
-	// What the clients were told.
+// checkRefundAnswers judges what the clients were told: the same answer to every copy of a request, refusals that stored nothing, answers that name their refund.
+func checkRefundAnswers(ev *refundEvidence, x refundIndex, inv *invariant) {
 	known := map[payRef]bool{}
 	for _, rec := range ev.records {
 		mid := merchantID(ev.merchants, rec.Merchant)
@@ -362,37 +388,37 @@ func checkRefundState(ev *refundEvidence, invs []*invariant) {
 		// was refused, and then run out of time or attempts.
 		unsure := rec.Abandoned || rec.GaveUp
 		rec.mu.Unlock()
-		iAns.Checked++
+		inv.Checked++
 		for _, a := range answers[min(1, len(answers)):] {
 			if a.Status != answers[0].Status || !bytes.Equal(a.Body, answers[0].Body) {
 				if answers[0].Status == http.StatusAccepted && sameRefund(a.Body, answers[0].Body) {
 					continue // in review then settled: the answer follows the refund
 				}
-				iAns.fail("two clients of refund key (merchant %d, key %q) were told different things: %d %s / %d %s",
+				inv.fail("two clients of refund key (merchant %d, key %q) were told different things: %d %s / %d %s",
 					rec.Merchant, rec.Key, answers[0].Status, answers[0].Body, a.Status, a.Body)
 				break
 			}
 		}
 		for _, a := range unexpected {
-			iAns.fail("a correct refund of (merchant %d, key %q, payment %s) got %d %s: %s", rec.Merchant, rec.Key, rec.PaymentID, a.Status, a.Type, a.Body)
+			inv.fail("a correct refund of (merchant %d, key %q, payment %s) got %d %s: %s", rec.Merchant, rec.Key, rec.PaymentID, a.Status, a.Type, a.Body)
 		}
 		for _, a := range conflicts {
-			iAns.Checked++
+			inv.Checked++
 			if a.Status != http.StatusUnprocessableEntity || a.Type != "idempotency-key-mismatch" {
-				iAns.fail("another body for refund key (merchant %d, key %q) got %d %s, want 422 idempotency-key-mismatch", rec.Merchant, rec.Key, a.Status, a.Body)
+				inv.fail("another body for refund key (merchant %d, key %q) got %d %s, want 422 idempotency-key-mismatch", rec.Merchant, rec.Key, a.Status, a.Body)
 			}
 		}
-		row, hasRow := rowsByKey[payRef{mid, rec.Key}]
-		_, hasKey := keysByKey[payRef{mid, rec.Key}]
+		row, hasRow := x.rowsByKey[payRef{mid, rec.Key}]
+		_, hasKey := x.keysByKey[payRef{mid, rec.Key}]
 		if rec.WantRefused {
 			for _, a := range append(answers, refused...) {
 				if a.Status != http.StatusConflict || a.Type != "payment-not-refundable" {
-					iAns.fail("a refund of declined payment %s (merchant %d, key %q) got %d %s, want 409 payment-not-refundable", rec.PaymentID, rec.Merchant, rec.Key, a.Status, a.Body)
+					inv.fail("a refund of declined payment %s (merchant %d, key %q) got %d %s, want 409 payment-not-refundable", rec.PaymentID, rec.Merchant, rec.Key, a.Status, a.Body)
 				}
 			}
 		}
 		if len(refused) > 0 && len(answers) == 0 && !unsure && (hasRow || hasKey) {
-			iAns.fail("refund key (merchant %d, key %q) was refused with %d %s, yet left a refund row (%v) or a key (%v) behind",
+			inv.fail("refund key (merchant %d, key %q) was refused with %d %s, yet left a refund row (%v) or a key (%v) behind",
 				rec.Merchant, rec.Key, refused[0].Status, refused[0].Type, hasRow, hasKey)
 		}
 		if len(answers) == 0 {
@@ -401,20 +427,20 @@ func checkRefundState(ev *refundEvidence, invs []*invariant) {
 		var v payments.RefundView
 		switch {
 		case !hasRow:
-			iAns.fail("refund key (merchant %d, key %q) was answered %d, but has no refund row", rec.Merchant, rec.Key, answers[0].Status)
+			inv.fail("refund key (merchant %d, key %q) was answered %d, but has no refund row", rec.Merchant, rec.Key, answers[0].Status)
 		case json.Unmarshal(answers[0].Body, &v) != nil:
-			iAns.fail("refund key (merchant %d, key %q) was answered %d with no refund: %s", rec.Merchant, rec.Key, answers[0].Status, answers[0].Body)
+			inv.fail("refund key (merchant %d, key %q) was answered %d with no refund: %s", rec.Merchant, rec.Key, answers[0].Status, answers[0].Body)
 		case v.ID != row.ID || v.PaymentID != rec.PaymentID || v.RefundOrderID != row.RefundOrderID:
-			iAns.fail("refund key (merchant %d, key %q) was answered with refund %s of payment %s (order %s), its row is %s of %s (order %s)",
+			inv.fail("refund key (merchant %d, key %q) was answered with refund %s of payment %s (order %s), its row is %s of %s (order %s)",
 				rec.Merchant, rec.Key, v.ID, v.PaymentID, v.RefundOrderID, row.ID, row.PaymentID, row.RefundOrderID)
 		case rec.Amount > 0 && v.Amount != rec.Amount:
-			iAns.fail("refund key (merchant %d, key %q) asked for %d, was answered %d", rec.Merchant, rec.Key, rec.Amount, v.Amount)
+			inv.fail("refund key (merchant %d, key %q) asked for %d, was answered %d", rec.Merchant, rec.Key, rec.Amount, v.Amount)
 		}
 	}
 	for _, rf := range ev.refunds {
-		iAns.Checked++
+		inv.Checked++
 		if !known[payRef{rf.MerchantID, rf.IdemKey}] {
-			iAns.fail("refund %s (merchant %s, key %q) matches no refund a client asked for", rf.ID, rf.MerchantID, rf.IdemKey)
+			inv.fail("refund %s (merchant %s, key %q) matches no refund a client asked for", rf.ID, rf.MerchantID, rf.IdemKey)
 		}
 	}
 }
