@@ -32,16 +32,19 @@ type Metrics struct {
 	pspDuration   *prometheus.HistogramVec
 	settlements   *prometheus.CounterVec
 	needsReview   prometheus.Gauge
-	oldestPending prometheus.Gauge
-	purged        prometheus.Counter
-	passes        prometheus.Counter
-	lastPass      prometheus.Gauge
-	quarantined   prometheus.Gauge
-	oldestReview  prometheus.Gauge
-	unconfigured  prometheus.Counter
-	clockSkew     prometheus.Gauge
-	payments      *prometheus.CounterVec
-	refunds       *prometheus.CounterVec
+	refundsReview prometheus.Gauge
+	// oldestRefundReview is the age of the oldest refund in review.
+	oldestRefundReview prometheus.Gauge
+	oldestPending      prometheus.Gauge
+	purged             prometheus.Counter
+	passes             prometheus.Counter
+	lastPass           prometheus.Gauge
+	quarantined        prometheus.Gauge
+	oldestReview       prometheus.Gauge
+	unconfigured       prometheus.Counter
+	clockSkew          prometheus.Gauge
+	payments           *prometheus.CounterVec
+	refunds            *prometheus.CounterVec
 }
 
 var (
@@ -81,6 +84,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Unfinished keys set aside because their rows cannot be read, as of the last reconcile pass."),
 		oldestReview: f.gauge("gateway_payments_review_oldest_seconds",
 			"How long the oldest payment in requires_review has waited, as of the last reconcile pass (0 when none)."),
+		refundsReview: f.gauge("gateway_refunds_requires_review", "Refunds waiting for a person, as of the last reconcile pass."),
+		oldestRefundReview: f.gauge("gateway_refunds_review_oldest_seconds",
+			"How long the oldest refund in requires_review has waited, as of the last reconcile pass (0 when none)."),
 		unconfigured: f.counter("gateway_payments_unconfigured_psp_total",
 			"Requests that could not resume a payment because its PSP is not configured on this replica."),
 		clockSkew: f.gauge("gateway_clock_skew_seconds",
@@ -213,6 +219,8 @@ func (m *Metrics) PassDone(b payments.Backlog) {
 	m.oldestPending.Set(b.OldestUnfinished.Seconds())
 	m.quarantined.Set(float64(b.Quarantined))
 	m.oldestReview.Set(b.OldestReview.Seconds())
+	m.refundsReview.Set(float64(b.RefundsNeedReview))
+	m.oldestRefundReview.Set(b.OldestRefundReview.Seconds())
 	m.passes.Inc()
 	m.lastPass.SetToCurrentTime()
 }

@@ -48,7 +48,11 @@ func TestClassify(t *testing.T) {
 		{"cluster node not ready 1047", mysqlErr(1047, "WSREP has not yet prepared node for application use"), mysql.ErrUnavailable},
 		{"commit outside the primary component 1180", mysqlErr(1180, "Error while appending streaming replication fragment(provider status: Not connected to Primary Component)"), mysql.ErrConnLost},
 		{"statement time limit 1969", mysqlErr(1969, "Query execution was interrupted (max_statement_time exceeded)"), mysql.ErrUnavailable},
-		{"wrapped dial refused", fmt.Errorf("db: begin: %w", refused), mysql.ErrUnavailable},
+		{"wrapped dial refused", fmt.Errorf("begin: %w", refused), mysql.ErrUnavailable},
+		// The driver's unexported errBadConnNoWrite, by its text: a broken
+		// connection before anything was sent (a new connection's handshake).
+		{"the driver's bad connection, nothing sent", errors.New("bad connection"), mysql.ErrUnavailable},
+		{"wrapped, from a begin", fmt.Errorf("begin: %w", errors.New("bad connection")), mysql.ErrUnavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

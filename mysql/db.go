@@ -254,6 +254,10 @@ func Classify(err error) error {
 		}
 		return err
 	}
+	if badConnNoWrite(err) {
+		// Nothing of it reached the server: it did nothing, for now it cannot serve.
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	if errors.Is(err, gomysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) {
 		return fmt.Errorf("%w: %v", ErrConnLost, err)
 	}
@@ -262,6 +266,19 @@ func Classify(err error) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
+}
+
+// badConnNoWrite recognises the driver's own "bad connection", which it
+// returns, unexported, when a connection broke before anything of the
+// statement was written (and which database/sql passes on as it is from a
+// new connection's handshake).
+func badConnNoWrite(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if e.Error() == "bad connection" {
+			return true
+		}
+	}
+	return false
 }
 
 // ClassifyWrite is Classify for an error of a write whose effect may

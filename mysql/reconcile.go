@@ -282,6 +282,13 @@ FROM payments WHERE status = 'requires_review'`
 	}
 	b.NeedsReview = review.N
 	b.OldestReview = time.Duration(review.Oldest.Int64) * time.Microsecond
+	const rrq = `SELECT COUNT(*) AS n, TIMESTAMPDIFF(MICROSECOND, MIN(review_since), NOW(6)) AS oldest
+FROM refunds WHERE status = 'requires_review'`
+	if err := s.db.GetContext(ctx, &review, rrq); err != nil {
+		return b, fmt.Errorf("refunds in review: %w", Classify(err))
+	}
+	b.RefundsNeedReview = review.N
+	b.OldestRefundReview = time.Duration(review.Oldest.Int64) * time.Microsecond
 	return b, nil
 }
 

@@ -197,7 +197,12 @@ func (s *Service) run(ctx context.Context, ref idemkeys.Ref, fp, raw [32]byte, c
 			return out, err
 		}
 	}
-	return Outcome{}, errs.Internal(fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims))
+	// Each claim found the key taken and the holder's row gone (claims
+	// rolled back, or conflicts on a cluster): nothing of this request is
+	// stored, and a retry later claims afresh.
+	return Outcome{}, &errs.Error{Code: errs.CodeUnavailable, RetryAfter: time.Second,
+		Message: "the request could not be claimed right now; retry with the same Idempotency-Key",
+		Err:     fmt.Errorf("key %s vanished %d times in a row", s.hash.Key(a.ref), maxClaims)}
 }
 
 // claim claims a's key with claim and goes on from the store's answer.

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -121,5 +122,39 @@ func TestLoserOfATakeoverStaysSubscribed(t *testing.T) {
 	a := <-got
 	if a.err != nil || !a.out.Replayed || a.out.Response.Status != 201 {
 		t.Fatalf("loser: %+v %v", a.out, a.err)
+	}
+}
+
+// vanishing is a FlowStore whose key is always claimed by somebody whose
+// record is gone when read (claims that roll back, conflicts on a cluster).
+type vanishing struct {
+	FlowStore
+	claims atomic.Int32
+}
+
+func (s *vanishing) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+
+func (s *vanishing) Claim(context.Context, Claim) error {
+	s.claims.Add(1)
+	return idemkeys.ErrExists
+}
+
+func (s *vanishing) Record(context.Context, idemkeys.Ref) (idemkeys.Record, error) {
+	return idemkeys.Record{}, idemkeys.ErrNotFound
+}
+
+// A key that vanishes under every claim is a 503 to retry with the same
+// key, after a bounded number of claims: nothing of the request is stored.
+func TestAKeyThatKeepsVanishingIsUnavailable(t *testing.T) {
+	st := &vanishing{}
+	svc := NewService(st, OnePSP(fake.New()), Config{})
+	_, err := svc.Create(context.Background(), CreateRequest{MerchantID: "m", IdempotencyKey: "k",
+		Amount: Money{Minor: 1000, Currency: "KRW"}, PaymentMethod: "pm_card_ok"})
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.CodeUnavailable || e.RetryAfter <= 0 {
+		t.Fatalf("err %v, want 503 unavailable with Retry-After", err)
+	}
+	if n := st.claims.Load(); n != maxClaims {
+		t.Fatalf("%d claims, want %d", n, maxClaims)
 	}
 }

@@ -231,6 +231,9 @@ type Backlog struct {
 	// long the oldest has waited.
 	NeedsReview  int
 	OldestReview time.Duration
+	// RefundsNeedReview and OldestRefundReview are the same of refunds.
+	RefundsNeedReview  int
+	OldestRefundReview time.Duration
 }
 
 // PurgeCursor is where a purge of expired keys stands: the last key it

@@ -330,8 +330,10 @@ type Summary struct {
 	Results []Result        `json:"results"`
 	Counts  map[Outcome]int `json:"counts"`
 	Purged  int64           `json:"purged_keys"`
-	// NeedsReview counts every payment in requires_review after the pass, not only new ones.
-	NeedsReview int `json:"needs_review"`
+	// NeedsReview counts every payment in requires_review after the pass,
+	// not only new ones; RefundsNeedReview every refund.
+	NeedsReview       int `json:"needs_review"`
+	RefundsNeedReview int `json:"refunds_need_review"`
 	// Backlog is what the pass left unfinished and in review.
 	Backlog payments.Backlog `json:"-"`
 	Elapsed time.Duration    `json:"elapsed_ns"`
@@ -522,7 +524,7 @@ func (r *Reconciler) finish(ctx context.Context, sum Summary, start time.Time) S
 	} else {
 		r.cfg.Observer.PassDone(b)
 	}
-	sum.Backlog, sum.NeedsReview = b, b.NeedsReview
+	sum.Backlog, sum.NeedsReview, sum.RefundsNeedReview = b, b.NeedsReview, b.RefundsNeedReview
 	sum.Elapsed = time.Since(start)
 	return sum
 }

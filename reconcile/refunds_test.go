@@ -270,6 +270,11 @@ func TestStaleRefundsAreReconciled(t *testing.T) {
 	if got.AmountReserved != 300 || got.AmountRefunded != 100 {
 		t.Fatalf("reserved %d refunded %d", got.AmountReserved, got.AmountRefunded)
 	}
+	// The refund in review is counted where ops look: the backlog (its
+	// gauges and alert), the pass's summary.
+	if sum.RefundsNeedReview != 1 || sum.Backlog.RefundsNeedReview != 1 || sum.Backlog.OldestRefundReview < 0 {
+		t.Fatalf("the pass counts %d refund(s) in review (backlog %+v), want 1", sum.RefundsNeedReview, sum.Backlog)
+	}
 	// Ops look at the PSP (which has none) and fail it; the reservation returns.
 	adm := payments.NewAdmin(e.store, payments.AdminConfig{PSPs: payments.OnePSP(e.psp)})
 	if _, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: reviewID, To: payments.RefundSucceeded, Reason: "x", Actor: "ops"}); errs.CodeOf(err) != errs.CodeConflict {

@@ -94,8 +94,14 @@ func reconcileOnce(ctx context.Context, r *reconcile.Reconciler, asJSON bool, st
 	if err != nil {
 		return fmt.Errorf("reconcile pass stopped: %w", err)
 	}
-	if sum.NeedsReview > 0 {
+	switch {
+	case sum.NeedsReview > 0 && sum.RefundsNeedReview > 0:
+		return exitStatus{code: exitNeedsReview, msg: fmt.Sprintf("%d payment(s) and %d refund(s) need review: gateway payments list --status requires_review, gateway refunds list --status requires_review",
+			sum.NeedsReview, sum.RefundsNeedReview)}
+	case sum.NeedsReview > 0:
 		return exitStatus{code: exitNeedsReview, msg: fmt.Sprintf("%d payment(s) need review: gateway payments list --status requires_review", sum.NeedsReview)}
+	case sum.RefundsNeedReview > 0:
+		return exitStatus{code: exitNeedsReview, msg: fmt.Sprintf("%d refund(s) need review: gateway refunds list --status requires_review", sum.RefundsNeedReview)}
 	}
 	return nil
 }
@@ -107,6 +113,7 @@ type passJSON struct {
 	Counts         map[string]int `json:"counts"`
 	PurgedKeys     int64          `json:"purged_keys"`
 	NeedsReview    int            `json:"needs_review"`
+	RefundsReview  int            `json:"refunds_need_review"`
 	ElapsedSeconds float64        `json:"elapsed_seconds"`
 	Backlog        backlogJSON    `json:"backlog"`
 	Results        []resultJSON   `json:"results"`
@@ -118,6 +125,8 @@ type backlogJSON struct {
 	Quarantined             int     `json:"quarantined"`
 	NeedsReview             int     `json:"needs_review"`
 	OldestReviewSeconds     float64 `json:"oldest_review_seconds"`
+	RefundsNeedReview       int     `json:"refunds_need_review"`
+	OldestRefundReviewSecs  float64 `json:"oldest_refund_review_seconds"`
 }
 
 type resultJSON struct {
@@ -133,9 +142,10 @@ type resultJSON struct {
 
 func summaryJSON(sum reconcile.Summary) passJSON {
 	out := passJSON{Examined: len(sum.Results), Counts: map[string]int{}, PurgedKeys: sum.Purged,
-		NeedsReview: sum.NeedsReview, ElapsedSeconds: sum.Elapsed.Seconds(), Results: []resultJSON{},
+		NeedsReview: sum.NeedsReview, RefundsReview: sum.RefundsNeedReview, ElapsedSeconds: sum.Elapsed.Seconds(), Results: []resultJSON{},
 		Backlog: backlogJSON{OldestUnfinishedSeconds: sum.Backlog.OldestUnfinished.Seconds(), Quarantined: sum.Backlog.Quarantined,
-			NeedsReview: sum.Backlog.NeedsReview, OldestReviewSeconds: sum.Backlog.OldestReview.Seconds()}}
+			NeedsReview: sum.Backlog.NeedsReview, OldestReviewSeconds: sum.Backlog.OldestReview.Seconds(),
+			RefundsNeedReview: sum.Backlog.RefundsNeedReview, OldestRefundReviewSecs: sum.Backlog.OldestRefundReview.Seconds()}}
 	for _, o := range reconcile.Outcomes {
 		out.Counts[string(o)] = sum.Counts[o]
 	}
@@ -162,7 +172,7 @@ func printSummary(w io.Writer, sum reconcile.Summary) {
 		}
 		_ = tw.Flush()
 	}
-	fmt.Fprintf(w, "\nPayments needing review: %d\n", sum.NeedsReview)
+	fmt.Fprintf(w, "\nPayments needing review: %d\nRefunds needing review: %d\n", sum.NeedsReview, sum.RefundsNeedReview)
 }
 
 // passProgress shows a pass as it goes: one status line of counts, and a

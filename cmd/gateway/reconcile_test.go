@@ -115,8 +115,8 @@ func TestReconcileOnceReport(t *testing.T) {
 	}
 	var doc map[string]any
 	decodeOne(t, out.String(), &doc)
-	wantKeys(t, "reconcile --once --json", doc, "examined", "counts", "purged_keys", "needs_review", "elapsed_seconds", "backlog", "results")
-	wantKeys(t, "backlog", doc["backlog"], "oldest_unfinished_seconds", "quarantined", "needs_review", "oldest_review_seconds")
+	wantKeys(t, "reconcile --once --json", doc, "examined", "counts", "purged_keys", "needs_review", "refunds_need_review", "elapsed_seconds", "backlog", "results")
+	wantKeys(t, "backlog", doc["backlog"], "oldest_unfinished_seconds", "quarantined", "needs_review", "oldest_review_seconds", "refunds_need_review", "oldest_refund_review_seconds")
 	var outcomes []string
 	for _, o := range reconcile.Outcomes {
 		outcomes = append(outcomes, string(o))

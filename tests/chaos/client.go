@@ -302,6 +302,11 @@ func (w *workload) send(ctx context.Context, r *rand.Rand, rec *keyRecord, crash
 			rec.add(func(k *keyRecord) { k.Abandoned = len(k.Answers) == 0 })
 			return
 		}
+		if err == nil && internalError(a) {
+			// Retried like any 5xx, but a fault of the network or the
+			// database is a 502/503 with Retry-After, never a 500.
+			rec.add(func(k *keyRecord) { k.Unexpected = append(k.Unexpected, a) })
+		}
 		if err == nil && final(a.Status) {
 			rec.add(func(k *keyRecord) { k.Answers = append(k.Answers, a) })
 			return
@@ -485,6 +490,12 @@ func retryable(a answer) bool {
 		return a.Type == "request-in-flight"
 	}
 	return false
+}
+
+// internalError: an answer no fault outside the gateway explains (500): the
+// client retries it, and the run counts it as a violation.
+func internalError(a answer) bool {
+	return a.Status == http.StatusInternalServerError || a.Type == "internal"
 }
 
 // provesClaim: an answer only a request that found its key claimed gets.

@@ -263,6 +263,9 @@ func (rl *refundLoad) send(ctx context.Context, r *rand.Rand, rec *refundRecord,
 			rec.add(func(k *refundRecord) { k.Abandoned = len(k.Answers) == 0 && len(k.Refused) == 0 })
 			return
 		}
+		if err == nil && internalError(a) {
+			rec.add(func(k *refundRecord) { k.Unexpected = append(k.Unexpected, a) }) // and retried, as any 5xx
+		}
 		switch {
 		case err == nil && final(a.Status):
 			rec.add(func(k *refundRecord) { k.Answers = append(k.Answers, a) })
