@@ -3,8 +3,10 @@ package api_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,6 +164,56 @@ func TestStripeNotificationDeclinesRequiresAction(t *testing.T) {
 	}
 }
 
+// Stripe's two-step flow after a failed 3-D Secure check: the
+// PaymentIntent is back in requires_payment_method, payable still by the
+// browser holding its client secret. The gateway records the decline only
+// after canceling it at Stripe, so the browser's second try with another
+// card fails. A PSP that charges it anyway and says so contradicts the
+// gateway's final answer: the payment goes to requires_review with an
+// event and the PSP's evidence in its audit row, the key replays that, and
+// the review queue settles it from the PSP's word, the key following.
+func TestStripeNotificationContradictingADeclineIsReviewed(t *testing.T) {
+	e := newStripeEnv(t, nil)
+	v := e.createLater("k", usdLater)
+	wantStatus(t, e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`), http.StatusAccepted)
+	pi := e.stripe.PaymentIntent(v.MerchantOrderID)
+	e.stripe.Authenticate(v.MerchantOrderID, false)
+	wantReceived(t, e.event("payment_intent.payment_failed", pi))
+	wantStatus(t, e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`), http.StatusPaymentRequired)
+	if e.stripe.PayAgain(v.MerchantOrderID) {
+		t.Fatal("the browser could pay the PaymentIntent the gateway answered declined")
+	}
+
+	e.stripe.Contradict(v.MerchantOrderID)
+	wantReceived(t, e.event("payment_intent.succeeded", pi))
+	now := decodeView(t, e.get("/payments/"+v.ID).body)
+	if now.Status != payments.RequiresReview {
+		t.Fatalf("after the PSP contradicted the decline: %s, want requires_review", now.Status)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'psp notification'
+AND from_status = 'declined' AND to_status = 'requires_review' AND psp_reference = ? AND reason LIKE '%succeeded%'`, v.ID, pi); n != 1 {
+		t.Fatalf("%d audit rows with the PSP's evidence", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE object_id = ? AND type = 'payment.requires_review'`, v.ID); n != 1 {
+		t.Fatalf("%d payment.requires_review events", n)
+	}
+	replay := e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`)
+	if replay.status != http.StatusAccepted || decodeView(t, replay.body).Status != payments.RequiresReview {
+		t.Fatalf("the confirm's key replays %d %s, want the payment in review", replay.status, replay.body)
+	}
+	wantReceived(t, e.event("payment_intent.succeeded", pi)) // again: nothing more
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND to_status = 'requires_review'`, v.ID); n != 1 {
+		t.Fatalf("a repeated notification wrote %d review decisions", n)
+	}
+
+	e.advance(payments.ReviewFirstLook + time.Second)
+	e.pass(e.reconciler(e.adapter))
+	settled := e.confirm(v.ID, "c", `{"payment_method": "pm_card_authenticationRequired"}`)
+	if settled.status != http.StatusCreated || decodeView(t, settled.body).Status != payments.Succeeded {
+		t.Fatalf("after the review queue's look: %d %s, want 201 succeeded", settled.status, settled.body)
+	}
+}
+
 // A notification that does not verify changes nothing and is refused; one
 // for an order the gateway does not know is acknowledged and changes nothing.
 func TestStripeNotificationRefusedOrUnknown(t *testing.T) {
@@ -314,5 +366,110 @@ func TestTossNotificationSettlesDeposit(t *testing.T) {
 	wantProblem(t, e.notify("/psp/toss/webhook", nil, []byte(`{"eventType":"PAYMENT_STATUS_CHANGED","data":{}}`)), http.StatusBadRequest, "notice-rejected")
 	if n := fake.Charges(v.MerchantOrderID); n != 1 {
 		t.Fatalf("%d confirms at Toss", n)
+	}
+}
+
+// stubReader is a PSP's notification reader that says what the test sets.
+type stubReader struct {
+	mu     sync.Mutex
+	notice psp.Notice
+}
+
+func (s *stubReader) ReadNotice(context.Context, http.Header, []byte) (psp.Notice, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.notice, nil
+}
+
+func (s *stubReader) say(n psp.Notice) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.notice = n
+}
+
+// contradictions counts what payments.Notices reports.
+type contradictions struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *contradictions) Contradicted(kind payments.Kind, review bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[fmt.Sprint(kind, review)]++
+}
+
+func (c *contradictions) count(kind payments.Kind, review bool) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[fmt.Sprint(kind, review)]
+}
+
+// A refund the gateway settled failed (proven never sent) that its PSP
+// then reports succeeded goes to requires_review, its amount reserved on
+// the payment again, with the PSP's evidence; when the payment's other
+// refunds hold what it would need, nothing changes and the contradiction
+// is counted for a person.
+func TestNotificationContradictingAFailedRefundIsReviewed(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		othersTake bool // another refund takes the whole remainder first
+	}{{"reviewed", false}, {"the payment cannot hold it", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			reader := &stubReader{}
+			seen := &contradictions{n: map[string]int{}}
+			var e *env
+			e = newEnv(t, func(s *envSetup) {
+				s.notices = func(st *mysql.Store) api.NoticeReceiver {
+					src := payments.NoticeSource{PSP: payments.PSPName(fake.New().Capabilities()), Reader: reader}
+					return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": src}, payments.NoticeConfig{Observer: seen})
+				}
+			})
+			pay := decodeView(t, e.post("p", okBody).body) // 1000 KRW
+			path := "/payments/" + pay.ID + "/refunds"
+			refund := func(key, body string) response {
+				t.Helper()
+				res, err := e.do(t.Context(), http.MethodPost, path, e.apiKey, map[string]string{"Idempotency-Key": key}, body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res
+			}
+			e.psp.FailNextRefunds(fake.FaultNotProcessed, 1)
+			wantProblem(t, refund("r1", `{"amount": 300}`), http.StatusServiceUnavailable, "psp-unavailable")
+			e.advance(31 * time.Second)
+			e.pass(e.reconciler(nil))
+			var r1 struct{ ID, Status, RefundOrderID string }
+			if err := e.db.QueryRow(`SELECT id, status, refund_order_id FROM refunds WHERE idem_key = 'r1'`).Scan(&r1.ID, &r1.Status, &r1.RefundOrderID); err != nil || r1.Status != "failed" {
+				t.Fatalf("the refund never sent: %+v %v, want failed", r1, err)
+			}
+			if tc.othersTake {
+				wantStatus(t, refund("r2", `{}`), http.StatusCreated)
+			}
+
+			reader.say(psp.Notice{ID: "evt_1", Type: "refund.succeeded", Refunds: []psp.Refund{{RefundOrderID: r1.RefundOrderID,
+				Reference: "fake_re_99", Status: psp.RefundSucceeded, Amount: 300, Currency: "KRW"}}})
+			wantReceived(t, e.notify("/psp/toss/webhook", nil, []byte(`{}`)))
+			var status string
+			var reserved int64
+			if err := e.db.QueryRow(`SELECT r.status, p.amount_reserved FROM refunds r JOIN payments p ON p.id = r.payment_id WHERE r.id = ?`, r1.ID).Scan(&status, &reserved); err != nil {
+				t.Fatal(err)
+			}
+			audit := e.count(`SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ? AND to_status = 'requires_review' AND psp_reference = 'fake_re_99'`, r1.ID)
+			events := e.count(`SELECT COUNT(*) FROM events WHERE object_id = ? AND type = 'refund.requires_review'`, r1.ID)
+			if tc.othersTake {
+				if status != "failed" || reserved != 1000 || audit != 0 || events != 0 || seen.count(payments.KindRefund, false) != 1 {
+					t.Fatalf("refund %s, reserved %d, %d audit rows, %d events, counted %v; want it left failed and counted", status, reserved, audit, events, seen.n)
+				}
+				return
+			}
+			if status != "requires_review" || reserved != 300 || audit != 1 || events != 1 || seen.count(payments.KindRefund, true) != 1 {
+				t.Fatalf("refund %s, reserved %d, %d audit rows, %d events, counted %v; want requires_review holding 300", status, reserved, audit, events, seen.n)
+			}
+			wantReceived(t, e.notify("/psp/toss/webhook", nil, []byte(`{}`))) // again: nothing more
+			if n := e.count(`SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ?`, r1.ID); n != 1 {
+				t.Fatalf("%d resolutions after a repeat", n)
+			}
+		})
 	}
 }

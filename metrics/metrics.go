@@ -45,11 +45,13 @@ type Metrics struct {
 	clockSkew          prometheus.Gauge
 	payments           *prometheus.CounterVec
 	refunds            *prometheus.CounterVec
+	contradictions     *prometheus.CounterVec
 }
 
 var (
-	_ payments.Observer  = (*Metrics)(nil)
-	_ reconcile.Observer = (*Metrics)(nil)
+	_ payments.Observer       = (*Metrics)(nil)
+	_ payments.NoticeObserver = (*Metrics)(nil)
+	_ reconcile.Observer      = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them with reg.
@@ -95,6 +97,9 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Payments the request flow recorded final or in review, by status and decline code (none, a shared code, or other).",
 			"status", "decline_code"),
 		refunds: f.counterVec("gateway_refunds_total", "Refunds the request flow recorded final or in review, by status.", "status"),
+		contradictions: f.counterVec("gateway_psp_contradictions_total",
+			"PSP reports (notifications) that contradict a settled payment or refund, by object and what was done: review (sent to requires_review) or none (no money moves back).",
+			"object", "action"),
 	}
 	m.preinit()
 	return m
@@ -128,6 +133,11 @@ func declineLabel(code string) string {
 func (m *Metrics) preinit() {
 	for _, o := range payments.KeyOutcomes {
 		m.keyOutcomes.WithLabelValues(string(o))
+	}
+	for _, k := range []payments.Kind{payments.KindPayment, payments.KindRefund} {
+		for _, action := range []string{"review", "none"} {
+			m.contradictions.WithLabelValues(string(k), action)
+		}
 	}
 	for _, o := range reconcile.Outcomes {
 		m.settlements.WithLabelValues(string(o))
@@ -223,6 +233,15 @@ func (m *Metrics) PassDone(b payments.Backlog) {
 	m.oldestRefundReview.Set(b.OldestRefundReview.Seconds())
 	m.passes.Inc()
 	m.lastPass.SetToCurrentTime()
+}
+
+// Contradicted implements payments.NoticeObserver.
+func (m *Metrics) Contradicted(kind payments.Kind, review bool) {
+	action := "none"
+	if review {
+		action = "review"
+	}
+	m.contradictions.WithLabelValues(string(kind), action).Inc()
 }
 
 // ClockSkew records this replica's clock minus the database's.

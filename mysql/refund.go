@@ -144,12 +144,17 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 
 // movePayment adds refunded and reserved to a payment's amounts, as a
 // refund's change decided; the payment's row is locked by the caller's tx.
+// payments.ErrExceedsPayment when the payment cannot hold the reservation.
 func movePayment(ctx context.Context, tx *sqlx.Tx, merchantID, paymentID string, refunded, reserved int64) error {
 	if refunded == 0 && reserved == 0 {
 		return nil
 	}
-	return exactlyOne(tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved + ?
-WHERE merchant_id = ? AND id = ?`, refunded, reserved, merchantID, paymentID))
+	err := exactlyOne(tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved + ?
+WHERE merchant_id = ? AND id = ? AND amount_reserved + ? <= amount`, refunded, reserved, merchantID, paymentID, reserved))
+	if errors.Is(err, errFenced) {
+		return payments.ErrExceedsPayment
+	}
+	return err
 }
 
 // Refund implements payments.FlowStore.

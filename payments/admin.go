@@ -353,6 +353,9 @@ func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, 
 	if errors.Is(err, errs.ErrNotFound) {
 		return Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
 	}
+	if errors.Is(err, ErrExceedsPayment) {
+		return Refund{}, errs.Errorf(errs.CodeConflict, "refund %s cannot be %s: its payment's other refunds reserve what it would need again; resolve those first", r.RefundID, r.To)
+	}
 	var e *errs.Error
 	if errors.As(err, &e) {
 		return Refund{}, e

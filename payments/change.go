@@ -1,6 +1,7 @@
 package payments
 
 import (
+	"errors"
 	"time"
 
 	"gateway/idemkeys"
@@ -62,6 +63,10 @@ func ChangePayment(decide func(Payment) (Payment, error)) func(before Payment, n
 		return paymentChange(before, after), nil
 	}
 }
+
+// ErrExceedsPayment: a refund's change would reserve more of its payment
+// than the payment's amount (other refunds hold the rest); nothing changed.
+var ErrExceedsPayment = errors.New("the refund's payment cannot hold it: other refunds reserve the rest")
 
 // RefundChange is a refund's move to a new state, with what it does to its
 // payment's amounts.

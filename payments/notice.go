@@ -25,6 +25,17 @@ import (
 // notification for an order the gateway does not know, or for a payment
 // another PSP holds, is acknowledged and logged, and changes nothing.
 // Receiving one twice, or out of order, changes nothing more.
+//
+// A PSP that reports money moved for a payment or refund the gateway holds
+// as final without it (a charge succeeded for a payment recorded declined,
+// failed or canceled; a refund succeeded that is recorded failed), or holds
+// something else under its order id, contradicts the gateway's answer: the
+// subject goes to requires_review with the PSP's evidence in its audit row,
+// an event and a count (Observer.Contradicted), and the review queue or a
+// person settles it from there; its key's answer follows. A report that
+// money did not move for a subject recorded as having moved it (a failure
+// notice after a success, as an earlier attempt's may arrive late) moves no
+// money back and changes nothing; it is logged and counted.
 
 // NoticeStore is what settling from a PSP's notification reads and writes.
 type NoticeStore interface {
@@ -66,7 +77,21 @@ type NoticeConfig struct {
 	Logger *slog.Logger
 	// Hasher names keys and merchants in logs.
 	Hasher *idemkeys.Hasher
+	// Observer counts the contradictions; nil counts nothing.
+	Observer NoticeObserver
 }
+
+// NoticeObserver is told when a PSP contradicts the gateway's record.
+type NoticeObserver interface {
+	// Contradicted counts a PSP's report that contradicts a settled subject
+	// of the kind; review says it was sent to requires_review (false: the
+	// report changed nothing, as when it says money did not move).
+	Contradicted(kind Kind, review bool)
+}
+
+type noNoticeObserver struct{}
+
+func (noNoticeObserver) Contradicted(Kind, bool) {}
 
 // Notices settles payments and refunds from their PSPs' notifications.
 type Notices struct {
@@ -88,6 +113,9 @@ func NewNotices(store NoticeStore, sources map[string]NoticeSource, cfg NoticeCo
 	}
 	if cfg.Hasher == nil {
 		cfg.Hasher = idemkeys.NewHasher(nil)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noNoticeObserver{}
 	}
 	return &Notices{store: store, sources: sources, cfg: cfg, log: cfg.Logger, hash: cfg.Hasher}
 }
@@ -190,10 +218,46 @@ func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Noti
 	switch {
 	case errors.Is(err, ErrChargePending), err == nil && settled.Status == p.Status:
 		n.log.InfoContext(ctx, "PSP notification: the payment is settled already", attrs...)
-	default:
-		// A settled payment the PSP now contradicts: a person must look.
-		n.log.ErrorContext(ctx, "PSP notification contradicts a settled payment", attrs...)
+		return nil
+	case err == nil && (settled.Status == Succeeded || settled.Status == RequiresReview):
+		// The PSP holds a charge the gateway answered did not happen (or
+		// another charge under its order id): the answer is in doubt.
+		return n.contradicted(ctx, notice, p, c, settled, attrs)
 	}
+	// The PSP says money did not move for a payment that took it: no
+	// money moves back for a late or confused report.
+	n.cfg.Observer.Contradicted(KindPayment, false)
+	n.log.ErrorContext(ctx, "PSP notification contradicts a settled payment; nothing changed", attrs...)
+	return nil
+}
+
+// contradicted sends a settled payment the PSP's report contradicts to
+// requires_review, with the PSP's evidence, unless it moved meanwhile.
+func (n *Notices) contradicted(ctx context.Context, notice psp.Notice, p Payment, c psp.Charge, settled Payment, attrs []any) error {
+	why := fmt.Sprintf("the PSP reports charge %s %s (%d %s) for a payment recorded %s (notification %s %s)",
+		c.Reference, c.Status, c.Amount, c.Currency, p.Status, notice.Type, notice.ID)
+	if settled.Status == RequiresReview {
+		why += ": " + settled.ReviewReason
+	}
+	_, err := n.store.Resolve(ctx, p.ID, ChangePayment(func(now Payment) (Payment, error) {
+		if now.Status != p.Status {
+			return now, idemkeys.ErrFenced
+		}
+		now.Status, now.ReviewReason = RequiresReview, truncateReason(why)
+		if now.PSPReference == "" {
+			now.PSPReference = c.Reference
+		}
+		return now, nil
+	}), Resolution{PaymentID: p.ID, To: RequiresReview, PSPReference: c.Reference, Reason: truncateReason(why), Actor: noticeActor})
+	switch {
+	case errors.Is(err, idemkeys.ErrFenced):
+		n.log.InfoContext(ctx, "PSP notification: the payment was settled meanwhile", attrs...)
+		return nil
+	case err != nil:
+		return err
+	}
+	n.cfg.Observer.Contradicted(KindPayment, true)
+	n.log.ErrorContext(ctx, "PSP notification contradicts a settled payment: sent to requires_review", append(attrs, "reason", why)...)
 	return nil
 }
 
@@ -268,9 +332,17 @@ func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Not
 		return n.store.HastenRefundCheck(ctx, r)
 	case r.Status != RefundPending:
 		settled, err := ApplyRefund(r, x)
-		if err != nil || settled.Status != r.Status {
-			n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund", attrs...)
+		switch {
+		case err != nil, settled.Status == r.Status, settled.Status == RefundPending:
+			return nil
+		case r.Status == RefundFailed && (settled.Status == RefundSucceeded || settled.Status == RefundRequiresReview),
+			settled.Status == RefundRequiresReview:
+			// Money went back that the gateway answered did not (or the PSP
+			// holds another refund under its order id).
+			return n.refundContradicted(ctx, notice, r, x, settled, attrs)
 		}
+		n.cfg.Observer.Contradicted(KindRefund, false)
+		n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund; nothing changed", attrs...)
 		return nil
 	}
 	// Pending at the PSP, its key completed: the refund queue's settle.
@@ -296,6 +368,43 @@ func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Not
 		return err
 	}
 	n.log.InfoContext(ctx, "refund settled by its PSP's notification", append(attrs, "to", string(settled.Status))...)
+	return nil
+}
+
+// refundContradicted sends a settled refund the PSP's report contradicts to
+// requires_review (its amount reserved on its payment again), with the
+// PSP's evidence, unless it moved meanwhile. When its payment can no longer
+// hold the reservation (other refunds took it since), nothing changes: the
+// contradiction is logged and counted for a person.
+func (n *Notices) refundContradicted(ctx context.Context, notice psp.Notice, r Refund, x psp.Refund, settled Refund, attrs []any) error {
+	why := fmt.Sprintf("the PSP reports refund %s %s (%d %s) for a refund recorded %s (notification %s %s)",
+		x.Reference, x.Status, x.Amount, x.Currency, r.Status, notice.Type, notice.ID)
+	if settled.Status == RefundRequiresReview {
+		why += ": " + settled.ReviewReason
+	}
+	_, err := n.store.ResolveRefund(ctx, r.ID, ChangeRefund(func(now Refund) (Refund, error) {
+		if now.Status != r.Status {
+			return now, idemkeys.ErrFenced
+		}
+		now.Status, now.ReviewReason = RefundRequiresReview, truncateReason(why)
+		if now.PSPReference == "" {
+			now.PSPReference = x.Reference
+		}
+		return now, nil
+	}), Resolution{PaymentID: r.ID, To: Status(RefundRequiresReview), PSPReference: x.Reference, Reason: truncateReason(why), Actor: noticeActor})
+	switch {
+	case errors.Is(err, idemkeys.ErrFenced):
+		return nil
+	case errors.Is(err, ErrExceedsPayment):
+		n.cfg.Observer.Contradicted(KindRefund, false)
+		n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund, whose payment can no longer hold it: nothing changed, a person must look",
+			append(attrs, "reason", why)...)
+		return nil
+	case err != nil:
+		return err
+	}
+	n.cfg.Observer.Contradicted(KindRefund, true)
+	n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund: sent to requires_review", append(attrs, "reason", why)...)
 	return nil
 }
 

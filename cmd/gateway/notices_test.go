@@ -26,7 +26,7 @@ func TestNoticesFromConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := newNotices(s.Server.PSP, st, s.Server.Flow.PSPTimeout, &s.Server.Log, nil)
+			r, err := newNotices(s.Server.PSP, st, s.Server.Flow.PSPTimeout, &s.Server.Log, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -90,7 +90,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	if cfg.HTTP.Admin.AdminAddr == "" {
 		log.Info("metrics not served: set GATEWAY_ADMIN_ADDR to serve /metrics on an address of their own")
 	}
-	if apiOpts.Notices, err = newNotices(cfg.PSP, st, cfg.Flow.PSPTimeout, &cfg.Log, log); err != nil {
+	if apiOpts.Notices, err = newNotices(cfg.PSP, st, cfg.Flow.PSPTimeout, &cfg.Log, log, m); err != nil {
 		return err
 	}
 	auth := merchants.NewAuth(st, merchants.AuthConfig{CacheTTL: cfg.HTTP.AuthCacheTTL})

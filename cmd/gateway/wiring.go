@@ -178,7 +178,7 @@ func newService(cfg *serverConfig, st *mysql.Store, psps *payments.PSPs, log *sl
 // them: Stripe's when its webhook signing secret is set, Toss's whenever
 // Toss is configured (its notifications are checked by asking Toss). nil
 // when none is.
-func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logConfig, log *slog.Logger) (api.NoticeReceiver, error) {
+func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logConfig, log *slog.Logger, obs payments.NoticeObserver) (api.NoticeReceiver, error) {
 	sources := map[string]payments.NoticeSource{}
 	for _, kind := range []string{"stripe", "toss"} {
 		if (kind == "stripe" && cfg.Checkout.StripeWebhookSecret == "") || (kind == "toss" && cfg.TossSecretKey == "") {
@@ -199,7 +199,7 @@ func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logCo
 	if len(sources) == 0 {
 		return nil, nil
 	}
-	return payments.NewNotices(st, sources, payments.NoticeConfig{PSPTimeout: timeout, Logger: log, Hasher: lc.hasher()}), nil
+	return payments.NewNotices(st, sources, payments.NoticeConfig{PSPTimeout: timeout, Logger: log, Hasher: lc.hasher(), Observer: obs}), nil
 }
 
 // newReconciler builds the reconciler; gate, when set, stops it while this

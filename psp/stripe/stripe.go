@@ -35,7 +35,8 @@
 // or requires_action → Pending; 402 card_error, or a PaymentIntent back in
 // requires_payment_method with a last_payment_error → Declined, Code the
 // decline_code (or the error code when there is none) and DeclineCode the
-// same, or card_declined for generic_decline; canceled → Declined; 400
+// same, or card_declined for generic_decline, once the PaymentIntent is
+// canceled at Stripe (see settled); canceled → Declined; 400
 // idempotency_error → NotProcessed wrapping psp.ErrOrderConflict; other
 // invalid_request_error answers (amount_too_small, a currency Stripe does
 // not take, invalid parameters) → Rejected with Stripe's code; 401 and 403
@@ -255,9 +256,9 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 	params.SetIdempotencyKey("gw-charge-" + req.MerchantOrderID)
 	pi, err := a.sc.V1PaymentIntents.Create(ctx, params)
 	if err != nil {
-		return a.chargeFailure(req, err)
+		return a.chargeFailure(ctx, req, err)
 	}
-	c, err := a.toCharge(op, pi)
+	c, err := a.settled(ctx, op, pi)
 	if err != nil {
 		return psp.Charge{}, err
 	}
@@ -268,8 +269,8 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 }
 
 // chargeFailure classifies a failed create-and-confirm; a card decline is a
-// result.
-func (a *Adapter) chargeFailure(req psp.ChargeRequest, err error) (psp.Charge, error) {
+// result once it is final at Stripe (settled).
+func (a *Adapter) chargeFailure(ctx context.Context, req psp.ChargeRequest, err error) (psp.Charge, error) {
 	const op = "charge"
 	var se *sdk.Error
 	if !errors.As(err, &se) {
@@ -278,11 +279,16 @@ func (a *Adapter) chargeFailure(req psp.ChargeRequest, err error) (psp.Charge, e
 	declined := psp.Charge{MerchantOrderID: req.MerchantOrderID, Status: psp.Declined, Amount: req.Amount, Currency: req.Currency}
 	switch {
 	case se.HTTPStatusCode == http.StatusPaymentRequired && se.Type == sdk.ErrorTypeCard:
+		if pi := se.PaymentIntent; pi != nil && pi.ID != "" {
+			// The declined PaymentIntent exists and could be paid yet.
+			c, err := a.settled(ctx, op, pi)
+			if err != nil {
+				return psp.Charge{}, err
+			}
+			return c, psp.MatchCharge(op, req, c)
+		}
 		declined.DeclineCode = declineCode(string(se.DeclineCode), string(se.Code))
 		declined.Code = rawCode(string(se.DeclineCode), string(se.Code))
-		if se.PaymentIntent != nil {
-			declined.Reference = se.PaymentIntent.ID
-		}
 		return declined, nil
 	case se.HTTPStatusCode == http.StatusBadRequest && se.Type == sdk.ErrorTypeInvalidRequest &&
 		se.Code == sdk.ErrorCodeResourceMissing && se.Param == "payment_method":
@@ -370,6 +376,43 @@ func rawCode(decline, code string) string {
 	return "card_declined"
 }
 
+// settled reads pi as a charge, making a decline final first. A
+// PaymentIntent back in requires_payment_method after a failed attempt
+// (a card declined, 3-D Secure failed) can still be paid: the browser that
+// holds its client secret may confirm it again with another card. So it is
+// canceled at Stripe before its decline is reported, and a later payment of
+// it becomes impossible. One that moved on meanwhile (the customer paid, or
+// is paying) is read again as it now stands; one that cannot be canceled
+// is no answer (Unknown), since it could still be paid.
+func (a *Adapter) settled(ctx context.Context, op string, pi *sdk.PaymentIntent) (psp.Charge, error) {
+	if pi.Status != sdk.PaymentIntentStatusRequiresPaymentMethod || pi.LastPaymentError == nil {
+		return a.toCharge(op, pi)
+	}
+	params := &sdk.PaymentIntentCancelParams{CancellationReason: sdk.String(string(sdk.PaymentIntentCancellationReasonAbandoned))}
+	params.SetIdempotencyKey("gw-cancel-" + pi.ID)
+	canceled, err := a.sc.V1PaymentIntents.Cancel(ctx, pi.ID, params)
+	var se *sdk.Error
+	switch {
+	case err == nil:
+		if canceled.LastPaymentError == nil {
+			canceled.LastPaymentError = pi.LastPaymentError
+		}
+		return a.toCharge(op, canceled)
+	case errors.As(err, &se) && se.Code == sdk.ErrorCodePaymentIntentUnexpectedState:
+		now, rerr := a.sc.V1PaymentIntents.Retrieve(ctx, pi.ID, nil)
+		if rerr != nil {
+			return psp.Charge{}, lookupFailure(op, rerr)
+		}
+		if now.Status == sdk.PaymentIntentStatusRequiresPaymentMethod {
+			return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+				Err: fmt.Errorf("payment intent %s was declined and could not be canceled: %w", pi.ID, err)}
+		}
+		return a.toCharge(op, now)
+	}
+	return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+		Err: fmt.Errorf("payment intent %s was declined and could not be canceled, so it could still be paid: %w", pi.ID, err)}
+}
+
 // toCharge reads a PaymentIntent as a charge.
 func (a *Adapter) toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error) {
 	amount, currency, err := a.fromStripe(op, pi.Amount, pi.Currency)
@@ -381,17 +424,20 @@ func (a *Adapter) toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error)
 	case sdk.PaymentIntentStatusSucceeded:
 		c.Status = psp.Succeeded
 	case sdk.PaymentIntentStatusRequiresPaymentMethod:
+		// Declined, but payable still: only settled's cancel makes it an answer.
 		if pi.LastPaymentError == nil {
 			return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("payment intent %s was never confirmed", pi.ID)}
 		}
-		e := pi.LastPaymentError
-		c.Status = psp.Declined
-		c.DeclineCode = declineCode(string(e.DeclineCode), string(e.Code))
-		c.Code = rawCode(string(e.DeclineCode), string(e.Code))
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("payment intent %s was declined but can still be paid", pi.ID)}
 	case sdk.PaymentIntentStatusCanceled:
 		c.Status, c.DeclineCode, c.Code = psp.Declined, "canceled", "canceled"
 		if pi.CancellationReason != "" {
 			c.Code = string(pi.CancellationReason)
+		}
+		if e := pi.LastPaymentError; e != nil && pi.CancellationReason == sdk.PaymentIntentCancellationReasonAbandoned {
+			// Canceled by settled after its decline: the decline is the answer.
+			c.DeclineCode = declineCode(string(e.DeclineCode), string(e.Code))
+			c.Code = rawCode(string(e.DeclineCode), string(e.Code))
 		}
 	case sdk.PaymentIntentStatusRequiresAction:
 		c.Status, c.NextAction = psp.Pending, nextAction(pi)
@@ -455,7 +501,7 @@ func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charg
 		}
 		return found[i].Created > found[j].Created
 	})
-	return a.toCharge(op, found[0])
+	return a.settled(ctx, op, found[0])
 }
 
 func lookupFailure(op string, err error) error {

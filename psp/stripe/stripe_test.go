@@ -1,6 +1,7 @@
 package stripe_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -144,8 +145,15 @@ func TestChargeRequestShape(t *testing.T) {
 func TestCreateAnswers(t *testing.T) {
 	const order = "ord_000000000000000000000001"
 	pi := `{"id":"pi_1","object":"payment_intent","amount":15000,"currency":"krw","status":"succeeded","metadata":{"merchant_order_id":"` + order + `"}}`
+	// A declined PaymentIntent, in the 402's error and as the cancel that
+	// makes its decline final returns it.
+	declinedPI := func(status, code, decline string) string {
+		return `{"id":"pi_9","object":"payment_intent","amount":15000,"currency":"krw","status":"` + status + `","cancellation_reason":"abandoned",` +
+			`"metadata":{"merchant_order_id":"` + order + `"},"last_payment_error":{"type":"card_error","code":"` + code + `","decline_code":"` + decline + `"}}`
+	}
 	card := func(code, decline string) string {
-		return `{"error":{"type":"card_error","code":"` + code + `","decline_code":"` + decline + `","message":"declined","payment_intent":{"id":"pi_9","object":"payment_intent","status":"requires_payment_method"}}}`
+		return `{"error":{"type":"card_error","code":"` + code + `","decline_code":"` + decline + `","message":"declined","payment_intent":` +
+			strings.Replace(declinedPI("requires_payment_method", code, decline), `"cancellation_reason":"abandoned",`, "", 1) + `}}`
 	}
 	tests := []struct {
 		name    string
@@ -185,6 +193,18 @@ func TestCreateAnswers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
+				if r.URL.Path == "/v1/payment_intents/pi_9/cancel" {
+					// The decline made final: the PaymentIntent canceled, its error kept.
+					var e struct {
+						Error struct {
+							Code        string `json:"code"`
+							DeclineCode string `json:"decline_code"`
+						}
+					}
+					_ = json.Unmarshal([]byte(tt.body), &e)
+					_, _ = io.WriteString(w, declinedPI("canceled", e.Error.Code, e.Error.DeclineCode))
+					return
+				}
 				w.WriteHeader(tt.status)
 				_, _ = io.WriteString(w, tt.body)
 			}))
@@ -536,5 +556,87 @@ func TestRefundAfterKeyExpired(t *testing.T) {
 	}
 	if n := fake.RefundCount(req.RefundOrderID); n != 1 {
 		t.Fatalf("%d refunds, want 1", n)
+	}
+}
+
+// A PaymentIntent back in requires_payment_method after a decline can still
+// be paid by a browser that holds its client secret: the decline is
+// reported only once the PaymentIntent is canceled at Stripe, so that the
+// gateway's "declined" can never be contradicted by a later payment.
+func TestADeclineIsFinalAtStripe(t *testing.T) {
+	const order = "ord_000000000000000000000001"
+	t.Run("declined at once", func(t *testing.T) {
+		fake := stripetest.New(key)
+		ts := httptest.NewServer(fake)
+		defer ts.Close()
+		a := mustNew(t, ts.URL)
+		c, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_chargeDeclinedInsufficientFunds"})
+		if err != nil || c.Status != psp.Declined || c.DeclineCode != psp.DeclineInsufficientFunds {
+			t.Fatalf("Charge = %+v, %v", c, err)
+		}
+		if fake.Cancels() != 1 || fake.PayAgain(order) {
+			t.Fatalf("%d cancels; a browser could pay the declined PaymentIntent again", fake.Cancels())
+		}
+		if got, err := a.Lookup(t.Context(), order); err != nil || got.Status != psp.Declined || got.DeclineCode != psp.DeclineInsufficientFunds {
+			t.Fatalf("Lookup = %+v, %v; want the same decline", got, err)
+		}
+	})
+	t.Run("3-D Secure failed, found by a lookup", func(t *testing.T) {
+		fake := stripetest.New(key)
+		ts := httptest.NewServer(fake)
+		defer ts.Close()
+		a := mustNew(t, ts.URL)
+		c, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW",
+			PaymentMethod: "pm_card_authenticationRequired", AllowNextAction: true})
+		if err != nil || c.Status != psp.Pending {
+			t.Fatalf("Charge = %+v, %v", c, err)
+		}
+		fake.Authenticate(order, false)
+		got, err := a.Lookup(t.Context(), order)
+		if err != nil || got.Status != psp.Declined || fake.Cancels() != 1 || fake.PayAgain(order) {
+			t.Fatalf("Lookup = %+v, %v (%d cancels); want declined and canceled", got, err, fake.Cancels())
+		}
+	})
+	declined := `{"id":"pi_1","object":"payment_intent","amount":15000,"currency":"krw","status":"requires_payment_method",` +
+		`"metadata":{"merchant_order_id":"` + order + `"},"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline"}}`
+	for _, tt := range []struct {
+		name          string
+		cancel        func(w http.ResponseWriter)
+		now           string // the PaymentIntent as Stripe has it after the cancel failed
+		want          psp.ChargeStatus
+		wantUnknownOK bool
+	}{
+		{"the customer paid meanwhile", func(w http.ResponseWriter) {
+			w.WriteHeader(400)
+			_, _ = io.WriteString(w, `{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"status of succeeded"}}`)
+		}, strings.Replace(strings.Replace(declined, "requires_payment_method", "succeeded", 1), `,"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline"}`, "", 1), psp.Succeeded, false},
+		{"the cancel failed", func(w http.ResponseWriter) {
+			w.WriteHeader(500)
+			_, _ = io.WriteString(w, `{"error":{"type":"api_error","message":"An unknown error occurred"}}`)
+		}, declined, "", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case strings.HasSuffix(r.URL.Path, "/cancel"):
+					tt.cancel(w)
+				case r.URL.Path == "/v1/payment_intents/pi_1":
+					_, _ = io.WriteString(w, tt.now)
+				default:
+					_, _ = io.WriteString(w, declined)
+				}
+			}))
+			defer ts.Close()
+			c, err := mustNew(t, ts.URL).Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 15000, Currency: "KRW", PaymentMethod: "pm_x"})
+			if tt.wantUnknownOK {
+				if class, _ := psp.ClassOf(err); class != psp.Unknown {
+					t.Fatalf("Charge = %+v, %v; want Unknown: a decline that could still be paid is no answer", c, err)
+				}
+				return
+			}
+			if err != nil || c.Status != tt.want {
+				t.Fatalf("Charge = %+v, %v; want %s", c, err, tt.want)
+			}
+		})
 	}
 }

@@ -36,7 +36,8 @@ import (
 // builds the binary and sets the variable.
 func TestStripeMock(t *testing.T) {
 	base := stripeMock(t)
-	shim := &mockShim{t: t, base: base, currencies: map[string]string{}, refunds: map[string][]map[string]any{}}
+	shim := &mockShim{t: t, base: base, currencies: map[string]string{}, refunds: map[string][]map[string]any{},
+		decline: map[string]bool{"ord_000000000000000000000006": true}, pis: map[string]map[string]any{}}
 	ts := httptest.NewServer(shim)
 	defer ts.Close()
 	a := mustNew(t, ts.URL)
@@ -68,6 +69,12 @@ func TestStripeMock(t *testing.T) {
 		}
 	}
 
+	// A decline is made final by canceling its PaymentIntent.
+	declined := psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000006", Amount: 2500, Currency: "USD", PaymentMethod: "pm_card_visa"}
+	if c, err := a.Charge(ctx, declined); err != nil || c.Status != psp.Declined {
+		t.Fatalf("Charge(declined) = %+v, %v", c, err)
+	}
+
 	shim.mu.Lock()
 	defer shim.mu.Unlock()
 	kinds := map[string]int{}
@@ -77,7 +84,7 @@ func TestStripeMock(t *testing.T) {
 			t.Errorf("stripe-mock refused %s %s: %d %s\nform: %s", x.method, x.path, x.status, x.body, x.form)
 		}
 	}
-	for _, k := range []string{"create payment intent", "search payment intents", "create refund", "list refunds"} {
+	for _, k := range []string{"create payment intent", "search payment intents", "create refund", "list refunds", "cancel payment intent"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s request reached stripe-mock: %v", k, kinds)
 		}
@@ -148,6 +155,8 @@ type mockShim struct {
 	exchanges  []exchange
 	currencies map[string]string           // payment intent id → currency
 	refunds    map[string][]map[string]any // payment intent id → refunds made
+	decline    map[string]bool             // order ids whose create answers a decline
+	pis        map[string]map[string]any   // payment intent id → as answered
 }
 
 func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -180,6 +189,11 @@ func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		x.kind = "create payment intent"
 		if ok {
 			answer = s.createPI(body, form)
+		}
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/") && strings.HasSuffix(r.URL.Path, "/cancel"):
+		x.kind = "cancel payment intent"
+		if ok {
+			answer = s.cancelPI(body, strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"), "/cancel"), form)
 		}
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		x.kind = "search payment intents"
@@ -242,8 +256,35 @@ func (s *mockShim) createPI(body []byte, form url.Values) any {
 	}
 	m["metadata"], m["status"], m["last_payment_error"], m["next_action"] = stripetest.FormMetadata(form), "succeeded", nil, nil
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.decline[form.Get("metadata[merchant_order_id]")] {
+		m["status"] = "requires_payment_method"
+		m["last_payment_error"] = map[string]any{"type": "card_error", "code": "card_declined", "decline_code": "insufficient_funds"}
+	}
 	s.currencies[pi.ID] = form.Get("currency")
-	s.mu.Unlock()
+	s.pis[pi.ID] = m
+	return m
+}
+
+// cancelPI checks stripe-mock's answer to a cancel and gives it the
+// PaymentIntent it canceled, canceled, its last error kept.
+func (s *mockShim) cancelPI(body []byte, id string, form url.Values) any {
+	var pi sdk.PaymentIntent
+	m := s.parse(body, &pi)
+	if m == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was, ok := s.pis[id]
+	if !ok {
+		s.t.Errorf("the adapter canceled payment intent %s, which it never created", id)
+		return nil
+	}
+	for _, k := range []string{"id", "amount", "currency", "metadata", "last_payment_error"} {
+		m[k] = was[k]
+	}
+	m["status"], m["cancellation_reason"] = "canceled", form.Get("cancellation_reason")
 	return m
 }
 

@@ -113,7 +113,7 @@ func (a *Adapter) currentCharge(ctx context.Context, op, pi string) (c psp.Charg
 	if got.Metadata[metaOrderID] == "" {
 		return psp.Charge{}, "payment intent " + pi + " was not made by the gateway", nil
 	}
-	c, err = a.toCharge(op, got)
+	c, err = a.settled(ctx, op, got)
 	if err != nil {
 		return psp.Charge{}, "payment intent " + pi + ": " + err.Error(), nil
 	}

@@ -19,7 +19,7 @@ import (
 
 // Server reproduces the part of Stripe's API the adapter uses, as
 // documented: form-encoded PaymentIntent creation with confirm=true, search
-// by metadata, retrieval by id, refunds and their list, Bearer auth, idempotency keys (a
+// by metadata, retrieval by id, cancellation, refunds and their list, Bearer auth, idempotency keys (a
 // repeat replays the first answer, 5xx included; other parameters are an
 // idempotency_error) and the {"error":{type,code,decline_code,message}} bodies.
 //
@@ -49,6 +49,7 @@ type Server struct {
 	// refundsPending makes new refunds pending until FinishRefund.
 	refundsPending bool
 	events         int
+	cancels        int
 }
 
 type idemRecord struct {
@@ -104,6 +105,8 @@ func (f *Server) route(r *http.Request) (int, []byte, bool) {
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		return f.createPI(r.PostForm)
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/") && strings.HasSuffix(r.URL.Path, "/cancel"):
+		return f.cancel(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"), "/cancel"), r.PostForm.Get("cancellation_reason"))
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		return f.search(r.Form.Get("query"))
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
@@ -206,6 +209,65 @@ func (f *Server) createPI(form url.Values) (int, []byte, bool) {
 	e["payment_intent"] = pi
 	b, _ := json.Marshal(map[string]any{"error": e})
 	return 402, b, true
+}
+
+// cancel cancels a PaymentIntent that has not succeeded, as Stripe does: a
+// succeeded, processing or canceled one answers payment_intent_unexpected_state.
+func (f *Server) cancel(id, reason string) (int, []byte, bool) {
+	pi, ok := f.pis[id]
+	if !ok {
+		s, b := errorBody(404, "invalid_request_error", "resource_missing", "intent", "No such payment_intent: '"+id+"'")
+		return s, b, false
+	}
+	switch pi["status"] {
+	case "requires_payment_method", "requires_confirmation", "requires_action", "requires_capture":
+	default:
+		s, b := errorBody(400, "invalid_request_error", "payment_intent_unexpected_state", "",
+			fmt.Sprintf("You cannot cancel this PaymentIntent because it has a status of %s.", pi["status"]))
+		return s, b, true
+	}
+	f.cancels++
+	pi["status"], pi["cancellation_reason"], pi["canceled_at"] = "canceled", reason, time.Now().Unix()
+	delete(pi, "next_action")
+	b, _ := json.Marshal(pi)
+	return 200, b, true
+}
+
+// PayAgain is a browser that holds a declined PaymentIntent's client secret
+// confirming it with another card, as Stripe.js may: it succeeds unless the
+// PaymentIntent was canceled (false then).
+func (f *Server) PayAgain(orderID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pi := range f.pis {
+		if pi["metadata"].(map[string]any)["merchant_order_id"] == orderID && pi["status"] == "requires_payment_method" {
+			pi["status"], pi["last_payment_error"] = "succeeded", nil
+			return true
+		}
+	}
+	return false
+}
+
+// Contradict makes the order's PaymentIntent succeeded whatever it was,
+// canceled included: a PSP acting after it gave a final answer, as a
+// confused or compromised one might.
+func (f *Server) Contradict(orderID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pi := range f.pis {
+		if pi["metadata"].(map[string]any)["merchant_order_id"] == orderID {
+			pi["status"], pi["last_payment_error"], pi["cancellation_reason"] = "succeeded", nil, nil
+			return
+		}
+	}
+	panic("no payment intent for " + orderID)
+}
+
+// Cancels counts the PaymentIntents canceled.
+func (f *Server) Cancels() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cancels
 }
 
 func (f *Server) retrieve(id string) (int, []byte, bool) {
