@@ -84,22 +84,106 @@ func bumped(res sql.Result, err error) (int64, error) {
 	return res.LastInsertId()
 }
 
+// LogEvents implements payments.ListStore: it gives up to limit of the
+// merchant's committed events their place in its events listing (log_pos),
+// numbered on from the merchant's counter (event_log), in one short
+// transaction. The counter is taken with SKIP LOCKED: while another request
+// holds it, LogEvents does nothing (that one is placing the same events).
+// The events are read with a locking read, which sees every event committed
+// so far and skips those an open transaction still holds: one that commits
+// later is placed later, after every position a consumer may already have
+// paged past. On a Galera cluster two nodes may take the counter at once;
+// certification lets one of them commit, and the other runs again.
+func (s *Store) LogEvents(ctx context.Context, merchantID string, limit int) (n int, err error) {
+	defer errs.Wrap(&err, "Store.LogEvents")
+	for range 2 {
+		var missing bool
+		// READ COMMITTED: the locking read of unplaced events locks the rows
+		// it returns and no gap, so events being inserted are not held up.
+		err = TransactReadCommitted(ctx, s.db, func(tx *sqlx.Tx) error {
+			n, missing = 0, false
+			var next int64
+			err := tx.GetContext(ctx, &next, `SELECT next_pos FROM event_log WHERE merchant_id = ? FOR UPDATE SKIP LOCKED`, merchantID)
+			if errors.Is(err, sql.ErrNoRows) {
+				// Held by another request, or not made yet.
+				var held int
+				if err := tx.GetContext(ctx, &held, `SELECT COUNT(*) FROM event_log WHERE merchant_id = ?`, merchantID); err != nil {
+					return err
+				}
+				missing = held == 0
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			var pending []int64
+			if err := tx.SelectContext(ctx, &pending, `SELECT pos FROM events WHERE merchant_id = ? AND log_pos IS NULL ORDER BY pos LIMIT ? FOR UPDATE SKIP LOCKED`,
+				merchantID, limit); err != nil {
+				return err
+			}
+			if len(pending) == 0 {
+				return nil
+			}
+			var (
+				set  strings.Builder
+				args []any
+				in   = make([]string, len(pending))
+			)
+			set.WriteString("CASE pos")
+			for i, pos := range pending {
+				set.WriteString(" WHEN ? THEN ?")
+				args = append(args, pos, next+int64(i))
+				in[i] = "?"
+			}
+			set.WriteString(" END")
+			args = append(args, merchantID)
+			for _, pos := range pending {
+				args = append(args, pos)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE events SET log_pos = `+set.String()+` WHERE merchant_id = ? AND pos IN (`+strings.Join(in, ", ")+`)`, args...); err != nil {
+				return err
+			}
+			n = len(pending)
+			return exactlyOne(tx.ExecContext(ctx, `UPDATE event_log SET next_pos = ? WHERE merchant_id = ?`, next+int64(n), merchantID))
+		})
+		if err != nil || !missing {
+			return n, err
+		}
+		// The merchant's first listing: its counter starts after what the
+		// events written before the listing existed hold (their pos).
+		var last sql.NullInt64
+		if err := s.db.GetContext(ctx, &last, `SELECT MAX(log_pos) FROM events WHERE merchant_id = ?`, merchantID); err != nil {
+			return 0, Classify(err)
+		}
+		if _, err := s.db.ExecContext(ctx, `INSERT IGNORE INTO event_log (merchant_id, next_pos) VALUES (?, ?)`, merchantID, last.Int64+1); err != nil {
+			return 0, Classify(err)
+		}
+	}
+	return n, nil
+}
+
 // MerchantEvents implements payments.ListStore: a page of the merchant's
-// events in the order they were written (pos), after the cursor's, on the
-// index events_merchant.
+// events in the order of the events listing (log_pos), after the cursor's,
+// on the index events_merchant (events_merchant_type when filtered by
+// type). Events not placed yet (LogEvents) are not listed.
 func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ payments.Page[payments.Event], err error) {
 	defer errs.Wrap(&err, "Store.MerchantEvents")
-	conds, args := []string{"merchant_id = ?"}, []any{q.MerchantID}
+	conds, args := []string{"merchant_id = ?", "log_pos IS NOT NULL"}, []any{q.MerchantID}
 	if q.StartingAfter != "" {
-		var pos int64
-		err := s.db.GetContext(ctx, &pos, `SELECT pos FROM events WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.StartingAfter)
+		var pos sql.NullInt64
+		err := s.db.GetContext(ctx, &pos, `SELECT log_pos FROM events WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.StartingAfter)
 		if errors.Is(err, sql.ErrNoRows) {
 			return payments.Page[payments.Event]{}, payments.ErrCursorNotFound
 		}
 		if err != nil {
 			return payments.Page[payments.Event]{}, fmt.Errorf("cursor: %w", Classify(err))
 		}
-		conds, args = append(conds, "pos > ?"), append(args, pos)
+		if !pos.Valid {
+			// The cursor's event (a webhook's, say) is not placed yet: the
+			// events after it will be once it is.
+			return payments.Page[payments.Event]{Items: []payments.Event{}}, nil
+		}
+		conds, args = append(conds, "log_pos > ?"), append(args, pos.Int64)
 	}
 	if q.Type != "" {
 		conds, args = append(conds, "type = ?"), append(args, string(q.Type))
@@ -109,7 +193,7 @@ func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ pa
 	}
 	var rows []eventRow
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+eventColumns+` FROM events WHERE `+strings.Join(conds, " AND ")+
-		` ORDER BY pos LIMIT ?`, append(args, q.Limit+1)...); err != nil {
+		` ORDER BY log_pos LIMIT ?`, append(args, q.Limit+1)...); err != nil {
 		return payments.Page[payments.Event]{}, Classify(err)
 	}
 	page := payments.Page[payments.Event]{HasMore: len(rows) > q.Limit, Items: make([]payments.Event, 0, q.Limit)}

@@ -228,3 +228,50 @@ func claimUnconfirmed(sc *scenario, merchantID, key string) payments.Payment {
 	sc.must(sc.s.Claim(sc.ctx, c), "Claim (to confirm later)")
 	return c.Payment
 }
+
+// A consumer paging GET /events with its cursor never passes an event that
+// commits late: transaction A writes its event first and commits last, B
+// writes and commits in between; the consumer pages up to B before A
+// commits, then on from B's cursor, and finds A there.
+func TestEventsPageNeverPassesALateCommit(t *testing.T) {
+	sc := newEventScenario(t)
+	ctx := sc.ctx
+	m, _ := sc.merchant("m")
+	listings := payments.NewListings(sc.s)
+	page := func(after string) []payments.Event {
+		t.Helper()
+		p, err := listings.Events(ctx, payments.EventQuery{MerchantID: m.ID, Limit: 100, StartingAfter: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Items
+	}
+	first, _, _ := sc.claim(m.ID, "k1", time.Minute)
+
+	late, err := sc.setup.BeginTxx(ctx, nil) // A: its event written first, committed last
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback()
+	lateID := payments.NewEventID()
+	if _, err := mysql.InsertEvent(ctx, late, payments.Event{ID: lateID, MerchantID: m.ID, Type: payments.EventPaymentSucceeded,
+		ObjectType: payments.ObjectPayment, ObjectID: first.ID, Seq: 2, Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	second, _, _ := sc.claim(m.ID, "k2", time.Minute) // B
+
+	seen := page("")
+	if len(seen) != 2 || seen[0].ObjectID != first.ID || seen[1].ObjectID != second.ID {
+		t.Fatalf("first page: %+v, want the two committed events", seen)
+	}
+	if err := late.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	next := page(seen[len(seen)-1].ID)
+	if len(next) != 1 || next[0].ID != lateID {
+		t.Fatalf("the page after B holds %+v; the event that committed late is passed for good", next)
+	}
+	if again := page(next[0].ID); len(again) != 0 {
+		t.Fatalf("after the late event: %+v", again)
+	}
+}

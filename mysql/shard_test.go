@@ -56,6 +56,7 @@ var scatters = append([]scatter{
 	{"a PSP's notification: the refunds of the refund order id it names", "RefundsByOrder", "SELECT", "refunds", "refunds.refund_order_id"},
 	{"backlog gauges: oldest unfinished key, quarantined keys", "Backlog", "SELECT", "idempotency_keys", ""},
 	{"backlog gauges: payments in review", "Backlog", "SELECT", "payments", ""},
+	{"backlog gauges: refunds in review", "Backlog", "SELECT", "refunds", ""},
 	{"ops: merchants with their API key counts", "Merchants", "SELECT", "merchants", ""},
 	{"ops: payments by status, merchant and age, across merchants", "FindPayments", "SELECT", "payments", ""},
 	{"ops: refunds by status, merchant or payment, across merchants", "FindRefunds", "SELECT", "refunds", ""},
@@ -653,6 +654,9 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 
 	// The events API: a page, a page after a cursor with filters, one event,
 	// an unknown cursor and event.
+	if n, err := s.LogEvents(ctx, m1.ID, 1000); err != nil || n == 0 {
+		t.Fatalf("LogEvents placed %d events: %v", n, err)
+	}
 	evs, err := s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2})
 	if err != nil || len(evs.Items) != 2 {
 		t.Fatalf("MerchantEvents: %+v, %v", evs, err)

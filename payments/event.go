@@ -153,10 +153,20 @@ func eventTypeNames() string {
 	return strings.Join(names, ", ")
 }
 
+// logBatch bounds the events a listing places before it reads.
+const logBatch = 1000
+
 // Events lists a page of the merchant's events, oldest first.
 func (l *Listings) Events(ctx context.Context, q EventQuery) (Page[Event], error) {
 	if err := q.Validate(); err != nil {
 		return Page[Event]{}, err
+	}
+	// Every event committed by now takes its place before the page is read.
+	// Positions are given after commit, so a page never holds an event that
+	// could be passed by one committing later: the listing has no gaps for a
+	// consumer paging with its cursor.
+	if _, err := l.store.LogEvents(ctx, q.MerchantID, logBatch); err != nil {
+		return Page[Event]{}, errs.Internal(err)
 	}
 	p, err := l.store.MerchantEvents(ctx, q)
 	if errors.Is(err, ErrCursorNotFound) {

@@ -82,8 +82,13 @@ type ListStore interface {
 	// MerchantRefunds does the same for refunds; errs.ErrNotFound when
 	// q.PaymentID names none of the merchant's payments.
 	MerchantRefunds(ctx context.Context, q ListQuery) (Page[Refund], error)
-	// MerchantEvents reads a page of q.MerchantID's events, oldest first.
-	// ErrCursorNotFound when the cursor names none of the merchant's.
+	// LogEvents places up to limit of the merchant's committed events in its
+	// events listing, after every event placed before (nothing when another
+	// request is placing them now), and says how many it placed.
+	LogEvents(ctx context.Context, merchantID string, limit int) (int, error)
+	// MerchantEvents reads a page of q.MerchantID's placed events, in their
+	// listing's order. ErrCursorNotFound when the cursor names none of the
+	// merchant's.
 	MerchantEvents(ctx context.Context, q EventQuery) (Page[Event], error)
 	// MerchantEvent reads one of the merchant's events; errs.ErrNotFound otherwise.
 	MerchantEvent(ctx context.Context, merchantID, id string) (Event, error)

@@ -35,6 +35,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -283,8 +284,14 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	}()
 	refunded := make(chan struct{})
 	go func() { rl.run(chaosCtx); close(refunded) }()
+	consumers := newEventConsumers(urls, e.merchants)
+	var consuming sync.WaitGroup
+	for i, ec := range consumers {
+		consuming.Go(func() { ec.run(chaosCtx, rand.New(rand.NewPCG(opts.seed, uint64(i)))) })
+	}
 	w.run(chaosCtx)
 	<-refunded
+	consuming.Wait()
 	<-injected
 	<-progressDone
 	if ctx.Err() != nil {
@@ -349,6 +356,11 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		return nil, err
 	}
 	invs = append(invs, hooksInv)
+	consumersInv, err := c.checkConsumers(ctx, consumers)
+	if err != nil {
+		return nil, err
+	}
+	invs = append(invs, consumersInv)
 	refundInvs, refundEv, err := rl.check(ctx, c, refundsSettled, refundsInProgress, refundsPending)
 	if err != nil {
 		return nil, err
