@@ -70,7 +70,8 @@ fuzz-long:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(or $(LONG_FUZZTIME),2m)
 
 ## stripe-mock-test: every request the Stripe adapter sends, checked against stripe-mock (Stripe's mock
-## generated from its OpenAPI specification), built once into .cache/bin; skipped when it cannot be built
+## generated from its OpenAPI specification), built once into STRIPE_MOCK_DIR
+## (~/.cache/gateway-test-tools/stripe-mock-v0.203.0); skipped when it cannot be built
 stripe-mock-test:
 	@if [ ! -x "$(STRIPE_MOCK)" ] || [ "$$(cat "$(STRIPE_MOCK).version" 2>/dev/null)" != "$(STRIPE_MOCK_VERSION)" ]; then \
 		echo "building stripe-mock $(STRIPE_MOCK_VERSION) into $(STRIPE_MOCK_DIR)"; \

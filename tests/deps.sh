@@ -8,6 +8,7 @@
 #     spin gcc                       the protocol model (make model, make proofs)
 #     prometheus                     promtool, which checks the alert rules (metrics)
 #     docker-compose                 validates docker-compose.yml (cmd/gateway)
+#     curl                           runs the README's quick start as written (cmd/gateway)
 #   npm: @redocly/cli, the OpenAPI linter (api), into the user's cache directory.
 # Without root or sudo it prints the one command to run and installs nothing.
 # What is already there is left alone; run it again at any time.
@@ -30,6 +31,7 @@ need spin spin
 command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 || packages+=(gcc)
 need promtool prometheus
 need docker-compose docker-compose
+need curl curl
 
 if [ ${#packages[@]} -gt 0 ]; then
 	sudo=none

@@ -68,7 +68,7 @@ func serverDSN(tb testing.TB) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		// A test never installs anything as a side effect: make test (through
-		// cmd/withdb) installs the server once, with a message, when it is missing.
+		// tests/withdb) installs the server once, with a message, when it is missing.
 		srv, err := localdb.Start(ctx, localdb.Options{DataDir: dir, Log: os.Stderr, NoInstall: true})
 		if err != nil {
 			_ = os.RemoveAll(dir)

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TestChaosShort is the chaos run of `make test`: the whole thing, shortened,
+// TestChaosShort is the chaos run of `make proofs`: the whole thing, shortened,
 // with a fixed seed. It fails on any invariant violation. The database is
 // GATEWAY_TEST_DSN's server when set, a private MariaDB otherwise.
 func TestChaosShort(t *testing.T) {

@@ -31,8 +31,8 @@ func isCommit(chunk []byte) bool {
 // now, the PSP would charge the customer for a payment the merchant is told
 // failed (invariants 2 and 3). Before commit c7d5960 it did exactly that:
 // the lease was computed before the claim and never looked at again before
-// Charge. Now payments.Service.charge refuses to send with less than half a
-// PSP timeout of the lease left.
+// Charge. Now payments.Service.send (through Service.sendTime, payments/flow.go)
+// refuses to send with less than half a PSP timeout of the lease left.
 func TestNoChargeAfterLeaseExpired(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts MariaDB and two gateway replicas: make proofs runs it")
