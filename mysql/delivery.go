@@ -3,7 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
+	"errors"
 	"sort"
 	"strings"
 	"time"
@@ -140,11 +140,24 @@ func (r deliveryRow) toDomain() webhooks.Delivery {
 // next attempts pushed to the lease's end, all on the database's clock, in
 // one short transaction; their events are read in the same transaction (an
 // event never changes, and a plain read locks nothing another claim needs).
+// The endpoint is read first, with a locking read that a delete or a
+// disabling waits for: the deliveries of an endpoint deleted or disabled
+// (made beside the delete by a fan-out that read it enabled, on another
+// Galera node say) are failed, never claimed nor POSTed.
+// A delivery whose event is gone (purged while webhooks resend made it) has
+// failed for good: it is marked so, with the reason, and the others are
+// claimed, so that one bad delivery never stops its endpoint's queue.
 func (s *Store) ClaimDeliveries(ctx context.Context, ref webhooks.EndpointRef, limit int, lease time.Duration) (_ []webhooks.Claimed, err error) {
 	defer errs.Wrap(&err, "Store.ClaimDeliveries")
 	var out []webhooks.Claimed
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = nil
+		if gone, err := endpointGone(ctx, tx, ref); err != nil || gone != "" {
+			if err != nil {
+				return err
+			}
+			return failPending(ctx, tx, ref.MerchantID, ref.ID, gone)
+		}
 		var rows []struct {
 			deliveryRow
 			DBNow time.Time `db:"db_now"`
@@ -180,22 +193,54 @@ WHERE merchant_id = ? AND id IN (`
 		for _, ev := range evs {
 			byID[ev.ID] = ev
 		}
+		var gone []any
 		for _, r := range rows {
 			ev, ok := byID[r.EventID]
 			if !ok {
-				return fmt.Errorf("the event %s of delivery %s is gone", r.EventID, r.ID)
+				gone = append(gone, r.ID)
+				continue
 			}
 			c := webhooks.Claimed{Delivery: r.toDomain(), DBNow: r.DBNow, Event: webhooks.Event{ID: ev.ID, MerchantID: ev.MerchantID,
 				Type: ev.Type, ObjectType: ev.ObjectType, ObjectID: ev.ObjectID, Seq: ev.Seq, Data: []byte(ev.Data), CreatedAt: ev.CreatedAt}}
 			c.Delivery.LeaseToken++
 			out = append(out, c)
 		}
-		return nil
+		return failGone(ctx, tx, ref.MerchantID, gone)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// endpointGone says why the endpoint's deliveries can no longer be made
+// ("endpoint deleted" or "endpoint disabled"), or "" while it is enabled.
+func endpointGone(ctx context.Context, tx *sqlx.Tx, ref webhooks.EndpointRef) (string, error) {
+	var status string
+	err := tx.GetContext(ctx, &status, `SELECT status FROM webhook_endpoints WHERE merchant_id = ? AND id = ? LOCK IN SHARE MODE`, ref.MerchantID, ref.ID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "endpoint deleted", nil
+	case err != nil:
+		return "", err
+	case status != string(webhooks.Enabled):
+		return "endpoint disabled", nil
+	}
+	return "", nil
+}
+
+// eventGone is the reason a delivery whose event was purged has failed.
+const eventGone = "its event was purged before it could be delivered"
+
+// failGone fails the claimed deliveries ids, whose events are gone.
+func failGone(ctx context.Context, tx *sqlx.Tx, merchantID string, ids []any) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	q := `UPDATE webhook_deliveries SET status = 'failed', last_error = ?, lease_until = NULL, updated_at = NOW(6)
+WHERE merchant_id = ? AND id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
+	_, err := tx.ExecContext(ctx, q, append([]any{eventGone, merchantID}, ids...)...)
+	return err
 }
 
 // RecordDelivered implements webhooks.DispatchStore: fenced on the claim's

@@ -218,11 +218,35 @@ func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (_ pay
 }
 
 // PurgeEvents implements reconcile.Store: deletes up to limit events
-// written longer than retention ago by the database's clock.
+// written longer than retention ago by the database's clock, keeping every
+// event with a webhook delivery still pending, however old: the purge never
+// takes the event of a delivery still to be made (ClaimDeliveries fails one
+// whose event went another way: webhooks resend racing the purge).
 func (s *Store) PurgeEvents(ctx context.Context, retention time.Duration, limit int) (_ int64, err error) {
 	defer errs.Wrap(&err, "Store.PurgeEvents")
-	const stmt = `DELETE FROM events WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND ORDER BY created_at LIMIT ?`
-	res, err := s.db.ExecContext(ctx, stmt, micros(retention), limit)
+	const stmt = `
+DELETE FROM events
+WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND
+  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                  WHERE d.merchant_id = events.merchant_id AND d.event_id = events.id AND d.status = 'pending')
+ORDER BY created_at LIMIT ?`
+	return deleted(s.db.ExecContext(ctx, stmt, micros(retention), limit))
+}
+
+// PurgeDeliveries implements reconcile.Store: deletes up to limit webhook
+// deliveries that ended (delivered or failed) and were last due longer than
+// retention ago by the database's clock. Pending ones are never purged.
+func (s *Store) PurgeDeliveries(ctx context.Context, retention time.Duration, limit int) (_ int64, err error) {
+	defer errs.Wrap(&err, "Store.PurgeDeliveries")
+	const stmt = `
+DELETE FROM webhook_deliveries
+WHERE status IN ('delivered', 'failed') AND next_attempt_at < NOW(6) - INTERVAL ? MICROSECOND
+LIMIT ?`
+	return deleted(s.db.ExecContext(ctx, stmt, micros(retention), limit))
+}
+
+// deleted is how many rows a DELETE took.
+func deleted(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, Classify(err)
 	}

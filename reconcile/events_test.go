@@ -60,3 +60,50 @@ func TestPurgeExpiredEvents(t *testing.T) {
 		t.Fatalf("the purge touched payments: %d", n)
 	}
 }
+
+// The purge keeps an event past its retention while a webhook delivery of
+// it is still pending (webhooks resend, a lagging fan-out) and deletes the
+// ended deliveries past the same retention. Before, the event went and its
+// delivery failed every claim of its endpoint.
+func TestPurgeKeepsEventsWithPendingDeliveries(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := e.svc.Create(ctx, e.request(fmt.Sprintf("old%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var evs []string
+	if err := e.db.SelectContext(ctx, &evs, `SELECT id FROM events ORDER BY pos`); err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(id, event, status string) {
+		t.Helper()
+		_, err := e.db.ExecContext(ctx, `INSERT INTO webhook_deliveries
+(merchant_id, id, endpoint_id, event_id, status, next_attempt_at, created_at, updated_at)
+VALUES (?, ?, 'we_1', ?, ?, NOW(6), NOW(6), NOW(6))`, e.merch.ID, id, event, status)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver("wd_pending", evs[0], "pending")
+	deliver("wd_delivered", evs[1], "delivered")
+	deliver("wd_failed", evs[2], "failed")
+	e.advance(31 * 24 * time.Hour)
+	if _, err := e.reconciler(nil, nil).Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE id = ?`, evs[0]); n != 1 {
+		t.Fatalf("the event of a pending delivery was purged")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events`); n != 1 {
+		t.Fatalf("%d events left, want only the one still to be delivered", n)
+	}
+	var left []string
+	if err := e.db.SelectContext(ctx, &left, `SELECT id FROM webhook_deliveries`); err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 1 || left[0] != "wd_pending" {
+		t.Fatalf("deliveries left %v, want only the pending one", left)
+	}
+}

@@ -38,8 +38,12 @@ type Store interface {
 	// keys older than retention found after the cursor, and returns the
 	// cursor to go on from; done when none is left after it.
 	PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (n int64, next payments.PurgeCursor, done bool, err error)
-	// PurgeEvents deletes up to limit events older than retention.
+	// PurgeEvents deletes up to limit events older than retention, but none
+	// with a webhook delivery still pending.
 	PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error)
+	// PurgeDeliveries deletes up to limit ended webhook deliveries older
+	// than retention.
+	PurgeDeliveries(ctx context.Context, retention time.Duration, limit int) (int64, error)
 	// Backlog reports what is left unfinished and in review.
 	Backlog(ctx context.Context) (payments.Backlog, error)
 	// ClaimReview marks up to limit payments in review, due for a look, as
@@ -754,8 +758,8 @@ func (r *Reconciler) logged(ref idemkeys.Ref, token idemkeys.Token, res Result) 
 	return res
 }
 
-// Purge deletes completed keys past retention, then events past theirs,
-// in small batches, and returns the keys it deleted. The keys' batches each
+// Purge deletes completed keys past retention, then events and ended
+// webhook deliveries past the events' retention, in small batches, and returns the keys it deleted. The keys' batches each
 // start where the last one ended (a cursor on completion time, then primary
 // key), so no batch walks again over what was deleted.
 func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
@@ -768,11 +772,19 @@ func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
 	if err != nil {
 		return keys, err
 	}
-	_, err = r.purge(ctx, "events", r.cfg.EventRetention, func(ctx context.Context) (int64, bool, error) {
-		n, err := r.store.PurgeEvents(ctx, r.cfg.EventRetention, r.cfg.PurgeBatch)
-		return n, n < int64(r.cfg.PurgeBatch), err
-	}, func(int64) {})
-	return keys, err
+	for _, p := range []struct {
+		what string
+		step func(context.Context, time.Duration, int) (int64, error)
+	}{{"events", r.store.PurgeEvents}, {"webhook deliveries", r.store.PurgeDeliveries}} {
+		_, err = r.purge(ctx, p.what, r.cfg.EventRetention, func(ctx context.Context) (int64, bool, error) {
+			n, err := p.step(ctx, r.cfg.EventRetention, r.cfg.PurgeBatch)
+			return n, n < int64(r.cfg.PurgeBatch), err
+		}, func(int64) {})
+		if err != nil {
+			return keys, err
+		}
+	}
+	return keys, nil
 }
 
 // purge runs one batch (step) after another until one says it was the

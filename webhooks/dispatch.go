@@ -319,8 +319,12 @@ type claimed struct {
 // from a queue of at most twice Concurrency claimed ones, which the runner
 // refills in batches (one claim transaction for several deliveries) once
 // it is half empty, until the endpoint has none due. A queued delivery
-// starts within two attempts' time of its claim, so the lease (three times
-// the timeout plus a margin) outlasts its wait and its attempt.
+// starts within two attempts' time of its claim when the database keeps
+// up, so the lease (three times the timeout plus a margin) outlasts its
+// wait and its attempt; when it does not (records or the endpoint's read
+// held up behind a slow database), a delivery whose lease has less than
+// one attempt's time left is not attempted (fresh): its lease runs out and
+// a later claim takes it, so that two attempts of it never run at once.
 func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 	n := d.cfg.Concurrency
 	queue := make(chan claimed, 2*n)
@@ -352,6 +356,9 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 				if err != nil {
 					continue // deleted meanwhile, or the database is away: the lease runs out
 				}
+				if !d.fresh(c) {
+					continue
+				}
 				if delivered := d.attempt(ctx, e, c, later); !delivered || !e.FailingSince.IsZero() {
 					ep.forget() // the endpoint's run of failures began or ended: read it again
 				}
@@ -379,6 +386,7 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 		if d.cfg.Gate != nil && d.cfg.Gate() != nil {
 			return
 		}
+		asked := d.cfg.Now() // the lease begins later, on the database's clock
 		cs, err := d.st.ClaimDeliveries(ctx, ref, cap(queue)-len(queue), d.cfg.Lease)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -389,11 +397,17 @@ func (d *Dispatcher) run(ctx context.Context, ref EndpointRef) {
 		if len(cs) == 0 {
 			return
 		}
-		now := time.Now()
 		for _, c := range cs {
-			queue <- claimed{Claimed: c, at: now} // room was made for them
+			queue <- claimed{Claimed: c, at: asked} // room was made for them
 		}
 	}
+}
+
+// fresh says the claim's lease still outlasts an attempt: it was asked
+// for less than Lease − Timeout ago by this process's clock, which the
+// lease, begun on the database's clock after the asking, outlasts.
+func (d *Dispatcher) fresh(c claimed) bool {
+	return d.cfg.Now().Sub(c.at) < d.cfg.Lease-d.cfg.Timeout
 }
 
 // endpointCache is a runner's copy of its endpoint, read again at most
@@ -449,7 +463,7 @@ func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed, later 
 			default:
 				d.cfg.Observer.DeliveryAttempted(OutcomeDelivered, elapsed)
 				if del.FirstDeliveredAt.IsZero() {
-					d.cfg.Observer.DeliveryLag(c.DBNow.Add(time.Since(claimedAt)).Sub(c.Event.CreatedAt))
+					d.cfg.Observer.DeliveryLag(c.DBNow.Add(d.cfg.Now().Sub(claimedAt)).Sub(c.Event.CreatedAt))
 				}
 			}
 		})

@@ -489,3 +489,127 @@ func TestSecretsSealed(t *testing.T) {
 		t.Fatalf("open: %v", err)
 	}
 }
+
+// A delivery whose event is gone (webhooks resend racing the purge) fails
+// for good with the reason, and the endpoint's other deliveries, older and
+// newer, are delivered: one bad delivery never stops its endpoint's queue.
+// Before deliveries were claimed one by one, every claim of the endpoint
+// failed on the missing event and nothing was delivered again.
+func TestADeliveryWhoseEventIsGoneDoesNotStopItsEndpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := newSink(t)
+	_, secret := e.endpoint(s.srv.URL)
+	s.setSecrets(secret)
+	ids := e.events(3, payments.EventPaymentSucceeded)
+	d := e.dispatcher(webhooks.Config{})
+	if _, _, err := e.st.FanOut(e.ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dbx.ExecContext(e.ctx, `DELETE FROM events WHERE id = ?`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Bounded: before, RunOnce claimed and failed for ever.
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	if err := d.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	later := e.events(1, payments.EventPaymentSucceeded)
+	if err := d.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := s.distinct()
+	for _, id := range append(ids[1:], later...) {
+		if got[id] != 1 {
+			t.Fatalf("event %s delivered %d times, want once (got %v)", id, got[id], got)
+		}
+	}
+	if got[ids[0]] != 0 {
+		t.Fatalf("the purged event was delivered")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM webhook_deliveries WHERE event_id = ? AND status = 'failed' AND last_error LIKE '%purged%'`, ids[0]); n != 1 {
+		t.Fatalf("%d failed deliveries of the purged event saying why, want 1", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending'`); n != 0 {
+		t.Fatalf("%d deliveries still pending", n)
+	}
+}
+
+// A claimed delivery that waited in its runner's queue until its lease has
+// less than an attempt's time left (the database held the records up) is
+// not attempted: another claim may take it once the lease ends, and two
+// attempts of one delivery never run at once. Before, it was POSTed however
+// late.
+func TestAQueuedDeliveryPastItsLeaseIsNotAttempted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := newSink(t)
+	_, secret := e.endpoint(s.srv.URL)
+	s.setSecrets(secret)
+	ids := e.events(2, payments.EventPaymentSucceeded)
+	var (
+		mu  sync.Mutex
+		now = time.Now()
+	)
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	const lease, timeout = 10 * time.Second, 2 * time.Second
+	s.setAnswer(func(*http.Request) int {
+		mu.Lock()
+		now = now.Add(lease - timeout + time.Second) // the first attempt's wait and POST ate the second's lease
+		mu.Unlock()
+		return http.StatusOK
+	})
+	d := e.dispatcher(webhooks.Config{Lease: lease, Timeout: timeout, Concurrency: 1, Now: clock})
+	if err := d.RunOnce(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.all(); len(got) != 1 || got[0].eventID != ids[0] {
+		t.Fatalf("POSTs %d, want only the first delivery's", len(got))
+	}
+	if n := e.count(`SELECT COUNT(*) FROM webhook_deliveries WHERE event_id = ? AND status = 'pending' AND attempts = 0 AND next_attempt_at > NOW(6)`, ids[1]); n != 1 {
+		t.Fatalf("the late delivery is not left pending, unattempted, for its lease to end")
+	}
+}
+
+// Deliveries that escaped the fail of a delete or a disabling (made by a
+// fan-out that read the endpoint enabled beside it) are failed at their
+// claim, with the reason: never POSTed to a disabled endpoint, never
+// claimed again for ever for a deleted one, as they were before.
+func TestDeliveriesOfAGoneEndpointFailAtTheirClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	off, deleted := newSink(t), newSink(t)
+	offEp, _ := e.endpoint(off.srv.URL)
+	delEp, _ := e.endpoint(deleted.srv.URL)
+	e.events(2, payments.EventPaymentSucceeded)
+	if _, _, err := e.st.FanOut(e.ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	// What the fan-out's snapshot let through: the endpoints changed after
+	// their deliveries were made, which the delete's and the disabling's
+	// own fail of pending deliveries did not see.
+	if _, err := e.dbx.ExecContext(e.ctx, `UPDATE webhook_endpoints SET status = 'disabled' WHERE id = ?`, offEp.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.dbx.ExecContext(e.ctx, `DELETE FROM webhook_endpoints WHERE id = ?`, delEp.ID); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	if err := e.dispatcher(webhooks.Config{}).RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(off.all()) + len(deleted.all()); n != 0 {
+		t.Fatalf("%d POSTs to a disabled or deleted endpoint", n)
+	}
+	for ep, reason := range map[string]string{offEp.ID: "endpoint disabled", delEp.ID: "endpoint deleted"} {
+		if n := e.count(`SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_id = ? AND status = 'failed' AND last_error = ?`, ep, reason); n != 2 {
+			t.Fatalf("%d deliveries of %s failed with %q, want 2", n, ep, reason)
+		}
+	}
+}

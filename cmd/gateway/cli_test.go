@@ -309,6 +309,7 @@ func TestConfigValidation(t *testing.T) {
 		{"confirm expiry not positive", []string{"GATEWAY_CONFIRM_EXPIRY", "0s"}, nil, []string{"GATEWAY_CONFIRM_EXPIRY"}},
 		{"webhook secret on the command line", []string{"GATEWAY_STRIPE_SECRET_KEY", "sk_test_x"}, []string{"--stripe-webhook-secret", "whsec_x"}, []string{"GATEWAY_STRIPE_WEBHOOK_SECRET"}},
 		{"events purged before their deliveries end", []string{"GATEWAY_EVENT_RETENTION", "48h"}, nil, []string{"GATEWAY_EVENT_RETENTION (48h0m0s) must exceed"}},
+		{"webhook deliveries retried past the events' retention", []string{"GATEWAY_WEBHOOK_MAX_AGE", "960h"}, nil, []string{"GATEWAY_EVENT_RETENTION (720h0m0s) must exceed GATEWAY_WEBHOOK_MAX_AGE (960h0m0s)"}},
 		{"webhook key of the wrong size", []string{"GATEWAY_WEBHOOK_KEY", "c2hvcnQ="}, nil, []string{"GATEWAY_WEBHOOK_KEY must be 32 bytes"}},
 		{"webhook key on the command line", nil, []string{"--webhook-key", strings.Repeat("ab", 32)}, []string{"pass secrets in GATEWAY_WEBHOOK_KEY"}},
 		{"webhook networks not networks", []string{"GATEWAY_WEBHOOK_ALLOW_NETWORKS", "localhost"}, nil, []string{"GATEWAY_WEBHOOK_ALLOW_NETWORKS (--webhook-allow-networks)"}},

@@ -14,7 +14,6 @@ import (
 	"gateway/mysql"
 	"gateway/payments"
 	"gateway/reconcile"
-	"gateway/webhooks"
 )
 
 // The configuration is made of groups of flags, each flag also read from its
@@ -210,9 +209,6 @@ func (c *flowConfig) check() []error {
 	errs = positiveDuration(errs, "GATEWAY_PSP_TIMEOUT", c.PSPTimeout)
 	errs = positiveDuration(errs, "GATEWAY_IDEMPOTENCY_RETENTION", c.Retention)
 	errs = positiveDuration(errs, "GATEWAY_EVENT_RETENTION", c.EventRetention)
-	if c.EventRetention > 0 && c.EventRetention <= webhooks.DefaultMaxAge {
-		errs = append(errs, fmt.Errorf("GATEWAY_EVENT_RETENTION (%s) must exceed how long a webhook delivery is retried (%s): an event purged before its last attempt could not be delivered", c.EventRetention, webhooks.DefaultMaxAge))
-	}
 	if c.Lease <= c.PSPTimeout {
 		errs = append(errs, fmt.Errorf("GATEWAY_LEASE (%s) must exceed GATEWAY_PSP_TIMEOUT (%s): a lease that ends mid-call lets a retry take the payment over while it is being charged", c.Lease, c.PSPTimeout))
 	}
@@ -382,6 +378,12 @@ func (c *serverConfig) check() []error {
 	}
 	if least := 2*c.Flow.PSPTimeout + 5*time.Second; c.HTTP.ShutdownTimeout < least {
 		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.HTTP.ShutdownTimeout, least))
+	}
+	// The purge keeps an event while a delivery of it is pending, so this
+	// is not what keeps deliveries whole: it keeps GET /events listing
+	// every event a delivery may still bring.
+	if r, age := c.Flow.EventRetention, c.Dispatch.MaxAge; r > 0 && age > 0 && r <= age {
+		errs = append(errs, fmt.Errorf("GATEWAY_EVENT_RETENTION (%s) must exceed GATEWAY_WEBHOOK_MAX_AGE (%s): a consumer catching up with GET /events after a delivery's last attempt must still find its event", r, age))
 	}
 	return errs
 }
