@@ -317,27 +317,20 @@ ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
 			return err
 		}
 		for _, row := range rows {
-			r, err := row.toDomain()
+			c, err := refundCheck(ctx, tx, row.refundRow)
 			if err != nil {
-				if _, err := tx.ExecContext(ctx, `UPDATE refunds SET review_after = NOW(6) + INTERVAL 1 DAY WHERE merchant_id = ? AND id = ?`, row.MerchantID, row.ID); err != nil {
-					return err
-				}
-				continue
+				return err
 			}
 			mark := row.DBNow.Add(lease).Truncate(time.Microsecond)
-			if _, err := tx.ExecContext(ctx, `UPDATE refunds SET review_after = ? WHERE merchant_id = ? AND id = ?`, mark, r.MerchantID, r.ID); err != nil {
+			if c.Unreadable != "" {
+				// Set aside for a day: the next claims go on without it.
+				mark = row.DBNow.Add(24 * time.Hour).Truncate(time.Microsecond)
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE refunds SET review_after = ? WHERE merchant_id = ? AND id = ?`, mark, row.MerchantID, row.ID); err != nil {
 				return err
 			}
-			r.Review.After = mark
-			var pr paymentRow
-			if err := tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ?`, r.MerchantID, r.PaymentID); err != nil {
-				return err
-			}
-			p, err := pr.toDomain()
-			if err != nil {
-				return err
-			}
-			out = append(out, payments.RefundCheck{Refund: r, Payment: p, DBNow: row.DBNow})
+			c.Refund.Review.After, c.DBNow = mark, row.DBNow
+			out = append(out, c)
 		}
 		return nil
 	})
@@ -345,6 +338,34 @@ ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
 		return nil, err
 	}
 	return out, nil
+}
+
+// refundCheck reads a claimed refund and its payment; one that cannot be
+// read (its row or its payment's undecodable, its payment missing) comes
+// back Unreadable, with only its ids, and only the database's failures are
+// errors: one bad row never stops the queue of every merchant.
+func refundCheck(ctx context.Context, tx *sqlx.Tx, row refundRow) (payments.RefundCheck, error) {
+	unreadable := func(why string) (payments.RefundCheck, error) {
+		return payments.RefundCheck{Refund: payments.Refund{ID: row.ID, MerchantID: row.MerchantID, PaymentID: row.PaymentID, IdempotencyKey: row.IdemKey},
+			Unreadable: why}, nil
+	}
+	r, err := row.toDomain()
+	if err != nil {
+		return unreadable("the refund's row cannot be read: " + err.Error())
+	}
+	var pr paymentRow
+	err = tx.GetContext(ctx, &pr, `SELECT `+paymentColumns+` FROM payments WHERE merchant_id = ? AND id = ?`, r.MerchantID, r.PaymentID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return unreadable("its payment " + r.PaymentID + " is missing")
+	}
+	if err != nil {
+		return payments.RefundCheck{}, err
+	}
+	p, err := pr.toDomain()
+	if err != nil {
+		return unreadable("its payment's row cannot be read: " + err.Error())
+	}
+	return payments.RefundCheck{Refund: r, Payment: p}, nil
 }
 
 // RescheduleRefundCheck implements reconcile.Store: the next look at a

@@ -196,6 +196,10 @@ type RefundCheck struct {
 	Payment Payment
 	// DBNow is the database's clock at the claim.
 	DBNow time.Time
+	// Unreadable, when set, says why the refund's row or its payment's
+	// cannot be read: the refund holds only its ids, is set aside for a
+	// day and counted as quarantined, and the queue goes on without it.
+	Unreadable string
 }
 
 // Quarantined is an unfinished key the reconciler could not read (its

@@ -759,9 +759,10 @@ func (r *Reconciler) logged(ref idemkeys.Ref, token idemkeys.Token, res Result) 
 }
 
 // Purge deletes completed keys past retention, then events and ended
-// webhook deliveries past the events' retention, in small batches, and returns the keys it deleted. The keys' batches each
-// start where the last one ended (a cursor on completion time, then primary
-// key), so no batch walks again over what was deleted.
+// webhook deliveries past the events' retention, in small batches, and
+// returns the keys it deleted. The keys' batches each start where the last
+// one ended (a cursor on completion time, then primary key), so no batch
+// walks again over what was deleted.
 func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
 	var cursor payments.PurgeCursor
 	keys, err := r.purge(ctx, "idempotency keys", r.cfg.Retention, func(ctx context.Context) (int64, bool, error) {

@@ -88,6 +88,11 @@ func (r *Reconciler) recheckRefund(ctx context.Context, item payments.RefundChec
 	res := Result{PaymentID: pay.ID, RefundID: ref.ID, MerchantID: ref.MerchantID, InReview: ref.Status == payments.RefundRequiresReview,
 		Attempts: ref.Review.Attempts, Age: item.DBNow.Sub(ref.CreatedAt)}
 	key := idemkeys.Ref{MerchantID: ref.MerchantID, Endpoint: payments.EndpointCreateRefund, Key: ref.IdempotencyKey}
+	if item.Unreadable != "" {
+		// Set aside by the claim; an operator reads the row.
+		res.PaymentID, res.Outcome, res.Detail = ref.PaymentID, Quarantined, item.Unreadable
+		return func(context.Context) Result { return r.logged(key, 0, res) }
+	}
 	adapter, ok := r.psps.For(ref.PSP)
 	if !ok {
 		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", ref.PSP)

@@ -454,3 +454,37 @@ func TestPaymentListingIsStableUnderInserts(t *testing.T) {
 		t.Fatalf("limit 101: %v", err)
 	}
 }
+
+// A refund whose payment's row cannot be read is set aside for a day and
+// counted as quarantined; the refund queue goes on with every other
+// refund. Before, the claim failed on it, rolled back, and no refund of
+// any merchant was checked again.
+func TestAnUnreadablePaymentDoesNotStopTheRefundQueue(t *testing.T) {
+	e := newEnv(t)
+	garbled, fine := e.paid("garbled", 1000), e.paid("fine", 1000)
+	for _, p := range []payments.Payment{garbled, fine} {
+		if out, err := e.refund(p, "r-"+p.ID, amt(100)); err != nil || out.Response.Status != http.StatusCreated {
+			t.Fatalf("refund: %+v %v", out, err)
+		}
+	}
+	// Both in review, due now, as the PSP's answers left them; the
+	// payments' amounts as a refund in review holds them.
+	if _, err := e.db.Exec(`UPDATE refunds SET status = 'requires_review', review_since = NOW(6), review_after = NOW(6)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(`UPDATE payments SET amount_reserved = amount_reserved + 100, amount_refunded = amount_refunded - 100`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.Exec(`UPDATE payments SET metadata = '{not json' WHERE id = ?`, garbled.ID); err != nil {
+		t.Fatal(err)
+	}
+	sum := runOnce(t, e.reconciler(nil, nil))
+	wantOutcomes(t, sum, map[reconcile.Outcome]int{reconcile.Quarantined: 1, reconcile.Succeeded: 1})
+	if n := e.count(`SELECT COUNT(*) FROM refunds WHERE payment_id = ? AND status = 'succeeded'`, fine.ID); n != 1 {
+		t.Fatal("the readable payment's refund was not settled")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM refunds WHERE payment_id = ? AND status = 'requires_review' AND review_after > NOW(6) + INTERVAL 23 HOUR`, garbled.ID); n != 1 {
+		t.Fatal("the unreadable payment's refund is not set aside for a day")
+	}
+	wantOutcomes(t, runOnce(t, e.reconciler(nil, nil)), nil) // not claimed again before then
+}
