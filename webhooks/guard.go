@@ -16,9 +16,11 @@ import (
 // gateway POSTs to it from inside the operator's network: a URL naming a
 // loopback, private, link-local, unspecified or multicast address (or a
 // name resolving to one) would let a merchant reach the operator's own
-// services. Such addresses are refused when an endpoint is registered and,
-// because DNS may answer differently later, again at every connection: the
-// dialer checks the address it is about to connect to, after resolution.
+// services. Only public addresses are let through: global unicast (for
+// IPv6, 2000::/3), outside every special-purpose range. The others are
+// refused when an endpoint is registered and, because DNS may answer
+// differently later, again at every connection: the dialer checks the
+// address it is about to connect to, after resolution.
 // Deliveries follow no redirect (a 3xx is a failed attempt), so a redirect
 // cannot lead anywhere either. Networks listed in the allow list (a
 // development machine's loopback, a test's) are let through.
@@ -74,30 +76,34 @@ var Loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustPa
 // ErrForbiddenAddress is an address the guard refuses.
 var ErrForbiddenAddress = errors.New("webhooks: address not allowed")
 
+// globalUnicast6 is IPv6's global unicast space: an IPv6 address outside it
+// is never public. That refuses, whatever they embed, the IPv4-compatible
+// (::/96, e.g. ::127.0.0.1) and IPv4-translated (::ffff:0:0:0/96)
+// addresses some stacks route to the IPv4 address inside, unique local
+// and discard-only addresses, and every range IPv6 may add later.
+var globalUnicast6 = netip.MustParsePrefix("2000::/3")
+
 // nonPublic are the special-purpose ranges no endpoint may reach besides
-// those the net/netip predicates name.
+// those the net/netip predicates and globalUnicast6 rule out.
 var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),      // "this network"
-	netip.MustParsePrefix("100.64.0.0/10"),  // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),   // IETF protocol assignments
-	netip.MustParsePrefix("198.18.0.0/15"),  // benchmarking
-	netip.MustParsePrefix("240.0.0.0/4"),    // reserved, broadcast
-	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64
-	netip.MustParsePrefix("100::/64"),       // discard-only
-	netip.MustParsePrefix("2001:db8::/32"),  // documentation
-	netip.MustParsePrefix("fec0::/10"),      // deprecated site-local
-	netip.MustParsePrefix("::ffff:0:0/96"),  // IPv4-mapped (checked unmapped)
-	netip.MustParsePrefix("2002::/16"),      // 6to4 may embed anything
-	netip.MustParsePrefix("64:ff9b::/96"),   // NAT64 may embed anything
-	netip.MustParsePrefix("2001::/32"),      // Teredo may embed anything
-	netip.MustParsePrefix("ff00::/8"),       // multicast
-	netip.MustParsePrefix("fe80::/10"),      // link-local
-	netip.MustParsePrefix("169.254.0.0/16"), // link-local (cloud metadata)
-	netip.MustParsePrefix("224.0.0.0/4"),    // multicast
-	netip.MustParsePrefix("255.255.255.255/32"),
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"),   // carrier-grade NAT
+	netip.MustParsePrefix("169.254.0.0/16"),  // link-local (cloud metadata)
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("192.88.99.0/24"),  // 6to4 relay anycast
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	netip.MustParsePrefix("224.0.0.0/4"),     // multicast
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, broadcast
+	netip.MustParsePrefix("2001::/23"),       // IETF protocol assignments (Teredo, which may embed anything, among them)
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("2002::/16"),       // 6to4 may embed anything
 }
 
-// Check refuses an address that is not public, unless an allowed network holds it.
+// Check refuses an address that is not public, unless an allowed network
+// holds it. Public is global unicast outside every special-purpose range.
 func (g *Guard) Check(a netip.Addr) error {
 	a = a.Unmap()
 	for _, p := range g.allow {
@@ -105,18 +111,24 @@ func (g *Guard) Check(a netip.Addr) error {
 			return nil
 		}
 	}
-	bad := !a.IsValid() || a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() ||
-		a.IsInterfaceLocalMulticast() || a.IsMulticast() || a.IsUnspecified()
-	for _, p := range nonPublic {
-		if bad || p.Contains(a) {
-			bad = true
-			break
-		}
-	}
-	if bad {
+	if !public(a) {
 		return fmt.Errorf("%w: %s is not a public address (loopback, private, link-local, multicast or reserved)", ErrForbiddenAddress, a)
 	}
 	return nil
+}
+
+// public reports whether a (unmapped) is a global unicast address outside
+// every special-purpose range.
+func public(a netip.Addr) bool {
+	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.Is6() && !globalUnicast6.Contains(a) {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckURL validates an endpoint URL: http or https, a host, no user
@@ -150,13 +162,23 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 			return errors.New("has an invalid port")
 		}
 	}
-	addrs, err := g.resolve(ctx, u.Hostname())
+	host := u.Hostname()
+	if a, err := netip.ParseAddr(host); err == nil {
+		if g.Check(a) != nil {
+			return errors.New("must be a public address")
+		}
+		return nil
+	}
+	// A name's refusal says neither whether it resolves nor to what: the
+	// gateway's resolver sees the operator's internal names, and an answer
+	// naming what one resolves to would map that network for whoever asks.
+	addrs, err := g.resolve(ctx, host)
 	if err != nil {
-		return fmt.Errorf("host %s does not resolve", u.Hostname())
+		return errors.New("must resolve to a public address")
 	}
 	for _, a := range addrs {
-		if err := g.Check(a); err != nil {
-			return fmt.Errorf("host %s resolves to %s, which is not a public address", u.Hostname(), a.Unmap())
+		if g.Check(a) != nil {
+			return errors.New("must resolve to a public address")
 		}
 	}
 	return nil

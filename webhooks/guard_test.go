@@ -100,11 +100,113 @@ func TestSSRFRefusedAtRegistration(t *testing.T) {
 	// Through the endpoint API the refusal is a 400-class error, nothing stored.
 	e := newEnvGuard(t, webhooks.NewGuard(nil, dns))
 	_, _, err := e.eps.Create(e.ctx, webhooks.EndpointRequest{MerchantID: e.merchant, URL: "https://localhost.example/", EventTypes: []string{"*"}})
-	if errs.CodeOf(err) != errs.CodeInvalid || !strings.Contains(err.Error(), "127.0.0.1") {
+	if errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("create to a name resolving to loopback: %v", err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM webhook_endpoints`); n != 0 {
 		t.Fatal("a refused endpoint was stored")
+	}
+}
+
+// Only global unicast addresses are public. IPv6 addresses that embed an
+// IPv4 one, IPv4-compatible (::/96) and IPv4-translated (::ffff:0:0:0/96),
+// are refused whatever they embed (some stacks reach the IPv4 address),
+// as is everything outside IPv6's global unicast space; IPv4-mapped ones
+// are judged by the IPv4 address they map.
+func TestGuardAllowsOnlyGlobalUnicast(t *testing.T) {
+	t.Parallel()
+	g := webhooks.NewGuard(nil, nil)
+	for _, c := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"93.184.215.14", true},
+		{"2606:2800:21f:cb07:6820:80da:af6b:8b2c", true},
+		{"::ffff:93.184.215.14", true},
+		{"::127.0.0.1", false},
+		{"::7f00:1", false},
+		{"::10.0.0.5", false},
+		{"::93.184.215.14", false},
+		{"::169.254.169.254", false},
+		{"::ffff:0:127.0.0.1", false},
+		{"::ffff:0:10.0.0.5", false},
+		{"::ffff:0:93.184.215.14", false},
+		{"::ffff:127.0.0.1", false},
+		{"::ffff:169.254.169.254", false},
+		{"::", false},
+		{"::1", false},
+		{"64:ff9b::7f00:1", false},
+		{"100::1", false},
+		{"fc00::1", false},
+		{"fd12:3456::1", false},
+		{"fec0::1", false},
+		{"fe80::1", false},
+		{"ff02::1", false},
+		{"2001::7f00:1", false},
+		{"2001:db8::1", false},
+		{"2002:7f00:1::1", false},
+		{"4000::1", false},
+		{"192.0.2.1", false},
+		{"198.51.100.1", false},
+		{"203.0.113.1", false},
+		{"255.255.255.255", false},
+	} {
+		t.Run(c.addr, func(t *testing.T) {
+			err := g.Check(netip.MustParseAddr(c.addr))
+			if (err == nil) != c.ok {
+				t.Fatalf("Check(%s) = %v, want ok %v", c.addr, err, c.ok)
+			}
+			if err != nil && !errors.Is(err, webhooks.ErrForbiddenAddress) {
+				t.Fatalf("Check(%s) = %v, not ErrForbiddenAddress", c.addr, err)
+			}
+		})
+	}
+	// By address and by name, at registration.
+	dns := &fakeDNS{names: map[string][]netip.Addr{"compat.example": addrs("::127.0.0.1"), "translated.example": addrs("::ffff:0:a00:5")}}
+	g = webhooks.NewGuard(nil, dns)
+	for _, url := range []string{"http://[::127.0.0.1]:8080/", "http://[::ffff:0:127.0.0.1]/", "https://compat.example/", "https://translated.example/"} {
+		if err := g.CheckURL(context.Background(), url); err == nil {
+			t.Errorf("CheckURL(%s) accepted an address embedding a non-public IPv4 one", url)
+		}
+	}
+}
+
+// A refusal of a name says only that it must resolve to a public address:
+// never what it resolves to, nor whether it resolves at all, which would
+// let anyone map the names the operator's resolver knows.
+func TestSSRFRefusalNamesNoAddress(t *testing.T) {
+	t.Parallel()
+	dns := &fakeDNS{names: map[string][]netip.Addr{
+		"db.internal":      addrs("10.20.30.40"),
+		"cache.internal":   addrs("fd00::abcd"),
+		"metadata.example": addrs("169.254.169.254"),
+		"mixed.example":    addrs("93.184.215.14", "192.168.7.7"),
+	}}
+	e := newEnvGuard(t, webhooks.NewGuard(nil, dns))
+	var want string
+	for _, host := range []string{"db.internal", "cache.internal", "metadata.example", "mixed.example", "nowhere.internal"} {
+		_, _, err := e.eps.Create(e.ctx, webhooks.EndpointRequest{MerchantID: e.merchant, URL: "https://" + host + "/hooks", EventTypes: []string{"*"}})
+		var pe *errs.Error
+		if !errors.As(err, &pe) || pe.Code != errs.CodeInvalid {
+			t.Fatalf("%s: %v, want invalid_request", host, err)
+		}
+		for _, a := range append(dns.names[host], netip.MustParseAddr("::ffff:10.20.30.40")) {
+			if strings.Contains(pe.Message, a.String()) || strings.Contains(pe.Message, a.Unmap().String()) {
+				t.Errorf("%s: the refusal %q names the address %s", host, pe.Message, a)
+			}
+		}
+		if !strings.Contains(pe.Message, "must resolve to a public address") {
+			t.Errorf("%s: the refusal %q does not say it must resolve to a public address", host, pe.Message)
+		}
+		if want == "" {
+			want = strings.ReplaceAll(pe.Message, host, "HOST")
+		}
+		if got := strings.ReplaceAll(pe.Message, host, "HOST"); got != want {
+			t.Errorf("%s: the refusal %q tells this name from another (%q)", host, got, want)
+		}
+	}
+	if n := e.count(`SELECT COUNT(*) FROM webhook_endpoints`); n != 0 {
+		t.Fatalf("%d refused endpoints stored", n)
 	}
 }
 
