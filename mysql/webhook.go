@@ -51,15 +51,36 @@ func (r endpointRow) toDomain() webhooks.Endpoint {
 	}
 }
 
-// CreateEndpoint implements webhooks.EndpointStore.
-func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint) (_ webhooks.Endpoint, err error) {
+// CreateEndpoint implements webhooks.EndpointStore. The merchant's row,
+// locked first, serialises its creates: the count read after the lock sees
+// every endpoint committed before, whatever the isolation level.
+func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint, max int) (_ webhooks.Endpoint, err error) {
 	defer errs.Wrap(&err, "Store.CreateEndpoint")
 	const q = `
 INSERT INTO webhook_endpoints (merchant_id, id, url, event_types, status, description, secret_enc, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))`
-	if _, err := s.db.ExecContext(ctx, q, e.MerchantID, e.ID, e.URL, strings.Join(e.EventTypes, ","), string(e.Status),
-		e.Description, e.SecretEnc); err != nil {
-		return webhooks.Endpoint{}, ClassifyWrite(err)
+	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		var id string
+		err := tx.GetContext(ctx, &id, `SELECT id FROM merchants WHERE id = ? FOR UPDATE`, e.MerchantID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errs.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		var n int
+		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM webhook_endpoints WHERE merchant_id = ?`, e.MerchantID); err != nil {
+			return err
+		}
+		if n >= max {
+			return webhooks.ErrEndpointLimit
+		}
+		_, err = tx.ExecContext(ctx, q, e.MerchantID, e.ID, e.URL, strings.Join(e.EventTypes, ","), string(e.Status),
+			e.Description, e.SecretEnc)
+		return err
+	})
+	if err != nil {
+		return webhooks.Endpoint{}, err
 	}
 	return s.Endpoint(ctx, e.MerchantID, e.ID)
 }

@@ -27,7 +27,7 @@ func webhookScenario(sc *scenario, merchantID string) {
 	t, ctx, s := sc.t, sc.ctx, sc.s
 	ep := webhooks.Endpoint{ID: newID("we"), MerchantID: merchantID, URL: "https://shop.example/hooks",
 		EventTypes: []string{webhooks.AllEvents}, Status: webhooks.Enabled, SecretEnc: []byte("sealed")}
-	ep, err := s.CreateEndpoint(ctx, ep)
+	ep, err := s.CreateEndpoint(ctx, ep, webhooks.MaxEndpointsPerMerchant)
 	sc.must(err, "CreateEndpoint")
 	_, err = s.Endpoint(ctx, merchantID, ep.ID)
 	sc.must(err, "Endpoint")

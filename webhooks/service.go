@@ -18,8 +18,12 @@ import (
 // EndpointStore keeps endpoints; mysql implements it. Reads of
 // one endpoint answer errs.ErrNotFound for an unknown (merchant, id).
 type EndpointStore interface {
-	// CreateEndpoint stores e, stamped with the database's clock.
-	CreateEndpoint(ctx context.Context, e Endpoint) (Endpoint, error)
+	// CreateEndpoint stores e, stamped with the database's clock, unless
+	// its merchant has max endpoints already: ErrEndpointLimit, nothing
+	// stored. The count and the insert are one decision under the
+	// merchant's lock, so concurrent creates never pass max together.
+	// errs.ErrNotFound when the merchant does not exist.
+	CreateEndpoint(ctx context.Context, e Endpoint, max int) (Endpoint, error)
 	// Endpoints lists a merchant's endpoints, oldest first.
 	Endpoints(ctx context.Context, merchantID string) ([]Endpoint, error)
 	// Endpoint reads one endpoint.
@@ -38,6 +42,9 @@ type EndpointStore interface {
 	// its merchant created at or after since, and returns how many.
 	Resend(ctx context.Context, merchantID, id string, since time.Time) (int, error)
 }
+
+// ErrEndpointLimit: the merchant has as many endpoints as it may (CreateEndpoint).
+var ErrEndpointLimit = errors.New("webhooks: the merchant has the most endpoints it may have")
 
 // Endpoints manages merchants' endpoints: what the API and the CLI call.
 type Endpoints struct {
@@ -100,14 +107,6 @@ func (s *Endpoints) Create(ctx context.Context, req EndpointRequest) (Endpoint, 
 	if len(req.Description) > MaxDescription {
 		return Endpoint{}, "", invalid("description", fmt.Sprintf("must be at most %d characters", MaxDescription))
 	}
-	existing, err := s.st.Endpoints(ctx, req.MerchantID)
-	if err != nil {
-		return Endpoint{}, "", storeErr(err)
-	}
-	if len(existing) >= MaxEndpointsPerMerchant {
-		return Endpoint{}, "", &errs.Error{Code: errs.CodeConflict,
-			Message: fmt.Sprintf("a merchant may have at most %d endpoints: delete one first", MaxEndpointsPerMerchant)}
-	}
 	secret, err := NewSecret()
 	if err != nil {
 		return Endpoint{}, "", storeErr(err)
@@ -117,8 +116,14 @@ func (s *Endpoints) Create(ctx context.Context, req EndpointRequest) (Endpoint, 
 	if e.SecretEnc, err = s.cipher.Seal(e.ID, secret); err != nil {
 		return Endpoint{}, "", storeErr(err)
 	}
-	e, err = s.st.CreateEndpoint(ctx, e)
-	if err != nil {
+	e, err = s.st.CreateEndpoint(ctx, e, MaxEndpointsPerMerchant)
+	switch {
+	case errors.Is(err, ErrEndpointLimit):
+		return Endpoint{}, "", &errs.Error{Code: errs.CodeConflict,
+			Message: fmt.Sprintf("a merchant may have at most %d endpoints: delete one first", MaxEndpointsPerMerchant)}
+	case errors.Is(err, errs.ErrNotFound):
+		return Endpoint{}, "", &errs.Error{Code: errs.CodeNotFound, Message: "no such merchant"}
+	case err != nil:
 		return Endpoint{}, "", storeErr(err)
 	}
 	return e, secret, nil
