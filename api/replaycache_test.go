@@ -2,10 +2,13 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"gateway/payments"
 )
 
 // With the replay cache on, replays answer the stored bytes, a different body
@@ -49,6 +52,37 @@ func TestReplayOfTheSameBytes(t *testing.T) {
 	wantProblem(t, e.post("k", strings.Replace(okBody, "1000", "1", 1)), http.StatusUnprocessableEntity, "idempotency-key-mismatch")
 	if r := e.postAs("sk_test_wrong", "k", okBody); r.status != http.StatusUnauthorized {
 		t.Fatalf("wrong API key: %d %s", r.status, r.body)
+	}
+	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 1})
+}
+
+// An operator's forced correction on another process (gateway payments
+// resolve --force) reaches this replica's replays within the cache's ttl:
+// until then the cached answer may still be replayed, after it the
+// corrected one is. Before, the cached 402 was replayed for the key's
+// whole retention.
+func TestAForcedCorrectionIsReplayedWithinTheCacheTTL(t *testing.T) {
+	const ttl = time.Minute
+	e := newEnv(t, func(s *envSetup) { s.cfg.ReplayCacheBytes, s.cfg.ReplayCacheTTL = 1<<20, ttl })
+	declined := strings.Replace(okBody, "pm_card_ok", "pm_card_declined", 1)
+	first := e.post("k", declined)
+	wantStatus(t, first, http.StatusPaymentRequired)
+	var id string
+	if err := e.db.Get(&id, `SELECT id FROM payments`); err != nil {
+		t.Fatal(err)
+	}
+	adm := payments.NewAdmin(e.store, payments.AdminConfig{PSPs: payments.OnePSP(e.psp)})
+	if _, err := adm.Resolve(context.Background(), payments.Resolution{PaymentID: id, To: payments.Succeeded,
+		Reason: "paid by bank transfer", Actor: "ops", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.post("k", declined); r.status != http.StatusPaymentRequired || !bytes.Equal(r.body, first.body) {
+		t.Fatalf("within the ttl the cached answer is replayed: %d %s", r.status, r.body)
+	}
+	e.clock.Advance(ttl)
+	r := e.post("k", declined)
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" || !strings.Contains(string(r.body), `"status":"succeeded"`) {
+		t.Fatalf("past the ttl the corrected answer is replayed: %d %s", r.status, r.body)
 	}
 	e.wantCounts(counts{payments: 1, keys: 1, completed: 1, charges: 1, chargeCalls: 1})
 }

@@ -19,6 +19,12 @@ const (
 	// DefaultReplayCacheBytes bounds the final answers a replica keeps for
 	// replays (one merchant may hold a quarter of it).
 	DefaultReplayCacheBytes = 32 << 20
+	// DefaultReplayCacheTTL is how long a replica replays an answer from
+	// memory before it reads the stored one again: the bound on how long
+	// an answer rewritten elsewhere (an operator's forced correction, a
+	// PSP's contradiction sending the payment to review) may still be
+	// replayed as it was.
+	DefaultReplayCacheTTL = time.Minute
 	// ReviewFirstLook is how soon after a payment enters review the review
 	// queue first asks its PSP again.
 	ReviewFirstLook = 5 * time.Minute

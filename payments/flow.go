@@ -187,7 +187,7 @@ func (s *Service) run(ctx context.Context, ref idemkeys.Ref, fp, raw [32]byte, c
 		if e.raw != a.raw && a.raw != ([32]byte{}) {
 			// These bytes are this command too: ReplayBody answers them next time.
 			e.raw = a.raw
-			s.replays.put(a.ref, e)
+			s.replays.put(a.ref, e, s.cfg.Now())
 		}
 		return s.replay(a, e.subjectID, e.resp), nil
 	}
@@ -220,7 +220,7 @@ func (s *Service) claim(a attempt, claim claim) (Outcome, error) {
 	switch {
 	case err == nil && ans != nil:
 		s.obs.KeyOutcome(OutcomeFresh)
-		s.replays.put(a.ref, cachedReplay{fp: a.fp, raw: a.raw, subjectID: sub.id(), resp: *ans, expires: s.cfg.Now().Add(s.cfg.Retention)})
+		s.replays.put(a.ref, cachedReplay{fp: a.fp, raw: a.raw, subjectID: sub.id(), resp: *ans, expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
 		s.log.InfoContext(a.client, string(sub.kind())+" created to confirm later", s.hash.Attr(a.ref), idAttr(sub), sub.id(), "psp", sub.pspName())
 		return Outcome{Response: *ans, SubjectID: sub.id()}, nil
 	case err == nil:
@@ -357,7 +357,7 @@ func (s *Service) join(a attempt) (Outcome, error) {
 			waited()
 			// Cached no longer than the key replays: its age is the database's to tell.
 			left := s.cfg.Retention - rec.DBNow.Sub(rec.CompletedAt)
-			s.replays.put(a.ref, cachedReplay{fp: rec.Fingerprint, raw: a.raw, subjectID: rec.SubjectID, resp: rec.Response, expires: s.cfg.Now().Add(left)})
+			s.replays.put(a.ref, cachedReplay{fp: rec.Fingerprint, raw: a.raw, subjectID: rec.SubjectID, resp: rec.Response, expires: s.cfg.Now().Add(left)}, s.cfg.Now())
 			return s.replay(a, rec.SubjectID, rec.Response), nil
 		}
 		if !rec.LeaseActive() {
@@ -646,7 +646,7 @@ func (s *Service) write(a attempt, h holding, sub subject) (Outcome, error) {
 	}
 	switch {
 	case err == nil:
-		s.replays.put(a.ref, cachedReplay{fp: a.fp, raw: a.raw, subjectID: sub.id(), resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)})
+		s.replays.put(a.ref, cachedReplay{fp: a.fp, raw: a.raw, subjectID: sub.id(), resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
 		s.finish(a)
 		sub.recorded(s.obs)
 		s.log.InfoContext(a.client, string(sub.kind())+" settled", s.hash.Attr(a.ref), "object_id", sub.id(), "status", sub.status(), "grant", h.token.Grant())

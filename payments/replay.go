@@ -12,11 +12,12 @@ import (
 
 // replayCache keeps, per process, the final answers (201, 402) of keys seen
 // completed here, so that a replay costs no database round trip. A final
-// answer never changes while the key is retained (only a 202 under review is
-// ever rewritten, and it is not kept), so a cached one is always the stored
-// one; an entry expires when its key's retention would (measured on this
-// process's clock from the age the database gave), so a purged key still
-// gets its 409.
+// answer is rewritten only by what another process may do (an operator's
+// forced correction, a PSP's contradiction sending the payment to review),
+// so an entry is kept for ttl at most (DefaultReplayCacheTTL): every replica
+// answers a rewritten answer within ttl of its rewrite. An entry also
+// expires when its key's retention would (measured on this process's clock
+// from the age the database gave), so a purged key still gets its 409.
 //
 // It is bounded by bytes, not entries (answers differ in size by a hundred
 // times), evicts the least recently used answer first, and keeps any one
@@ -25,7 +26,7 @@ import (
 type replayCache struct {
 	maxBytes      int64
 	merchantBytes int64
-	retention     time.Duration
+	ttl           time.Duration
 	mu            sync.Mutex
 	bytes         int64
 	lru           *list.List // of *replayEntry, most recent first
@@ -64,8 +65,8 @@ const replayMerchantShare = 4
 // body: the map slot, the list elements, the strings' headers.
 const replayEntryOverhead = 256
 
-func newReplayCache(maxBytes int64, retention time.Duration) *replayCache {
-	return &replayCache{maxBytes: maxBytes, merchantBytes: maxBytes / replayMerchantShare, retention: retention,
+func newReplayCache(maxBytes int64, ttl time.Duration) *replayCache {
+	return &replayCache{maxBytes: maxBytes, merchantBytes: maxBytes / replayMerchantShare, ttl: ttl,
 		lru: list.New(), entries: map[idemkeys.Ref]*replayEntry{}, merchants: map[string]*merchantShare{}}
 }
 
@@ -106,9 +107,14 @@ func (s *Service) ReplayBody(ctx context.Context, merchantID, key string, digest
 	return s.replay(attempt{ref: ref, client: ctx}, e.subjectID, e.resp), true
 }
 
-func (c *replayCache) put(ref idemkeys.Ref, r cachedReplay) {
+// put keeps r for ref from now, until r.expires or for the cache's ttl,
+// whichever ends first.
+func (c *replayCache) put(ref idemkeys.Ref, r cachedReplay, now time.Time) {
 	if c.maxBytes <= 0 || (r.resp.Status != http.StatusCreated && r.resp.Status != http.StatusPaymentRequired) {
 		return
+	}
+	if end := now.Add(c.ttl); c.ttl > 0 && r.expires.After(end) {
+		r.expires = end
 	}
 	size := int64(len(r.resp.Body)+len(r.subjectID)+len(ref.MerchantID)+len(ref.Endpoint)+len(ref.Key)) + replayEntryOverhead
 	if size > c.merchantBytes {

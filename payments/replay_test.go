@@ -12,12 +12,12 @@ import (
 func TestReplayCacheKeepsOnlyFinalAnswersWhileRetained(t *testing.T) {
 	ref := idemkeys.Ref{MerchantID: "m", Endpoint: EndpointCreatePayment, Key: "k"}
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	c := newReplayCache(1<<20, time.Hour)
-	c.put(ref, cachedReplay{resp: idemkeys.Response{Status: http.StatusAccepted}, expires: t0.Add(time.Hour)})
+	c := newReplayCache(1<<20, 2*time.Hour)
+	c.put(ref, cachedReplay{resp: idemkeys.Response{Status: http.StatusAccepted}, expires: t0.Add(time.Hour)}, t0)
 	if _, ok := c.get(ref, t0); ok {
 		t.Fatal("a 202 under review was kept: ops may still rewrite it")
 	}
-	c.put(ref, cachedReplay{subjectID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated}, expires: t0.Add(time.Hour)})
+	c.put(ref, cachedReplay{subjectID: "pay_1", resp: idemkeys.Response{Status: http.StatusCreated}, expires: t0.Add(time.Hour)}, t0)
 	if e, ok := c.get(ref, t0.Add(time.Hour-time.Second)); !ok || e.subjectID != "pay_1" {
 		t.Fatal("a final answer within retention was not kept")
 	}
@@ -26,6 +26,16 @@ func TestReplayCacheKeepsOnlyFinalAnswersWhileRetained(t *testing.T) {
 	}
 	if _, ok := newReplayCache(0, time.Hour).get(ref, t0); ok {
 		t.Fatal("a disabled cache answered")
+	}
+	// An answer is kept for the cache's ttl at most, however long its key
+	// is retained: the bound on replaying one rewritten elsewhere.
+	short := newReplayCache(1<<20, time.Minute)
+	short.put(ref, cachedReplay{subjectID: "pay_1", resp: idemkeys.Response{Status: http.StatusPaymentRequired}, expires: t0.Add(time.Hour)}, t0)
+	if _, ok := short.get(ref, t0.Add(time.Minute-time.Millisecond)); !ok {
+		t.Fatal("an answer within the ttl was not kept")
+	}
+	if _, ok := short.get(ref, t0.Add(time.Minute)); ok {
+		t.Fatal("an answer was replayed from memory past the ttl")
 	}
 }
 
@@ -45,12 +55,12 @@ func TestReplayCacheIsBoundedByBytesAndShared(t *testing.T) {
 	// Three quiet merchants, a few answers each.
 	for _, m := range []string{"a", "b", "c"} {
 		for i := range 10 {
-			c.put(ref(m, i), answer(1000))
+			c.put(ref(m, i), answer(1000), t0)
 		}
 	}
 	// One loud merchant: 10,000 answers of up to 71 KB, ~700 MB all told.
 	for i := range 10_000 {
-		c.put(ref("loud", i), answer(1000+(i*7919)%70_000))
+		c.put(ref("loud", i), answer(1000+(i*7919)%70_000), t0)
 		if i%1000 == 0 {
 			_, _ = c.get(ref("a", 0), t0) // merchant a's first key stays in use
 		}
@@ -75,7 +85,7 @@ func TestReplayCacheIsBoundedByBytesAndShared(t *testing.T) {
 	// lately stay, the ones nobody asked for go first.
 	for _, m := range []string{"d", "e", "f", "g", "h"} {
 		for i := range 200 {
-			c.put(ref(m, i), answer(1000))
+			c.put(ref(m, i), answer(1000), t0)
 			_, _ = c.get(ref("a", 0), t0)
 		}
 	}

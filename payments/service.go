@@ -42,6 +42,9 @@ type Config struct {
 	// ReplayCacheBytes bounds the final answers this process keeps for
 	// replays without a database read; 0 keeps none.
 	ReplayCacheBytes int64
+	// ReplayCacheTTL is how long an answer is replayed from memory before
+	// the stored one is read again; DefaultReplayCacheTTL when zero.
+	ReplayCacheTTL time.Duration
 	// Retention is how long a completed key replays (the reconciler purges
 	// it after); DefaultRetention when zero.
 	Retention time.Duration
@@ -146,10 +149,13 @@ func NewService(store FlowStore, psps *PSPs, cfg Config) *Service {
 	if cfg.ConfirmExpiry <= 0 {
 		cfg.ConfirmExpiry = DefaultConfirmExpiry
 	}
+	if cfg.ReplayCacheTTL <= 0 {
+		cfg.ReplayCacheTTL = DefaultReplayCacheTTL
+	}
 	if cfg.Hasher == nil {
 		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
-	return &Service{replays: newReplayCache(cfg.ReplayCacheBytes, cfg.Retention), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
+	return &Service{replays: newReplayCache(cfg.ReplayCacheBytes, cfg.ReplayCacheTTL), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
 		store: store, psps: psps, hash: cfg.Hasher, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer}
 }
 

@@ -47,6 +47,7 @@ func defaultVars() map[string]string {
 		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
 		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
 		"replay_cache_bytes":     fmt.Sprint(payments.DefaultReplayCacheBytes),
+		"replay_cache_ttl":       durationDefault(payments.DefaultReplayCacheTTL),
 		"auth_failure_rate":      fmt.Sprint(api.DefaultAuthFailureRate),
 		"auth_failure_burst":     fmt.Sprint(api.DefaultAuthFailureBurst),
 		"idle_timeout":           durationDefault(api.DefaultIdleTimeout),
@@ -369,6 +370,8 @@ type serverConfig struct {
 	Log          logConfig       `embed:""`
 	// ReplayCacheBytes bounds the answers kept in memory for replays.
 	ReplayCacheBytes int64 `name:"replay-cache-bytes" env:"GATEWAY_REPLAY_CACHE_BYTES" default:"${replay_cache_bytes}" group:"flow" help:"bytes of final answers this replica keeps in memory to replay without a database read (one merchant holds at most a quarter); 0 keeps none"`
+	// ReplayCacheTTL bounds how long an answer rewritten on another replica is replayed as it was.
+	ReplayCacheTTL time.Duration `name:"replay-cache-ttl" env:"GATEWAY_REPLAY_CACHE_TTL" default:"${replay_cache_ttl}" group:"flow" help:"how long an answer is replayed from memory before the stored one is read again: every replica answers an operator's correction within this time"`
 }
 
 func (c *serverConfig) check() []error {
@@ -376,6 +379,7 @@ func (c *serverConfig) check() []error {
 	if c.ReplayCacheBytes < 0 {
 		errs = append(errs, problem("GATEWAY_REPLAY_CACHE_BYTES", "must be an integer ≥ 0 (bytes)"))
 	}
+	errs = positiveDuration(errs, "GATEWAY_REPLAY_CACHE_TTL", c.ReplayCacheTTL)
 	if least := 2*c.Flow.PSPTimeout + 5*time.Second; c.HTTP.ShutdownTimeout < least {
 		errs = append(errs, fmt.Errorf("GATEWAY_SHUTDOWN_TIMEOUT (%s) must be at least twice GATEWAY_PSP_TIMEOUT plus 5s (%s): a payment being resumed may make two PSP calls (a lookup, then the charge) before it can answer", c.HTTP.ShutdownTimeout, least))
 	}

@@ -169,6 +169,7 @@ func newService(cfg *serverConfig, st *mysql.Store, psps *payments.PSPs, log *sl
 		Observer:         obs,
 		Hasher:           cfg.Log.hasher(),
 		ReplayCacheBytes: cfg.ReplayCacheBytes,
+		ReplayCacheTTL:   cfg.ReplayCacheTTL,
 		Retention:        cfg.Flow.Retention,
 		ConfirmExpiry:    cfg.PSP.Checkout.ConfirmExpiry,
 	})
