@@ -48,6 +48,7 @@ func TestClassify(t *testing.T) {
 		{"cluster node not ready 1047", mysqlErr(1047, "WSREP has not yet prepared node for application use"), mysql.ErrUnavailable},
 		{"commit outside the primary component 1180", mysqlErr(1180, "Error while appending streaming replication fragment(provider status: Not connected to Primary Component)"), mysql.ErrConnLost},
 		{"statement time limit 1969", mysqlErr(1969, "Query execution was interrupted (max_statement_time exceeded)"), mysql.ErrUnavailable},
+		{"statement time limit 3024 (MySQL)", mysqlErr(3024, "Query execution was interrupted, maximum statement execution time exceeded"), mysql.ErrUnavailable},
 		{"wrapped dial refused", fmt.Errorf("begin: %w", refused), mysql.ErrUnavailable},
 		// The driver's unexported errBadConnNoWrite, by its text: a broken
 		// connection before anything was sent (a new connection's handshake).

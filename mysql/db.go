@@ -13,6 +13,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -154,7 +155,7 @@ func setSessionLimits(ctx context.Context, cfg *gomysql.Config) error {
 func SessionLimits(version string) map[string]string {
 	secs := func(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
 	limits := map[string]string{"innodb_lock_wait_timeout": secs(LockWaitTimeout)}
-	if strings.Contains(strings.ToLower(version), "mariadb") {
+	if isMariaDB(version) {
 		limits["idle_transaction_timeout"] = secs(IdleTransactionTimeout)
 		limits["max_statement_time"] = secs(StatementTimeout)
 		return limits
@@ -162,6 +163,100 @@ func SessionLimits(version string) map[string]string {
 	limits["wait_timeout"] = secs(2 * DefaultMaxIdleTime)
 	return limits
 }
+
+// A request's reads are bounded on the server by the request's own
+// deadline. At the deadline the driver gives up and closes the connection,
+// but the server notices a closed connection only when it next writes to
+// it: a SELECT still scanning would run on for up to StatementTimeout,
+// holding a server thread while the client's retries pile more on.
+// MariaDB and MySQL spell a statement's limit differently, so a readLimit
+// asks its server once which one it is.
+
+// statementMargin is how much earlier than the context's deadline (at most
+// a tenth of the time left) the server ends a statement, so that it is the
+// server, not the driver, that stops a slow one: its error then comes back
+// on a connection the pool keeps.
+const statementMargin = 50 * time.Millisecond
+
+// BoundSelect returns query, a read-only SELECT, limited on the server
+// whose VERSION() is version to run for at most limit (rounded up to a
+// millisecond): MariaDB's SET STATEMENT max_statement_time, MySQL's
+// MAX_EXECUTION_TIME hint. Either server ends the statement with an error
+// that Classify calls ErrUnavailable.
+func BoundSelect(version, query string, limit time.Duration) (string, error) {
+	rest, ok := strings.CutPrefix(query, "SELECT ")
+	if !ok {
+		return "", fmt.Errorf("mysql: only a SELECT can be bounded: %.40q", query)
+	}
+	ms := max(1, (limit+time.Millisecond-1)/time.Millisecond)
+	if isMariaDB(version) {
+		return fmt.Sprintf("SET STATEMENT max_statement_time = %d.%03d FOR %s", ms/1000, ms%1000, query), nil
+	}
+	return fmt.Sprintf("SELECT /*+ MAX_EXECUTION_TIME(%d) */ %s", ms, rest), nil
+}
+
+// readLimit bounds read-only SELECTs by their context's deadline (less
+// statementMargin), and by StatementTimeout on a MySQL server when the
+// context has none (MariaDB's session limit already does). Its zero value
+// is ready: the server's version is read on first use. It must not be copied.
+type readLimit struct {
+	mu      sync.Mutex
+	version string
+}
+
+// bound returns query bounded as above; a deadline already past is the
+// context's error, and the statement is not sent.
+func (l *readLimit) bound(ctx context.Context, q sqlx.QueryerContext, query string) (string, error) {
+	version, err := l.serverVersion(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		if isMariaDB(version) {
+			return query, nil
+		}
+		return BoundSelect(version, query, StatementTimeout)
+	}
+	left := time.Until(deadline)
+	if left <= 0 {
+		return "", context.DeadlineExceeded
+	}
+	return BoundSelect(version, query, min(StatementTimeout, left-min(left/10, statementMargin)))
+}
+
+func (l *readLimit) serverVersion(ctx context.Context, q sqlx.QueryerContext) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.version == "" {
+		// A failed read is not kept: the next statement asks again.
+		if err := sqlx.GetContext(ctx, q, &l.version, `SELECT VERSION()`); err != nil {
+			return "", Classify(err)
+		}
+	}
+	return l.version, nil
+}
+
+// get is sqlx.GetContext of a bounded read-only SELECT, its error classified.
+func (l *readLimit) get(ctx context.Context, q sqlx.QueryerContext, dest any, query string, args ...any) error {
+	query, err := l.bound(ctx, q, query)
+	if err != nil {
+		return err
+	}
+	return Classify(sqlx.GetContext(ctx, q, dest, query, args...))
+}
+
+// sel is sqlx.SelectContext of a bounded read-only SELECT, its error classified.
+func (l *readLimit) sel(ctx context.Context, q sqlx.QueryerContext, dest any, query string, args ...any) error {
+	query, err := l.bound(ctx, q, query)
+	if err != nil {
+		return err
+	}
+	return Classify(sqlx.SelectContext(ctx, q, dest, query, args...))
+}
+
+// isMariaDB tells MariaDB from MySQL by the server's VERSION().
+func isMariaDB(version string) bool { return strings.Contains(strings.ToLower(version), "mariadb") }
 
 // Config parses dsn and applies the settings every gateway connection needs.
 func Config(dsn string) (*gomysql.Config, error) {
@@ -240,10 +335,11 @@ func Classify(err error) error {
 			return fmt.Errorf("%w: %v", ErrRetryable, err)
 		case 1927, 1053, 2006, 2013, 4031: // killed, shutdown, server gone, lost during query, idle disconnect (MySQL 8)
 			return fmt.Errorf("%w: %v", ErrConnLost, err)
-		case 1290, 1836, 1792, 1047, 1969:
+		case 1290, 1836, 1792, 1047, 1969, 3024:
 			// Read-only server or transaction, a cluster node not ready, a
-			// statement stopped by max_statement_time: the statement did
-			// nothing; the database cannot serve it now.
+			// statement stopped by max_statement_time (MariaDB) or
+			// MAX_EXECUTION_TIME (MySQL): the statement did nothing; the
+			// database cannot serve it now.
 			return fmt.Errorf("%w: %v", ErrUnavailable, err)
 		case ErrNumCommitFailed:
 			if NotPrimary(err) {

@@ -152,8 +152,8 @@ func (s *Store) LogEvents(ctx context.Context, merchantID string, limit int) (n 
 		// The merchant's first listing: its counter starts after what the
 		// events written before the listing existed hold (their pos).
 		var last sql.NullInt64
-		if err := s.db.GetContext(ctx, &last, `SELECT MAX(log_pos) FROM events WHERE merchant_id = ?`, merchantID); err != nil {
-			return 0, Classify(err)
+		if err := s.reads.get(ctx, s.db, &last, `SELECT MAX(log_pos) FROM events WHERE merchant_id = ?`, merchantID); err != nil {
+			return 0, err
 		}
 		if _, err := s.db.ExecContext(ctx, `INSERT IGNORE INTO event_log (merchant_id, next_pos) VALUES (?, ?)`, merchantID, last.Int64+1); err != nil {
 			return 0, Classify(err)
@@ -164,19 +164,21 @@ func (s *Store) LogEvents(ctx context.Context, merchantID string, limit int) (n 
 
 // MerchantEvents implements payments.ListStore: a page of the merchant's
 // events in the order of the events listing (log_pos), after the cursor's,
-// on the index events_merchant (events_merchant_type when filtered by
-// type). Events not placed yet (LogEvents) are not listed.
+// on the index events_merchant, events_merchant_type when filtered by type,
+// events_object_seq when filtered by object (whose handful of events are
+// then sorted). Events not placed yet (LogEvents) are not listed. Its reads
+// are bounded on the server by the request's deadline.
 func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ payments.Page[payments.Event], err error) {
 	defer errs.Wrap(&err, "Store.MerchantEvents")
 	conds, args := []string{"merchant_id = ?", "log_pos IS NOT NULL"}, []any{q.MerchantID}
 	if q.StartingAfter != "" {
 		var pos sql.NullInt64
-		err := s.db.GetContext(ctx, &pos, `SELECT log_pos FROM events WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.StartingAfter)
+		err := s.reads.get(ctx, s.db, &pos, `SELECT log_pos FROM events WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.StartingAfter)
 		if errors.Is(err, sql.ErrNoRows) {
 			return payments.Page[payments.Event]{}, payments.ErrCursorNotFound
 		}
 		if err != nil {
-			return payments.Page[payments.Event]{}, fmt.Errorf("cursor: %w", Classify(err))
+			return payments.Page[payments.Event]{}, fmt.Errorf("cursor: %w", err)
 		}
 		if !pos.Valid {
 			// The cursor's event (a webhook's, say) is not placed yet: the
@@ -185,16 +187,17 @@ func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ pa
 		}
 		conds, args = append(conds, "log_pos > ?"), append(args, pos.Int64)
 	}
+	index := "events_merchant"
 	if q.Type != "" {
-		conds, args = append(conds, "type = ?"), append(args, string(q.Type))
+		conds, args, index = append(conds, "type = ?"), append(args, string(q.Type)), "events_merchant_type"
 	}
 	if q.ObjectID != "" {
-		conds, args = append(conds, "object_id = ?"), append(args, q.ObjectID)
+		conds, args, index = append(conds, "object_id = ?"), append(args, q.ObjectID), "events_object_seq"
 	}
 	var rows []eventRow
-	if err := s.db.SelectContext(ctx, &rows, `SELECT `+eventColumns+` FROM events WHERE `+strings.Join(conds, " AND ")+
+	if err := s.reads.sel(ctx, s.db, &rows, `SELECT `+eventColumns+` FROM events FORCE INDEX (`+index+`) WHERE `+strings.Join(conds, " AND ")+
 		` ORDER BY log_pos LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Event]{}, Classify(err)
+		return payments.Page[payments.Event]{}, err
 	}
 	page := payments.Page[payments.Event]{HasMore: len(rows) > q.Limit, Items: make([]payments.Event, 0, q.Limit)}
 	for _, r := range rows[:min(len(rows), q.Limit)] {
@@ -207,12 +210,12 @@ func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ pa
 func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (_ payments.Event, err error) {
 	defer errs.Wrap(&err, "Store.MerchantEvent")
 	var r eventRow
-	err = s.db.GetContext(ctx, &r, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id = ?`, merchantID, id)
+	err = s.reads.get(ctx, s.db, &r, `SELECT `+eventColumns+` FROM events WHERE merchant_id = ? AND id = ?`, merchantID, id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return payments.Event{}, errs.ErrNotFound
 	}
 	if err != nil {
-		return payments.Event{}, Classify(err)
+		return payments.Event{}, err
 	}
 	return r.toDomain(), nil
 }

@@ -11,9 +11,25 @@ import (
 	"gateway/payments"
 )
 
-// Listings page newest first by (created_at, id), on the indexes
-// payments_list and refunds_list, which lead with merchant_id: a listing is
-// one merchant's range, found without a scan.
+// Listings page newest first by (created_at, id). Each is read on an index
+// that holds its filter, the merchant and that order, so that a page reads
+// its own rows and no others: payments_list and refunds_list (merchant_id,
+// created_at, id) unfiltered, payments_status and refunds_status (status,
+// merchant_id, created_at, id) by status, refunds_payment for one
+// payment's refunds (a handful). A range on created_at and the cursor are
+// ranges of the same index. Every read is bounded on the server by the
+// request's deadline (readLimit): a listing the client gave up on stops.
+
+// listIndex is the index a page of table for q is read on.
+func listIndex(table string, q payments.ListQuery) string {
+	switch {
+	case table == "refunds" && q.PaymentID != "":
+		return "refunds_payment"
+	case q.Status != "":
+		return table + "_status"
+	}
+	return table + "_list"
+}
 
 // listFrame builds the WHERE and ORDER of a page of table for q: the cursor
 // is turned into its (created_at, id) first, within the merchant's own rows.
@@ -39,12 +55,12 @@ func (s *Store) listFrame(ctx context.Context, table string, q payments.ListQuer
 	order = "created_at DESC, id DESC"
 	if cursor := q.StartingAfter + q.EndingBefore; cursor != "" {
 		var at time.Time
-		err := s.db.GetContext(ctx, &at, `SELECT created_at FROM `+table+` WHERE merchant_id = ? AND id = ?`, q.MerchantID, cursor)
+		err := s.reads.get(ctx, s.db, &at, `SELECT created_at FROM `+table+` WHERE merchant_id = ? AND id = ?`, q.MerchantID, cursor)
 		if errors.Is(err, sql.ErrNoRows) {
 			return "", nil, "", false, payments.ErrCursorNotFound
 		}
 		if err != nil {
-			return "", nil, "", false, Classify(err)
+			return "", nil, "", false, err
 		}
 		if q.StartingAfter != "" {
 			conds = append(conds, "(created_at < ? OR (created_at = ? AND id < ?))")
@@ -65,9 +81,9 @@ func (s *Store) MerchantPayments(ctx context.Context, q payments.ListQuery) (_ p
 		return payments.Page[payments.Payment]{}, err
 	}
 	var rows []paymentRow
-	if err := s.db.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments FORCE INDEX (payments_list) WHERE `+where+
+	if err := s.reads.sel(ctx, s.db, &rows, `SELECT `+paymentColumns+` FROM payments FORCE INDEX (`+listIndex("payments", q)+`) WHERE `+where+
 		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Payment]{}, Classify(err)
+		return payments.Page[payments.Payment]{}, err
 	}
 	page := payments.Page[payments.Payment]{HasMore: len(rows) > q.Limit}
 	rows = rows[:min(len(rows), q.Limit)]
@@ -89,8 +105,8 @@ func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (_ pa
 	defer errs.Wrap(&err, "Store.MerchantRefunds")
 	if q.PaymentID != "" {
 		var n int
-		if err := s.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM payments WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.PaymentID); err != nil {
-			return payments.Page[payments.Refund]{}, Classify(err)
+		if err := s.reads.get(ctx, s.db, &n, `SELECT COUNT(*) FROM payments WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.PaymentID); err != nil {
+			return payments.Page[payments.Refund]{}, err
 		}
 		if n == 0 {
 			return payments.Page[payments.Refund]{}, errs.ErrNotFound
@@ -100,14 +116,10 @@ func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (_ pa
 	if err != nil {
 		return payments.Page[payments.Refund]{}, err
 	}
-	index := "refunds_list"
-	if q.PaymentID != "" {
-		index = "refunds_payment"
-	}
 	var rows []refundRow
-	if err := s.db.SelectContext(ctx, &rows, `SELECT `+refundColumns+` FROM refunds FORCE INDEX (`+index+`) WHERE `+where+
+	if err := s.reads.sel(ctx, s.db, &rows, `SELECT `+refundColumns+` FROM refunds FORCE INDEX (`+listIndex("refunds", q)+`) WHERE `+where+
 		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Refund]{}, Classify(err)
+		return payments.Page[payments.Refund]{}, err
 	}
 	page := payments.Page[payments.Refund]{HasMore: len(rows) > q.Limit}
 	rows = rows[:min(len(rows), q.Limit)]

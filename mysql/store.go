@@ -28,6 +28,8 @@ type Store struct {
 	// causal prefixes the reads that decide something: on a Galera node,
 	// "SET STATEMENT wsrep_sync_wait = 1 FOR " (a MariaDB form, used only there).
 	causal string
+	// reads bounds the listings' reads by their request's deadline (db.go).
+	reads readLimit
 }
 
 // NewStore returns a Store on dbx.
