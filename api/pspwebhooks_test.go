@@ -321,6 +321,12 @@ func TestStripeNotificationSettlesPendingRefund(t *testing.T) {
 	if n := e.count(`SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ? AND actor = 'psp notification'`, rf.ID); n != 1 {
 		t.Fatalf("%d audit rows", n)
 	}
+	// The refund's key replays the settled refund from then on, as a
+	// payment's does (before, it kept replaying 202 pending).
+	again, err := e.svc.CreateRefund(context.Background(), payments.RefundRequest{MerchantID: e.merch.ID, PaymentID: p.ID, IdempotencyKey: "r", Amount: &amount})
+	if err != nil || !again.Replayed || again.Response.Status != http.StatusCreated || !bytes.Contains(again.Response.Body, []byte(`"status":"succeeded"`)) {
+		t.Fatalf("the refund's key replays %d %s (%v), want 201 succeeded", again.Response.Status, again.Response.Body, err)
+	}
 }
 
 // Toss's notifications are not signed: the gateway fetches the payment from

@@ -133,8 +133,10 @@ func RefundSettled(r Refund) RefundChange {
 
 // ChangeRefund is the change a resolution makes: decide turns the refund
 // locked at the database's time now into its new state; the change carries
-// the payment's amounts, the event, and, for a refund leaving review, the
-// answer its key replays from then on. decide's errors stop the change.
+// the payment's amounts, the event, and the answer its key replays from
+// then on, as a payment's does: a refund the PSP finished later (202
+// pending) or that left review replays what it is now. decide's errors stop
+// the change.
 func ChangeRefund(decide func(Refund) (Refund, error)) func(before Refund, now time.Time) (RefundChange, error) {
 	return func(before Refund, now time.Time) (RefundChange, error) {
 		after, err := decide(before)
@@ -143,10 +145,8 @@ func ChangeRefund(decide func(Refund) (Refund, error)) func(before Refund, now t
 		}
 		after.UpdatedAt = now
 		c := refundChange(before, after)
-		if before.Status == RefundRequiresReview {
-			resp := RenderRefund(after)
-			c.Answer = &resp
-		}
+		resp := RenderRefund(after)
+		c.Answer = &resp
 		return c, nil
 	}
 }
