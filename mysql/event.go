@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -220,20 +221,98 @@ func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (_ pay
 	return r.toDomain(), nil
 }
 
-// PurgeEvents implements reconcile.Store: deletes up to limit events
-// written longer than retention ago by the database's clock, keeping every
-// event with a webhook delivery still pending, however old: the purge never
-// takes the event of a delivery still to be made (ClaimDeliveries fails one
-// whose event went another way: webhooks resend racing the purge).
-func (s *Store) PurgeEvents(ctx context.Context, retention time.Duration, limit int) (_ int64, err error) {
+// PurgeEvents implements reconcile.Store: deletes the events written
+// longer than retention ago by the database's clock among the next limit
+// after the cursor (in the order of events_created), keeping every event
+// with a webhook delivery still pending, however old. Each merchant's share
+// is deleted in a transaction of its own that first reads its pending
+// deliveries with a locking read, so that a delivery made meanwhile (by
+// webhooks resend) waits for the delete and then finds its event gone: a
+// delivery never outlives its event by the purge, and ClaimDeliveries
+// fails one whose event went another way. done says the walk is over.
+func (s *Store) PurgeEvents(ctx context.Context, retention time.Duration, after payments.EventPurgeCursor, limit int) (_ int64, _ payments.EventPurgeCursor, done bool, err error) {
 	defer errs.Wrap(&err, "Store.PurgeEvents")
-	const stmt = `
-DELETE FROM events
-WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND
-  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
-                  WHERE d.merchant_id = events.merchant_id AND d.event_id = events.id AND d.status = 'pending')
-ORDER BY created_at LIMIT ?`
-	return deleted(s.db.ExecContext(ctx, stmt, micros(retention), limit))
+	const pick = `SELECT pos, merchant_id, id, created_at FROM events
+WHERE created_at < NOW(6) - INTERVAL ? MICROSECOND AND (created_at > ? OR (created_at = ? AND pos > ?))
+ORDER BY created_at, pos LIMIT ?`
+	var rows []struct {
+		Pos        int64     `db:"pos"`
+		MerchantID string    `db:"merchant_id"`
+		ID         string    `db:"id"`
+		CreatedAt  time.Time `db:"created_at"`
+	}
+	if err := s.db.SelectContext(ctx, &rows, pick, micros(retention), after.CreatedAt, after.CreatedAt, after.Pos, limit); err != nil {
+		return 0, after, false, Classify(err)
+	}
+	if len(rows) == 0 {
+		return 0, after, true, nil
+	}
+	byMerchant := map[string][]string{}
+	var merchants []string
+	for _, r := range rows {
+		if _, ok := byMerchant[r.MerchantID]; !ok {
+			merchants = append(merchants, r.MerchantID)
+		}
+		byMerchant[r.MerchantID] = append(byMerchant[r.MerchantID], r.ID)
+	}
+	sort.Strings(merchants)
+	var total int64
+	for _, m := range merchants {
+		n, err := s.purgeMerchantEvents(ctx, m, byMerchant[m], retention)
+		total += n
+		if err != nil {
+			return total, after, false, err
+		}
+	}
+	last := rows[len(rows)-1]
+	return total, payments.EventPurgeCursor{CreatedAt: last.CreatedAt, Pos: last.Pos}, len(rows) < limit, nil
+}
+
+// purgeMerchantEvents deletes those of the merchant's events ids that are
+// still past retention and have no delivery pending.
+func (s *Store) purgeMerchantEvents(ctx context.Context, merchantID string, ids []string, retention time.Duration) (int64, error) {
+	var n int64
+	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		n = 0
+		in, args := inList(merchantID, ids)
+		var pending []string
+		if err := tx.SelectContext(ctx, &pending, `SELECT DISTINCT event_id FROM webhook_deliveries
+WHERE merchant_id = ? AND status = 'pending' AND event_id IN (`+in+`) LOCK IN SHARE MODE`, args...); err != nil {
+			return err
+		}
+		keep := make(map[string]bool, len(pending))
+		for _, id := range pending {
+			keep[id] = true
+		}
+		var gone []string
+		for _, id := range ids {
+			if !keep[id] {
+				gone = append(gone, id)
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		in, args = inList(merchantID, gone)
+		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE merchant_id = ? AND id IN (`+in+`) AND created_at < NOW(6) - INTERVAL ? MICROSECOND`,
+			append(args, micros(retention))...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// inList is the placeholders of ids and the arguments merchantID, ids….
+func inList(merchantID string, ids []string) (string, []any) {
+	args := make([]any, 0, len(ids)+1)
+	args = append(args, merchantID)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return "?" + strings.Repeat(", ?", len(ids)-1), args
 }
 
 // PurgeDeliveries implements reconcile.Store: deletes up to limit webhook

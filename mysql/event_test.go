@@ -209,10 +209,10 @@ func TestEventsFollowEveryChange(t *testing.T) {
 	// Retention: the purge deletes events past it, on the database's clock.
 	total := mysqltest.Count(t, sc.setup, `SELECT COUNT(*) FROM events`)
 	sc.advance(30 * 24 * time.Hour)
-	if n, err := s.PurgeEvents(ctx, 31*24*time.Hour, 2); err != nil || n != 0 {
-		t.Fatalf("PurgeEvents within retention: %d, %v", n, err)
+	if n, _, done, err := s.PurgeEvents(ctx, 31*24*time.Hour, payments.EventPurgeCursor{}, 2); err != nil || n != 0 || !done {
+		t.Fatalf("PurgeEvents within retention: %d (done %v), %v", n, done, err)
 	}
-	if n, err := s.PurgeEvents(ctx, 30*24*time.Hour, total); err != nil || n != int64(total) {
+	if n, _, _, err := s.PurgeEvents(ctx, 30*24*time.Hour, payments.EventPurgeCursor{}, total); err != nil || n != int64(total) {
 		t.Fatalf("PurgeEvents: %d of %d, %v", n, total, err)
 	}
 }

@@ -247,3 +247,11 @@ type PurgeCursor struct {
 	CompletedAt time.Time
 	Ref         idemkeys.Ref
 }
+
+// EventPurgeCursor is where a purge of expired events stands: the last
+// event it looked at, in the order it walks them (creation time, then the
+// store's position). The zero cursor is the start.
+type EventPurgeCursor struct {
+	CreatedAt time.Time
+	Pos       int64
+}

@@ -38,9 +38,10 @@ type Store interface {
 	// keys older than retention found after the cursor, and returns the
 	// cursor to go on from; done when none is left after it.
 	PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (n int64, next payments.PurgeCursor, done bool, err error)
-	// PurgeEvents deletes up to limit events older than retention, but none
-	// with a webhook delivery still pending.
-	PurgeEvents(ctx context.Context, retention time.Duration, limit int) (int64, error)
+	// PurgeEvents deletes, of the next limit events after the cursor, those
+	// older than retention, but none with a webhook delivery still pending;
+	// done says no event is left to walk.
+	PurgeEvents(ctx context.Context, retention time.Duration, after payments.EventPurgeCursor, limit int) (n int64, next payments.EventPurgeCursor, done bool, err error)
 	// PurgeDeliveries deletes up to limit ended webhook deliveries older
 	// than retention.
 	PurgeDeliveries(ctx context.Context, retention time.Duration, limit int) (int64, error)
@@ -773,19 +774,20 @@ func (r *Reconciler) Purge(ctx context.Context) (int64, error) {
 	if err != nil {
 		return keys, err
 	}
-	for _, p := range []struct {
-		what string
-		step func(context.Context, time.Duration, int) (int64, error)
-	}{{"events", r.store.PurgeEvents}, {"webhook deliveries", r.store.PurgeDeliveries}} {
-		_, err = r.purge(ctx, p.what, r.cfg.EventRetention, func(ctx context.Context) (int64, bool, error) {
-			n, err := p.step(ctx, r.cfg.EventRetention, r.cfg.PurgeBatch)
-			return n, n < int64(r.cfg.PurgeBatch), err
-		}, func(int64) {})
-		if err != nil {
-			return keys, err
-		}
+	var events payments.EventPurgeCursor
+	_, err = r.purge(ctx, "events", r.cfg.EventRetention, func(ctx context.Context) (int64, bool, error) {
+		n, next, done, err := r.store.PurgeEvents(ctx, r.cfg.EventRetention, events, r.cfg.PurgeBatch)
+		events = next
+		return n, done, err
+	}, func(int64) {})
+	if err != nil {
+		return keys, err
 	}
-	return keys, nil
+	_, err = r.purge(ctx, "webhook deliveries", r.cfg.EventRetention, func(ctx context.Context) (int64, bool, error) {
+		n, err := r.store.PurgeDeliveries(ctx, r.cfg.EventRetention, r.cfg.PurgeBatch)
+		return n, n < int64(r.cfg.PurgeBatch), err
+	}, func(int64) {})
+	return keys, err
 }
 
 // purge runs one batch (step) after another until one says it was the
