@@ -685,6 +685,15 @@ func (s *Service) release(a attempt, h holding, sub subject, notSent bool, cause
 // lost may still be on its way, and the PSP judges each send apart (a
 // permanent error about this request, a declined refund it keeps no record
 // of). Read under the caller's lease, whose holder alone changes the counts.
+//
+// The read and the settle that follows are two statements, not one: this
+// is safe only because every write of send_attempts and sends_not_sent
+// (ArmSend, a release, a takeover's claim) is fenced on the lease's token,
+// so no count can change between them while the caller still holds the
+// lease, and the settle itself is fenced. A write of either count that is
+// not fenced (an operator's tool, a reconciler step) would let a refusal be
+// taken as final while another send lands: fence it, or make this check
+// part of the settle's own statement.
 func (s *Service) soleSend(a attempt, h holding) bool {
 	rec, err := s.store.Record(s.writeCtx(a), a.ref)
 	return err == nil && rec.State == idemkeys.InProgress && rec.Token == h.token &&
