@@ -14,10 +14,10 @@ type confirmBody struct {
 	// PaymentMethod is a payment method id (Stripe, the fake PSP);
 	// PaymentKey is Toss's paymentKey. One of them, or neither when the
 	// payment was created with its payment method.
-	PaymentMethod *string `json:"payment_method"`
-	PaymentKey    *string `json:"payment_key"`
-	Amount        *int64  `json:"amount"`
-	OrderID       *string `json:"order_id"`
+	PaymentMethod *string `json:"payment_method,omitzero"`
+	PaymentKey    *string `json:"payment_key,omitzero"`
+	Amount        *int64  `json:"amount,omitzero"`
+	OrderID       *string `json:"order_id,omitzero"`
 }
 
 func (s *Server) handleConfirmPayment(c echo.Context) error {

@@ -69,16 +69,17 @@ func merchantOf(c echo.Context) merchants.Merchant {
 }
 
 // createPaymentBody is the POST /payments body. Pointers tell a missing
-// field from a zero one.
+// field from a zero one (a field is never null: strictJSON refuses it, and
+// omitzero writes a missing one back as missing).
 type createPaymentBody struct {
-	Amount        *int64            `json:"amount"`
-	Currency      *string           `json:"currency"`
-	PaymentMethod *string           `json:"payment_method"`
-	Description   *string           `json:"description"`
-	Metadata      map[string]string `json:"metadata"`
+	Amount        *int64            `json:"amount,omitzero"`
+	Currency      *string           `json:"currency,omitzero"`
+	PaymentMethod *string           `json:"payment_method,omitzero"`
+	Description   *string           `json:"description,omitzero"`
+	Metadata      map[string]string `json:"metadata,omitzero"`
 	// Confirm false creates the payment without charging it (two-step
 	// checkout; see confirm.go); absent or true charges it now.
-	Confirm *bool `json:"confirm"`
+	Confirm *bool `json:"confirm,omitzero"`
 }
 
 func (s *Server) handleCreatePayment(c echo.Context) error {

@@ -28,11 +28,12 @@ type Lister interface {
 }
 
 // createRefundBody is the POST /payments/{id}/refunds body; every field is
-// optional (no amount refunds the whole refundable remainder).
+// optional (no amount refunds the whole refundable remainder), and none is
+// ever null ({"amount": null} is refused, not read as the remainder).
 type createRefundBody struct {
-	Amount   *int64            `json:"amount"`
-	Reason   *string           `json:"reason"`
-	Metadata map[string]string `json:"metadata"`
+	Amount   *int64            `json:"amount,omitzero"`
+	Reason   *string           `json:"reason,omitzero"`
+	Metadata map[string]string `json:"metadata,omitzero"`
 }
 
 func (s *Server) handleCreateRefund(c echo.Context) error {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -13,15 +14,19 @@ import (
 )
 
 // A request body must mean one thing. encoding/json alone lets the last of
-// two equal keys win, matches field names whatever their case, and turns
-// invalid UTF-8 (and escaped lone surrogates) into U+FFFD, so that bodies
-// which differ would share a fingerprint and one could replay another.
-// strictJSON refuses all of that before the body is decoded.
+// two equal keys win, matches field names whatever their case, turns
+// invalid UTF-8 (and escaped lone surrogates) into U+FFFD, and reads null
+// as a field left out (or an empty string, in a map of strings), so that
+// bodies which differ would share a fingerprint and one could replay
+// another, and {"amount": null} would refund the whole remainder.
+// strictJSON refuses all of that before the body is decoded: no value in a
+// body is null (the API has no nullable input); a field without a value is
+// left out.
 
-// strictJSON checks raw for invalid text and for keys that say a thing
-// twice: in the body's top object (whose fields are those of the struct
-// body points to) a key in another case than its field's, or two keys equal
-// but for case; in nested objects two equal keys. It returns a 4xx
+// strictJSON checks raw for invalid text, for null values and for keys
+// that say a thing twice: in the body's top object (whose fields are those
+// of the struct body points to) a key in another case than its field's, or
+// two keys equal but for case; in nested objects two equal keys. It returns a 4xx
 // *errs.Error naming the problem, or nil; syntax errors are left to the
 // decoder. One pass over the bytes, allocating only for escaped keys: it
 // runs on every request, replays included.
@@ -62,6 +67,11 @@ func (s *jsonScan) value(depth int, path string) {
 	s.ws()
 	if s.i >= len(s.b) {
 		s.bad = true
+		return
+	}
+	if path != "" && s.null() { // a null body is the decoder's to refuse
+		field := strings.TrimSuffix(strings.TrimSuffix(path, "[]"), ".")
+		s.err = fieldProblem(field, "must not be null: leave the field out when it has no value")
 		return
 	}
 	switch s.b[s.i] {
@@ -138,6 +148,22 @@ func (s *jsonScan) object(depth int, path string) {
 			return
 		}
 	}
+}
+
+// null reports whether the value at s.i is null.
+func (s *jsonScan) null() bool {
+	if !bytes.HasPrefix(s.b[s.i:], []byte("null")) {
+		return false
+	}
+	end := s.i + len("null")
+	if end == len(s.b) {
+		return true
+	}
+	switch s.b[end] {
+	case ',', '}', ']', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false // nullx: not JSON, the decoder's to report
 }
 
 // closes reads what follows a member of an array or object: a comma (more

@@ -52,13 +52,13 @@ func toEndpointView(e webhooks.Endpoint, secret string) endpointView {
 }
 
 type createEndpointBody struct {
-	URL         *string  `json:"url"`
-	EventTypes  []string `json:"event_types"`
-	Description *string  `json:"description"`
+	URL         *string  `json:"url,omitzero"`
+	EventTypes  []string `json:"event_types,omitzero"`
+	Description *string  `json:"description,omitzero"`
 }
 
 type rotateBody struct {
-	GracePeriodSeconds *int64 `json:"grace_period_seconds"`
+	GracePeriodSeconds *int64 `json:"grace_period_seconds,omitzero"`
 }
 
 func (s *Server) webhookEndpoints() (WebhookEndpoints, error) {
@@ -152,12 +152,14 @@ func (s *Server) handleRotateEndpoint(c echo.Context) error {
 		}
 	}
 	var grace *time.Duration
-	if body.GracePeriodSeconds != nil {
-		g := time.Duration(*body.GracePeriodSeconds) * time.Second
-		if *body.GracePeriodSeconds < 0 || g > webhooks.MaxRotationGrace {
+	if secs := body.GracePeriodSeconds; secs != nil {
+		// Bounded before it is multiplied: a large count of seconds would
+		// overflow into a short grace (18446744073709552 s is 384 ns).
+		if *secs < 0 || *secs > int64(webhooks.MaxRotationGrace/time.Second) {
 			return &errs.Error{Code: errs.CodeInvalid, Message: "grace_period_seconds must be between 0 and 604800",
 				Fields: []errs.FieldError{{Field: "grace_period_seconds", Reason: "must be between 0 and 604800"}}}
 		}
+		g := time.Duration(*secs) * time.Second
 		grace = &g
 	}
 	ep, secret, err := w.Rotate(c.Request().Context(), merchantOf(c).ID, c.Param("id"), grace)
