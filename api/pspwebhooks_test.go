@@ -479,3 +479,33 @@ func TestNotificationContradictingAFailedRefundIsReviewed(t *testing.T) {
 		})
 	}
 }
+
+// A notification that arrives while a worker holds the payment's key (its
+// charge in flight) makes the payment's next look due at once when the
+// worker then settles it waiting for its customer: the notification is
+// acted on by the next reconciler pass, not a minute later as before.
+func TestANotificationDuringTheChargeMakesTheActionLookDueAtOnce(t *testing.T) {
+	reader := &stubReader{}
+	var e *env
+	e = newEnv(t, func(s *envSetup) {
+		s.notices = func(st *mysql.Store) api.NoticeReceiver {
+			src := payments.NoticeSource{PSP: payments.PSPName(fake.New().Capabilities()), Reader: reader}
+			return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": src}, payments.NoticeConfig{})
+		}
+	})
+	v := e.createLater("k", laterBody)
+	var during response
+	e.psp.SetChargeHook(func(ctx context.Context, req psp.ChargeRequest) {
+		reader.say(psp.Notice{ID: "evt_1", Type: "payment.updated", Charges: []psp.Charge{{MerchantOrderID: req.MerchantOrderID,
+			Reference: "fake_ch_1", Status: psp.Succeeded, Amount: req.Amount, Currency: req.Currency}}})
+		res, err := e.do(ctx, http.MethodPost, "/psp/toss/webhook", "", map[string]string{"Content-Type": "application/json"}, `{}`)
+		if err == nil {
+			during = res
+		}
+	})
+	wantStatus(t, e.confirm(v.ID, "c", `{"payment_method": "pm_card_3ds"}`), http.StatusAccepted)
+	wantReceived(t, during)
+	if n := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'requires_action' AND review_after <= NOW(6)`); n != 1 {
+		t.Fatal("the payment waiting for its customer is not due for a look at once")
+	}
+}

@@ -48,7 +48,7 @@ func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decid
 		}
 		p := ch.Payment
 		res, err := tx.ExecContext(ctx, `
-UPDATE payments SET status = ?, payment_method = ?, confirm_key = ?, event_seq = ?, updated_at = ?
+UPDATE payments SET status = ?, payment_method = ?, confirm_key = ?, review_after = NULL, event_seq = ?, updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
 			string(p.Status), p.PaymentMethod, p.ConfirmKey, seq+1, p.UpdatedAt, p.MerchantID, p.ID)
 		if err := exactlyOne(res, err); err != nil {
@@ -209,12 +209,16 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS'`
 // HastenLook implements payments.NoticeStore: the reconciler's next look
 // at a payment in requires_review or requires_action becomes due now. A
 // look running meanwhile loses its mark (its writes are fenced) and the
-// next pass looks afresh.
+// next pass looks afresh. A payment still processing (its key held) is
+// marked (review_after, unused while processing): its settle into
+// requires_action makes that look due at once.
 func (s *Store) HastenLook(ctx context.Context, p payments.Payment) (err error) {
 	defer errs.Wrap(&err, "Store.HastenLook")
 	const stmt = `
 UPDATE payments SET review_after = NOW(6)
-WHERE merchant_id = ? AND id = ? AND status IN ('requires_review', 'requires_action') AND review_after > NOW(6)`
+WHERE merchant_id = ? AND id = ?
+  AND ((status IN ('requires_review', 'requires_action') AND review_after > NOW(6))
+       OR (status = 'processing' AND review_after IS NULL))`
 	if _, err := ExecRetry(ctx, s.db, stmt, p.MerchantID, p.ID); err != nil {
 		return writeErr(err)
 	}

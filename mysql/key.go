@@ -303,7 +303,9 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
 // the payment leaves processing (no row: it was settled by other means),
 // then the change's event. Either way a fenced settle rolls back whole and
 // the caller re-reads. A payment sent to review enters the review queue,
-// one that waits for its customer (requires_action) the reconciler's looks.
+// one that waits for its customer (requires_action) the reconciler's looks:
+// at once when a PSP's notification came while it was processing (marked
+// by HastenLook), else after ActionFirstLook.
 func (s *Store) Settle(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) (err error) {
 	p := c.Payment
 	defer errs.Wrap(&err, "Store.Settle(%s)", p.ID)
@@ -312,7 +314,7 @@ UPDATE payments
 SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
     review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
     review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
-                          WHEN 'requires_action' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+                          WHEN 'requires_action' THEN IF(review_after IS NULL, NOW(6) + INTERVAL ? MICROSECOND, NOW(6)) END,
     next_action = ?, ` + bumpEventSeq + `, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 	status := string(p.Status)

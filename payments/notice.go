@@ -54,7 +54,8 @@ type NoticeStore interface {
 	// now, leaving its lease alone; false when the key is not in progress.
 	HastenKey(ctx context.Context, ref idemkeys.Ref) (bool, error)
 	// HastenLook makes the next look at a payment in requires_review or
-	// requires_action due now.
+	// requires_action due now; of a payment still processing, due as soon
+	// as its worker leaves it in requires_action.
 	HastenLook(ctx context.Context, p Payment) error
 	// HastenRefundCheck makes the refund queue's next look at a refund
 	// pending at its PSP or in review due now.
@@ -195,8 +196,13 @@ func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Noti
 	case RequiresAction:
 		return n.settleAction(ctx, notice, p, c, attrs)
 	case Processing:
-		// A worker holds its key, or the reconciler will: hasten the look.
+		// A worker holds its key, or the reconciler will: hasten the look,
+		// and the look at the payment should the worker leave it waiting
+		// for its customer.
 		hastened, err := n.store.HastenKey(ctx, ref)
+		if err == nil {
+			err = n.store.HastenLook(ctx, p)
+		}
 		if err == nil {
 			n.log.InfoContext(ctx, "PSP notification: the payment's key is looked at now", append(attrs, "in_progress", hastened)...)
 		}
