@@ -488,3 +488,37 @@ func TestAnUnreadablePaymentDoesNotStopTheRefundQueue(t *testing.T) {
 	}
 	wantOutcomes(t, runOnce(t, e.reconciler(nil, nil)), nil) // not claimed again before then
 }
+
+// An operator's forced correction of a failed refund to succeeded takes its
+// amount again only if the payment can still hold it: when the payment's
+// other refunds reserve the rest, it is refused (409) and nothing changes.
+// Before, the correction took the reservation beyond the payment's amount.
+func TestAForcedRefundCorrectionNeverExceedsThePayment(t *testing.T) {
+	e := newEnv(t)
+	p := e.paid("pay", 1000)
+	e.psp.FailNextRefunds(fake.FaultNotProcessed, 1)
+	if _, err := e.refund(p, "never-sent", amt(300)); errs.CodeOf(err) != errs.CodePSPUnavailable {
+		t.Fatalf("refused before sending: %v", err)
+	}
+	e.advance(lease + time.Second)
+	runOnce(t, e.reconciler(nil, nil))
+	var failed string
+	if err := e.db.Get(&failed, `SELECT id FROM refunds WHERE idem_key = 'never-sent' AND status = 'failed'`); err != nil {
+		t.Fatalf("the refund never sent is not failed: %v", err)
+	}
+	if out, err := e.refund(p, "the-rest", nil); err != nil || out.Response.Status != http.StatusCreated {
+		t.Fatalf("refund of the rest: %+v %v", out, err)
+	}
+	adm := payments.NewAdmin(e.store, payments.AdminConfig{PSPs: payments.OnePSP(e.psp)})
+	_, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: failed, To: payments.RefundSucceeded,
+		Reason: "the bank says it was paid", Actor: "ops", Force: true})
+	if errs.CodeOf(err) != errs.CodeConflict {
+		t.Fatalf("forced correction beyond the payment: %v, want a conflict", err)
+	}
+	if got := e.checkAmounts(p); got.AmountReserved != 1000 || got.AmountRefunded != 1000 {
+		t.Fatalf("reserved %d, refunded %d after the refused correction; want 1000 and 1000", got.AmountReserved, got.AmountRefunded)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM refunds WHERE id = ? AND status = 'failed'`, failed); n != 1 {
+		t.Fatal("the refused correction moved the refund")
+	}
+}
