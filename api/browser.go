@@ -21,7 +21,8 @@ import (
 // carries no key, so no merchant), and every answer to a request from such
 // an origin carries Access-Control-Allow-Origin, refusals included, so that
 // the page can read why; the request itself is then judged against its own
-// merchant's origins. Everything else is refused.
+// merchant's origins. Everything else is refused, and a secret key sent by
+// a browser (with an Origin) is refused everywhere.
 
 // BrowserAuthenticator resolves publishable keys and judges browser
 // origins; merchants.BrowserAuth is one.
@@ -66,16 +67,28 @@ func bearerKey(c echo.Context) string {
 	return strings.TrimSpace(key)
 }
 
-// refusePublishable refuses a publishable key on a route that takes secret
-// keys only, before anything is read.
+// refusePublishable refuses, on a route that takes secret keys only and
+// before anything is read, a publishable key, and any request from a
+// browser (an Origin): a secret key must never reach one, and one that did
+// is refused at once rather than working until it is abused.
 func (s *Server) refusePublishable(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if strings.HasPrefix(bearerKey(c), merchants.PublishableKeyPrefix) {
 			return &errs.Error{Code: codeForbidden, Message: "a publishable key can only read and confirm the payment whose client secret it presents " +
 				"(GET /payments/{id}, POST /payments/{id}/confirm); everything else takes the secret API key, on the merchant's server"}
 		}
+		if c.Request().Header.Get(echo.HeaderOrigin) != "" {
+			return errSecretKeyInBrowser()
+		}
 		return next(c)
 	}
+}
+
+// errSecretKeyInBrowser refuses a request for a secret key's route, or
+// with a secret key, that a browser sent.
+func errSecretKeyInBrowser() error {
+	return &errs.Error{Code: codeForbidden, Message: "a secret API key must never reach a browser (this request carries an Origin): " +
+		"create the payment on the merchant's server, and confirm it from the page with a publishable key and the payment's client_secret"}
 }
 
 // authenticateBrowser authenticates the two routes a browser may call: a
@@ -97,8 +110,7 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 		key := bearerKey(c)
 		if !strings.HasPrefix(key, merchants.PublishableKeyPrefix) {
 			if origin != "" {
-				return &errs.Error{Code: codeForbidden, Message: "a secret API key must never reach a browser: " +
-					"create the payment on the merchant's server, and confirm it from the page with a publishable key and the payment's client_secret"}
+				return errSecretKeyInBrowser()
 			}
 			return s.authenticate(next)(c)
 		}

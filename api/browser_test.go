@@ -314,3 +314,36 @@ func otherLast(secret string) string {
 	}
 	return secret[:len(secret)-1] + last
 }
+
+// A secret API key sent by a browser (with an Origin header) is refused on
+// every route, so that a key leaked into a page is noticed at once; the
+// same request from a server (no Origin) is served.
+func TestSecretKeyFromABrowserIsRefused(t *testing.T) {
+	e := newEnv(t)
+	e.newBrowserSide(e.merch, shopOrigin)
+	paid := decodeView(t, e.post("paid", okBody).body)
+	before := e.counts()
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPost, "/payments", okBody},
+		{http.MethodGet, "/payments", ""},
+		{http.MethodGet, "/payments?idempotency_key=paid", ""},
+		{http.MethodGet, "/payments/" + paid.ID, ""},
+		{http.MethodPost, "/payments/" + paid.ID + "/refunds", `{}`},
+		{http.MethodGet, "/refunds", ""},
+		{http.MethodGet, "/events", ""},
+		{http.MethodOptions, "/payments", ""},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			for _, origin := range []string{shopOrigin, "https://evil.example"} {
+				res, err := e.do(context.Background(), tc.method, tc.path, e.apiKey,
+					map[string]string{"Origin": origin, "Idempotency-Key": "from-a-browser"}, tc.body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantProblem(t, res, http.StatusForbidden, "forbidden")
+			}
+		})
+	}
+	e.wantCounts(before)
+	wantStatus(t, e.post("from-the-server", okBody), http.StatusCreated)
+}
