@@ -70,6 +70,9 @@ type Options struct {
 	// the limit off.
 	AuthFailureRate  float64
 	AuthFailureBurst int
+	// BrowserLimits shape the budget of browser requests, per payment and
+	// per client address (browser.go); zero fields take the defaults.
+	BrowserLimits BrowserLimits
 	// TrustedProxies are the load balancers and proxies in front: from
 	// them, the client's address is read from X-Forwarded-For.
 	TrustedProxies []*net.IPNet
@@ -115,7 +118,9 @@ type Server struct {
 	limits *limiters
 	// authFails counts failed authentications per client address.
 	authFails *authFailures
-	hash      *idemkeys.Hasher
+	// browser is the budget of browser requests.
+	browser browserBudget
+	hash    *idemkeys.Hasher
 	// routes are the templates of the routes served, the only values of
 	// the route label besides "other".
 	routeSet map[string]bool
@@ -146,7 +151,8 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	}
 	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
 		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), hash: opts.Hasher, routeSet: map[string]bool{},
-		authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst)}
+		authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst),
+		browser:   newBrowserBudget(opts.BrowserLimits)}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true

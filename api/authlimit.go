@@ -15,11 +15,13 @@ import (
 // Failed authentications are limited per client address: each costs the
 // guesser nothing and the gateway a database read (a well-formed key with
 // an unknown prefix), so past a burst an address that keeps failing is
-// answered 429 with Retry-After before its key is even looked at. Only
-// failures count: an address whose requests authenticate is never slowed
-// by this. A good merchant behind the same address as a guesser (one NAT)
-// shares its fate; behind a load balancer, name it in TrustedProxies so
-// that the client's own address is the one counted.
+// answered 429 with Retry-After before its key is even looked at. A
+// browser's failures count too: a client secret that is not the payment's,
+// an origin its merchant does not allow, a preflight from an origin nobody
+// allows. Only failures count: an address whose requests authenticate is
+// never slowed by this. A good merchant behind the same address as a
+// guesser (one NAT) shares its fate; behind a load balancer, name it in
+// TrustedProxies so that the client's own address is the one counted.
 
 // Defaults of the failed-authentication limit.
 const (
@@ -129,8 +131,15 @@ func (s *Server) checkAuthFailures(c echo.Context) error {
 
 // countAuthFailure counts err against the request's address when it is a refused credential.
 func (s *Server) countAuthFailure(c echo.Context, err error) error {
-	if s.authFails != nil && errs.CodeOf(err) == errs.CodeUnauthorized {
-		s.authFails.failed(clientAddr(c), s.opts.Now())
+	if errs.CodeOf(err) == errs.CodeUnauthorized {
+		s.countFailure(c)
 	}
 	return err
+}
+
+// countFailure counts one failure against the request's address.
+func (s *Server) countFailure(c echo.Context) {
+	if s.authFails != nil {
+		s.authFails.failed(clientAddr(c), s.opts.Now())
+	}
 }

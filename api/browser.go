@@ -23,6 +23,14 @@ import (
 // the page can read why; the request itself is then judged against its own
 // merchant's origins. Everything else is refused, and a secret key sent by
 // a browser (with an Origin) is refused everywhere.
+//
+// Browser requests have a budget of their own (BrowserLimits), apart from
+// every merchant's bucket: a page looping on its payment is limited, and
+// the merchant's server never waits for it. Anonymous failures cost no
+// database read: the allowed origins are held in memory, a client secret
+// that does not name the path's payment is refused before the payment is
+// read, and both count, as failed authentications do, against the client
+// address (authlimit.go).
 
 // BrowserAuthenticator resolves publishable keys and judges browser
 // origins; merchants.BrowserAuth is one.
@@ -57,6 +65,70 @@ var (
 
 // corsMaxAge is how long a browser may reuse a preflight's answer.
 const corsMaxAge = "600"
+
+// BrowserLimits shape the budget of requests made with a publishable key:
+// a token bucket per payment (a checkout page polls one payment) and one
+// per client address (one client with many payments), in each replica. No
+// merchant's bucket is touched: a shopper cannot make its merchant's server
+// wait. Zero fields take the defaults.
+type BrowserLimits struct {
+	PaymentRate  float64
+	PaymentBurst int
+	AddressRate  float64
+	AddressBurst int
+}
+
+// Defaults of the browser budget.
+const (
+	// DefaultBrowserPaymentRate is how many browser requests per second one
+	// payment may have in the long run: the client polls once a second.
+	DefaultBrowserPaymentRate = 2.0
+	// DefaultBrowserPaymentBurst is how many it may have at once.
+	DefaultBrowserPaymentBurst = 20
+	// DefaultBrowserAddressRate is how many browser requests per second one
+	// client address may send in the long run, whatever the payments (many
+	// shoppers may share an address behind a NAT).
+	DefaultBrowserAddressRate = 20.0
+	// DefaultBrowserAddressBurst is how many it may send at once.
+	DefaultBrowserAddressBurst = 100
+)
+
+// withDefaults fills in the zero fields.
+func (l BrowserLimits) withDefaults() BrowserLimits {
+	if l.PaymentRate <= 0 {
+		l.PaymentRate = DefaultBrowserPaymentRate
+	}
+	if l.PaymentBurst <= 0 {
+		l.PaymentBurst = DefaultBrowserPaymentBurst
+	}
+	if l.AddressRate <= 0 {
+		l.AddressRate = DefaultBrowserAddressRate
+	}
+	if l.AddressBurst <= 0 {
+		l.AddressBurst = DefaultBrowserAddressBurst
+	}
+	return l
+}
+
+// browserBudget is the buckets of browser requests.
+type browserBudget struct {
+	payments, addrs *limiters
+}
+
+func newBrowserBudget(l BrowserLimits) browserBudget {
+	l = l.withDefaults()
+	return browserBudget{payments: newLimiters(l.PaymentRate, l.PaymentBurst), addrs: newLimiters(l.AddressRate, l.AddressBurst)}
+}
+
+// takeBrowser takes a token from bucket for key, or refuses the request 429.
+func (s *Server) takeBrowser(bucket *limiters, key, what string) error {
+	if ok, wait := bucket.allow(key, s.opts.Now()); !ok {
+		s.obs.RateLimited()
+		return &errs.Error{Code: codeRateLimited, RetryAfter: wait,
+			Message: "too many browser requests " + what + "; retry after the Retry-After delay"}
+	}
+	return nil
+}
 
 // bearerKey is the request's bearer credential, "" when there is none.
 func bearerKey(c echo.Context) string {
@@ -93,9 +165,11 @@ func errSecretKeyInBrowser() error {
 
 // authenticateBrowser authenticates the two routes a browser may call: a
 // publishable key with the client secret of the payment the path names,
-// from an origin its merchant allows; or a secret key from a server (not a
-// browser: no Origin).
+// from an origin its merchant allows, within the browser budget; or a
+// secret key from a server (not a browser: no Origin), within its
+// merchant's rate limit.
 func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
+	fromServer := s.authenticate(s.rateLimit(next))
 	return func(c echo.Context) error {
 		ctx, cancel := s.lookupCtx(c)
 		defer cancel()
@@ -112,7 +186,7 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 			if origin != "" {
 				return errSecretKeyInBrowser()
 			}
-			return s.authenticate(next)(c)
+			return fromServer(c)
 		}
 		if s.opts.Browser == nil {
 			return &errs.Error{Code: errs.CodeUnauthorized, Message: "publishable keys are not accepted here"}
@@ -120,11 +194,15 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 		if err := s.checkAuthFailures(c); err != nil {
 			return err
 		}
+		if err := s.takeBrowser(s.browser.addrs, clientAddr(c), "from this address"); err != nil {
+			return err
+		}
 		m, origins, err := s.opts.Browser.AuthenticatePublishable(ctx, key)
 		if err != nil {
 			return s.countAuthFailure(c, err)
 		}
 		if origin != "" && !merchants.AllowsOrigin(origins, origin) {
+			s.countFailure(c)
 			return &errs.Error{Code: codeOriginNotAllowed,
 				Message: "this merchant does not allow browser requests from " + strconv.Quote(origin) + " (gateway merchants origins add)"}
 		}
@@ -132,18 +210,36 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 		if secret == "" {
 			return &errs.Error{Code: errs.CodeUnauthorized, Message: "send the payment's client_secret as the " + HeaderClientSecret + " header with a publishable key"}
 		}
-		p, err := s.svc.Payment(ctx, m.ID, c.Param("id"))
+		// Another payment, or none, or the wrong secret: the same answer, so
+		// that a publishable key learns nothing of payments it cannot read.
+		// A secret that does not name the path's payment is refused unread.
+		id := c.Param("id")
+		if !payments.ClientSecretNames(id, secret) {
+			s.countFailure(c)
+			return errBrowserNotFound()
+		}
+		p, err := s.svc.Payment(ctx, m.ID, id)
 		if err != nil && errs.CodeOf(err) != errs.CodeNotFound {
 			return err
 		}
-		// Another payment, or none, or the wrong secret: the same answer, so
-		// that a publishable key learns nothing of payments it cannot read.
 		if err != nil || !payments.ClientSecretMatches(p, secret) {
-			return &errs.Error{Code: errs.CodeNotFound, Message: "payment not found (a publishable key reads only the payment whose client_secret it presents)"}
+			s.countFailure(c)
+			return errBrowserNotFound()
+		}
+		// Only who holds the payment's secret spends its budget: nobody else
+		// can spend a shopper's.
+		if err := s.takeBrowser(s.browser.payments, p.ID, "for this payment"); err != nil {
+			return err
 		}
 		c.Set(merchantKey, m)
 		return next(c)
 	}
+}
+
+// errBrowserNotFound answers a publishable key that presented no secret of
+// the path's payment.
+func errBrowserNotFound() error {
+	return &errs.Error{Code: errs.CodeNotFound, Message: "payment not found (a publishable key reads only the payment whose client_secret it presents)"}
 }
 
 // allowReading lets the page on origin read the answer when some merchant
@@ -178,6 +274,9 @@ func (s *Server) handlePreflight(method string) echo.HandlerFunc {
 		if origin == "" || asked == "" {
 			return &errs.Error{Code: codeOriginNotAllowed, Message: "not a CORS preflight: send Origin and Access-Control-Request-Method"}
 		}
+		if err := s.checkAuthFailures(c); err != nil {
+			return err
+		}
 		allowed := false
 		if s.opts.Browser != nil {
 			var err error
@@ -189,6 +288,7 @@ func (s *Server) handlePreflight(method string) echo.HandlerFunc {
 			}
 		}
 		if !allowed {
+			s.countFailure(c)
 			return &errs.Error{Code: codeOriginNotAllowed, Message: "no merchant allows browser requests from " + strconv.Quote(origin)}
 		}
 		if asked != method {

@@ -55,9 +55,10 @@ func (s *Server) routes(e *echo.Echo) {
 
 	// Browser checkout (browser.go): the secret key from the merchant's
 	// server, or a publishable key with the payment's client secret from an
-	// origin its merchant allows, reads and confirms one payment; the CORS
-	// preflights of those two paths, before any authentication.
-	browser := []echo.MiddlewareFunc{s.authenticateBrowser, s.rateLimit}
+	// origin its merchant allows, reads and confirms one payment, each within
+	// its own budget (the merchant's, the browser's); the CORS preflights of
+	// those two paths, before any authentication.
+	browser := []echo.MiddlewareFunc{s.authenticateBrowser}
 	e.GET("/payments/:id", chain(s.handleGetPayment, append([]echo.MiddlewareFunc{s.bounded}, browser...)...))
 	e.POST("/payments/:id/confirm", chain(s.handleConfirmPayment, browser...))
 	e.OPTIONS("/payments/:id", s.handlePreflight(http.MethodGet))

@@ -3,7 +3,9 @@ package merchants_test
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,14 +63,17 @@ func TestNewPublishableKey(t *testing.T) {
 	}
 }
 
-// browserStore is a BrowserStore of function fields, counting its reads.
+// browserStore is an in-memory BrowserStore counting its reads.
 type browserStore struct {
+	mu      sync.Mutex
 	keys    map[string][]merchants.StoredKey // by prefix
 	origins map[string][]string              // by merchant
 	reads   int
 }
 
 func (s *browserStore) ActivePublishableKeysByPrefix(_ context.Context, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.reads++
 	var ms []merchants.Merchant
 	for _, k := range s.keys[prefix] {
@@ -78,20 +83,101 @@ func (s *browserStore) ActivePublishableKeysByPrefix(_ context.Context, prefix s
 }
 
 func (s *browserStore) MerchantOrigins(_ context.Context, merchantID string) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.reads++
 	return s.origins[merchantID], nil
 }
 
-func (s *browserStore) OriginAllowed(_ context.Context, origin string) (bool, error) {
+func (s *browserStore) AllowedOrigins(context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.reads++
+	var all []string
 	for _, os := range s.origins {
-		for _, o := range os {
-			if o == origin {
-				return true, nil
+		all = append(all, os...)
+	}
+	return all, nil
+}
+
+func (s *browserStore) readCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reads
+}
+
+func (s *browserStore) allow(merchantID, origin string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.origins[merchantID] = append(s.origins[merchantID], origin)
+}
+
+// A CORS preflight carries no key: the origins it is judged against are
+// every merchant's, held in memory and read once per TTL, however many
+// origins are asked about and however many at once.
+func TestAllowedOriginsHeldInMemory(t *testing.T) {
+	st := &browserStore{origins: map[string][]string{"mer_1": {"https://shop.example"}, "mer_2": {"http://localhost:3000"}}}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	auth := merchants.NewBrowserAuth(st, merchants.AuthConfig{CacheTTL: 10 * time.Second, Now: clock})
+	ctx := context.Background()
+
+	// Many callers at once, each asking about another origin: one read.
+	const callers = 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	allowed := make([]bool, callers)
+	failed := make([]error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			origin := fmt.Sprintf("https://shop-%d.example", i)
+			if i == 0 {
+				origin = "https://shop.example"
 			}
+			allowed[i], failed[i] = auth.OriginAllowed(ctx, origin)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range callers {
+		if failed[i] != nil || allowed[i] != (i == 0) {
+			t.Fatalf("caller %d: allowed %v, %v", i, allowed[i], failed[i])
 		}
 	}
-	return false, nil
+	if n := st.readCount(); n != 1 {
+		t.Fatalf("%d callers at once cost %d reads, want 1", callers, n)
+	}
+	for i := range 1000 {
+		if ok, err := auth.OriginAllowed(ctx, fmt.Sprintf("https://guess-%d.example", i)); err != nil || ok {
+			t.Fatalf("a guessed origin: %v, %v", ok, err)
+		}
+	}
+	if ok, _ := auth.OriginAllowed(ctx, "HTTP://LOCALHOST:3000/"); !ok {
+		t.Fatal("an allowed origin, written otherwise, is refused")
+	}
+	if n := st.readCount(); n != 1 {
+		t.Fatalf("1,000 guessed origins within the TTL cost %d reads, want none beyond the first", n-1)
+	}
+
+	// A new origin is allowed within the TTL, not sooner (or at once after Forget).
+	st.allow("mer_1", "https://new.example")
+	if ok, _ := auth.OriginAllowed(ctx, "https://new.example"); ok {
+		t.Fatal("a new origin is allowed before the TTL passed: the set is not held")
+	}
+	advance(10 * time.Second)
+	if ok, _ := auth.OriginAllowed(ctx, "https://new.example"); !ok || st.readCount() != 2 {
+		t.Fatalf("after the TTL: allowed %v after %d reads, want true after 2", ok, st.readCount())
+	}
+	st.allow("mer_2", "https://newer.example")
+	auth.Forget()
+	if ok, _ := auth.OriginAllowed(ctx, "https://newer.example"); !ok || st.readCount() != 3 {
+		t.Fatalf("after Forget: allowed %v after %d reads, want true after 3", ok, st.readCount())
+	}
 }
 
 func TestBrowserAuth(t *testing.T) {
@@ -116,9 +202,9 @@ func TestBrowserAuth(t *testing.T) {
 			t.Errorf("AuthenticatePublishable(%q): %v, want unauthorized", bad, err)
 		}
 	}
-	reads := st.reads
-	if _, _, err := auth.AuthenticatePublishable(ctx, pk.Plaintext); err != nil || st.reads != reads {
-		t.Fatalf("a verified key is read again within the TTL (%d reads, %v)", st.reads-reads, err)
+	reads := st.readCount()
+	if _, _, err := auth.AuthenticatePublishable(ctx, pk.Plaintext); err != nil || st.readCount() != reads {
+		t.Fatalf("a verified key is read again within the TTL (%d reads, %v)", st.readCount()-reads, err)
 	}
 	for origin, want := range map[string]bool{"https://shop.example": true, "https://shop.example:443": true, "https://evil.example": false, "null": false} {
 		if ok, err := auth.OriginAllowed(ctx, origin); err != nil || ok != want {
@@ -126,8 +212,10 @@ func TestBrowserAuth(t *testing.T) {
 		}
 	}
 	// A revocation, and a change of origins, apply after the TTL (or at once with Forget).
+	st.mu.Lock()
 	st.keys = nil
 	st.origins = nil
+	st.mu.Unlock()
 	if _, _, err := auth.AuthenticatePublishable(ctx, pk.Plaintext); err != nil {
 		t.Fatalf("within the TTL: %v", err)
 	}
@@ -153,5 +241,19 @@ func TestClientSecretMatches(t *testing.T) {
 	}
 	if payments.ClientSecretMatches(payments.Payment{ID: "pay_2"}, secret) {
 		t.Fatal("a payment without a client secret matches one")
+	}
+	// The shape, checked before the payment is read: its id, the marker,
+	// 32 base32 characters.
+	if !payments.ClientSecretNames("pay_1", secret) {
+		t.Fatal("the payment's own secret does not name it")
+	}
+	for _, bad := range []string{"", secret + "a", secret[:len(secret)-1], strings.ToUpper(secret), "pay_12_secret_abcdefghijklmnopqrstuvwxyz234567",
+		"pay_1_secret_abcdefghijklmnopqrstuvwxyz234560", "pay_1_sekret_abcdefghijklmnopqrstuvwxyz234567", "_secret_abcdefghijklmnopqrstuvwxyz234567"} {
+		if payments.ClientSecretNames("pay_1", bad) {
+			t.Errorf("%q names pay_1", bad)
+		}
+	}
+	if payments.ClientSecretNames("", "_secret_abcdefghijklmnopqrstuvwxyz234567") {
+		t.Error("a secret names a payment without an id")
 	}
 }

@@ -91,8 +91,8 @@ type BrowserStore interface {
 	ActivePublishableKeysByPrefix(ctx context.Context, prefix string) ([]StoredKey, []Merchant, error)
 	// MerchantOrigins lists the origins a merchant allows, in order.
 	MerchantOrigins(ctx context.Context, merchantID string) ([]string, error)
-	// OriginAllowed reports whether any merchant allows origin.
-	OriginAllowed(ctx context.Context, origin string) (bool, error)
+	// AllowedOrigins lists every origin some merchant allows, each once.
+	AllowedOrigins(ctx context.Context) ([]string, error)
 }
 
 // BrowserAuth authenticates publishable keys and judges browser origins.
@@ -100,10 +100,11 @@ type BrowserStore interface {
 // read, as Auth does: a revoked key, or an origin taken off a merchant's
 // list, keeps working on a replica for at most that long.
 type BrowserAuth struct {
-	store   BrowserStore
-	now     func() time.Time
-	keys    *ttlCache[[32]byte, browserMerchant]
-	origins *ttlCache[string, bool]
+	store BrowserStore
+	now   func() time.Time
+	keys  *ttlCache[[32]byte, browserMerchant]
+	// origins is every origin some merchant allows, for CORS preflights.
+	origins *originSet
 	// unknown remembers prefixes no active publishable key has.
 	unknown *ttlCache[string, bool]
 }
@@ -121,7 +122,7 @@ func NewBrowserAuth(store BrowserStore, cfg AuthConfig) *BrowserAuth {
 	}
 	return &BrowserAuth{store: store, now: cfg.Now,
 		keys:    &ttlCache[[32]byte, browserMerchant]{ttl: cfg.CacheTTL},
-		origins: &ttlCache[string, bool]{ttl: cfg.CacheTTL},
+		origins: &originSet{ttl: cfg.CacheTTL},
 		unknown: &ttlCache[string, bool]{ttl: cfg.CacheTTL}}
 }
 
@@ -170,22 +171,21 @@ func (a *BrowserAuth) AuthenticatePublishable(ctx context.Context, key string) (
 
 // OriginAllowed reports whether any merchant allows a browser origin, as a
 // CORS preflight (which carries no key) needs to know. An origin that is not
-// one is allowed by nobody.
+// one is allowed by nobody. It is judged against every allowed origin, held
+// in memory and read again once the TTL has passed: an origin nobody allows
+// costs no database read, however many are tried, and an origin added or
+// removed is seen within the TTL. Errors: errs.CodeInternal (or
+// errs.CodeUnavailable) when the list cannot be read.
 func (a *BrowserAuth) OriginAllowed(ctx context.Context, origin string) (bool, error) {
 	norm, err := NormalizeOrigin(origin)
 	if err != nil {
 		return false, nil
 	}
-	now := a.now()
-	if ok, cached := a.origins.get(norm, now); cached {
-		return ok, nil
-	}
-	ok, err := a.store.OriginAllowed(ctx, norm)
+	set, err := a.origins.current(ctx, a.now, a.store.AllowedOrigins)
 	if err != nil {
 		return false, errs.Internal(err)
 	}
-	a.origins.put(norm, ok, now)
-	return ok, nil
+	return set[norm], nil
 }
 
 // AllowsOrigin reports whether origin is among allowed (a merchant's list,
@@ -206,8 +206,86 @@ func AllowsOrigin(allowed []string, origin string) bool {
 // Forget drops everything cached, so that a change applies at once in this process.
 func (a *BrowserAuth) Forget() {
 	a.keys.clear()
-	a.origins.clear()
+	a.origins.forget()
 	a.unknown.clear()
+}
+
+// originSet is every origin some merchant allows, read whole: one read per
+// TTL per replica, whatever the preflights ask. Callers that find it stale
+// together share one read; a TTL of 0 reads on every call.
+type originSet struct {
+	ttl     time.Duration
+	mu      sync.Mutex
+	set     map[string]bool
+	expires time.Time
+	// loading is the read in flight, nil when none.
+	loading *originLoad
+	// gen counts Forget calls: a read begun before one is not kept.
+	gen int
+}
+
+// originLoad is one read of the allowed origins, which every caller that
+// waits for it takes.
+type originLoad struct {
+	done chan struct{}
+	set  map[string]bool
+	err  error
+}
+
+// current returns the allowed origins, reading them with load when the
+// ones held are older than the TTL.
+func (o *originSet) current(ctx context.Context, now func() time.Time, load func(context.Context) ([]string, error)) (map[string]bool, error) {
+	o.mu.Lock()
+	if o.set != nil && now().Before(o.expires) {
+		set := o.set
+		o.mu.Unlock()
+		return set, nil
+	}
+	if l := o.loading; l != nil {
+		o.mu.Unlock()
+		select {
+		case <-l.done:
+			return l.set, l.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	l := &originLoad{done: make(chan struct{})}
+	o.loading = l
+	gen := o.gen
+	o.mu.Unlock()
+
+	// The read serves every caller waiting for it: the first one going away
+	// does not cancel it, its deadline still bounds it.
+	lctx := context.WithoutCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithDeadline(lctx, deadline)
+		defer cancel()
+	}
+	list, err := load(lctx)
+	if err == nil {
+		l.set = make(map[string]bool, len(list))
+		for _, origin := range list {
+			l.set[origin] = true
+		}
+	}
+	l.err = err
+	o.mu.Lock()
+	o.loading = nil
+	if err == nil && gen == o.gen {
+		o.set, o.expires = l.set, now().Add(o.ttl)
+	}
+	o.mu.Unlock()
+	close(l.done)
+	return l.set, l.err
+}
+
+// forget drops the origins held, so that the next call reads them.
+func (o *originSet) forget() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.set, o.gen = nil, o.gen+1
 }
 
 // ttlCacheMax bounds a ttlCache; when full it is emptied, which costs one

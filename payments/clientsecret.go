@@ -31,6 +31,28 @@ func newClientSecret(paymentID string) (string, [32]byte, error) {
 	return plain, sha256.Sum256([]byte(plain)), nil
 }
 
+// clientSecretRandomLen is the length of a client secret's random part:
+// 160 bits in base32.
+const clientSecretRandomLen = 32
+
+// ClientSecretNames reports whether presented has the shape of a client
+// secret of payment paymentID: that id, the marker, then 32 lowercase base32
+// characters. It reads nothing: a browser route checks it before it reads
+// the payment, so that a secret of another payment, or of none, costs no
+// read.
+func ClientSecretNames(paymentID, presented string) bool {
+	random, ok := strings.CutPrefix(presented, paymentID+clientSecretMarker)
+	if !ok || paymentID == "" || len(random) != clientSecretRandomLen {
+		return false
+	}
+	for i := 0; i < len(random); i++ {
+		if c := random[i]; !(c >= 'a' && c <= 'z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // ClientSecretMatches reports, in constant time, whether presented is p's
 // client secret. A payment created to be charged at once has none and
 // matches nothing.
