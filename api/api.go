@@ -73,6 +73,10 @@ type Options struct {
 	// BrowserLimits shape the budget of browser requests, per payment and
 	// per client address (browser.go); zero fields take the defaults.
 	BrowserLimits BrowserLimits
+	// NoticeRate and NoticeBurst shape each client address's bucket of PSP
+	// notifications (pspwebhooks.go); zero takes the defaults.
+	NoticeRate  float64
+	NoticeBurst int
 	// TrustedProxies are the load balancers and proxies in front: from
 	// them, the client's address is read from X-Forwarded-For.
 	TrustedProxies []*net.IPNet
@@ -120,7 +124,10 @@ type Server struct {
 	authFails *authFailures
 	// browser is the budget of browser requests.
 	browser browserBudget
-	hash    *idemkeys.Hasher
+	// notices limits PSP notifications per client address.
+	notices        *limiters
+	noticeRefusals noticeRefusals
+	hash           *idemkeys.Hasher
 	// routes are the templates of the routes served, the only values of
 	// the route label besides "other".
 	routeSet map[string]bool
@@ -149,10 +156,16 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	if opts.Hasher == nil {
 		opts.Hasher = idemkeys.NewHasher(nil)
 	}
+	if opts.NoticeRate <= 0 {
+		opts.NoticeRate = DefaultNoticeRate
+	}
+	if opts.NoticeBurst <= 0 {
+		opts.NoticeBurst = DefaultNoticeBurst
+	}
 	s := &Server{svc: svc, auth: auth, db: db, opts: opts, log: opts.Logger, obs: opts.Observer,
 		limits: newLimiters(opts.RatePerSecond, max(opts.RateBurst, 1)), hash: opts.Hasher, routeSet: map[string]bool{},
 		authFails: newAuthFailures(opts.AuthFailureRate, opts.AuthFailureBurst),
-		browser:   newBrowserBudget(opts.BrowserLimits)}
+		browser:   newBrowserBudget(opts.BrowserLimits), notices: newLimiters(opts.NoticeRate, opts.NoticeBurst)}
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -265,6 +278,9 @@ func (s *Server) preinitHTTP(served []*echo.Route) {
 type accessNote struct {
 	paymentID string
 	problem   string // the problem type's slug of an error answer
+	// quiet leaves the request out of the access log: one of a flood,
+	// logged in bulk by whoever refused it.
+	quiet bool
 }
 
 type accessNoteKey struct{}
@@ -282,6 +298,9 @@ func noteOf(c echo.Context) *accessNote {
 // out. The merchant is hashed; the path's own text is never logged, only its
 // route template and a payment id that looks like one.
 func (s *Server) accessLog(c echo.Context, note *accessNote, route, method string, status int, d time.Duration) {
+	if note.quiet {
+		return
+	}
 	level := slog.LevelInfo
 	if status >= 500 {
 		level = slog.LevelWarn

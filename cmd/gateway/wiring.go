@@ -102,13 +102,17 @@ func newPSP(cfg pspConfig) (psp.Adapter, error) {
 		}
 		return fakeclient.New(fakeclient.Config{BaseURL: base, CreationWindow: cfg.creationWindow()})
 	case "toss":
-		return toss.New(toss.Config{SecretKey: cfg.TossSecretKey, BaseURL: cfg.URL, CreationWindow: cfg.creationWindow(),
-			ClientKey: cfg.Checkout.TossClientKey})
+		return toss.New(tossConfig(cfg))
 	case "stripe":
 		return stripe.New(stripe.Config{SecretKey: cfg.StripeSecretKey, BaseURL: cfg.URL, CreationWindow: cfg.creationWindow(),
 			PublishableKey: cfg.Checkout.StripePublishableKey, WebhookSecret: cfg.Checkout.StripeWebhookSecret})
 	}
 	return nil, fmt.Errorf("unknown PSP %q", cfg.PSP)
+}
+
+func tossConfig(cfg pspConfig) toss.Config {
+	return toss.Config{SecretKey: cfg.TossSecretKey, BaseURL: cfg.URL, CreationWindow: cfg.creationWindow(),
+		ClientKey: cfg.Checkout.TossClientKey}
 }
 
 // noInstrument leaves an adapter as it is.
@@ -187,7 +191,20 @@ func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logCo
 		}
 		c := cfg
 		c.PSP = kind
-		a, err := newPSP(c)
+		var a psp.Adapter
+		var err error
+		if kind == "toss" {
+			// Toss does not sign its notifications: it is asked only about
+			// the orders this gateway holds.
+			tc := tossConfig(c)
+			tc.KnownOrder = func(ctx context.Context, orderID string) (bool, error) {
+				ps, err := st.PaymentsByOrder(ctx, orderID)
+				return len(ps) > 0, err
+			}
+			a, err = toss.New(tc)
+		} else {
+			a, err = newPSP(c)
+		}
 		if err != nil {
 			return nil, err
 		}

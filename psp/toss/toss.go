@@ -92,6 +92,11 @@ type Config struct {
 	// test_gck_…) that front ends open Toss's payment widget with: public,
 	// handed out in two-step checkouts. Empty when front ends have it already.
 	ClientKey string
+	// KnownOrder reports whether the gateway holds a payment with an order
+	// id. A notification about another order is acknowledged without asking
+	// Toss about it (Toss does not sign its notifications: anyone can post
+	// one). Nil asks Toss about any order.
+	KnownOrder func(ctx context.Context, orderID string) (bool, error)
 }
 
 // LogValue masks the secret key, keeping its test_/live_ prefix.
@@ -124,10 +129,13 @@ func mask(secret string) string {
 
 // Adapter is a psp.Adapter for Toss Payments.
 type Adapter struct {
-	rt        *roundtrip.Client
-	window    time.Duration
-	account   string
-	clientKey string
+	rt         *roundtrip.Client
+	window     time.Duration
+	account    string
+	clientKey  string
+	knownOrder func(ctx context.Context, orderID string) (bool, error)
+	// lookups coalesces the notifications' identical fetches.
+	lookups lookups
 }
 
 var _ psp.Adapter = (*Adapter)(nil)
@@ -145,7 +153,7 @@ func New(cfg Config) (*Adapter, error) {
 	header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(cfg.SecretKey+":")))
 	header.Set("TossPayments-API-Version", APIVersion)
 	a := &Adapter{rt: roundtrip.New(cfg.baseURL(), cfg.HTTPClient, header), window: cfg.CreationWindow, account: cfg.Account,
-		clientKey: cfg.ClientKey}
+		clientKey: cfg.ClientKey, knownOrder: cfg.KnownOrder}
 	if a.window <= 0 {
 		a.window = 2 * time.Minute
 	}

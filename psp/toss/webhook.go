@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
+	"sync"
 
 	"gateway/psp"
 )
@@ -16,10 +18,15 @@ import (
 // (PAYMENT_STATUS_CHANGED carries the payment, DEPOSIT_CALLBACK a virtual
 // account's orderId and status, CANCEL_STATUS_CHANGED a cancel), so
 // ReadNotice believes none of what a request says. It takes from it the
-// paymentKey or orderId alone and fetches that payment from Toss
+// orderId and the paymentKey alone and fetches that payment from Toss
 // (GET /v1/payments/{paymentKey}, or /v1/payments/orders/{orderId}): a forged
-// or stale notification costs a lookup and changes nothing the payment's
-// own state does not say.
+// or stale notification changes nothing the payment's own state does not say.
+//
+// Since anyone can post one, and each fetch spends the quota real charges
+// share, Toss is asked only what it must be: the names must be in Toss's
+// alphabet (an orderId of 6–64, a paymentKey of at most 200 characters of
+// [A-Za-z0-9_-]), the order must be one the gateway holds (Config.KnownOrder),
+// and identical fetches in flight at once are sent once.
 
 var _ psp.NoticeReader = (*Adapter)(nil)
 
@@ -52,26 +59,41 @@ func (a *Adapter) ReadNotice(ctx context.Context, _ http.Header, body []byte) (p
 	if n.Type == "" && order != "" {
 		n.Type = "DEPOSIT_CALLBACK" // the one notification without an eventType
 	}
-	var path string
 	switch {
-	case key != "" && len(key) <= maxPaymentKeyLen:
-		path = "/v1/payments/" + url.PathEscape(key)
-	case orderIDPattern.MatchString(order):
-		path = "/v1/payments/orders/" + url.PathEscape(order)
-	default:
-		return psp.Notice{}, fmt.Errorf("%w: the notification names no payment (paymentKey or orderId)", psp.ErrUnverified)
+	case !orderIDPattern.MatchString(order):
+		return psp.Notice{}, fmt.Errorf("%w: the notification names no payment (an orderId of 6–64 characters of [A-Za-z0-9_-])", psp.ErrUnverified)
+	case key != "" && !paymentKeyPattern.MatchString(key):
+		return psp.Notice{}, fmt.Errorf("%w: the notification's paymentKey is not one of Toss's (1–%d characters of [A-Za-z0-9_-])", psp.ErrUnverified, maxPaymentKeyLen)
 	}
 	n.ID = key + "/" + order
-	p, err := a.payment(ctx, op, path)
+	if a.knownOrder != nil {
+		known, err := a.knownOrder(ctx, order)
+		if err != nil {
+			return psp.Notice{}, &psp.Error{Class: psp.NotProcessed, Op: op, Err: fmt.Errorf("whether the gateway holds order %s: %w", order, err)}
+		}
+		if !known {
+			n.Skipped = append(n.Skipped, "the gateway holds no order "+order+": Toss was not asked")
+			return n, nil
+		}
+	}
+	path := "/v1/payments/orders/" + url.PathEscape(order)
+	if key != "" {
+		path = "/v1/payments/" + url.PathEscape(key)
+	}
+	p, err := a.lookups.do(path, func() (payment, error) { return a.payment(ctx, op, path) })
 	switch {
 	case errors.Is(err, psp.ErrNotFound):
 		n.Skipped = append(n.Skipped, "Toss has no payment "+n.ID)
 		return n, nil
 	case err != nil:
 		return psp.Notice{}, err
-	case key != "" && p.PaymentKey != key, key == "" && p.OrderID != order:
+	case key != "" && p.PaymentKey != key:
 		return psp.Notice{}, &psp.Error{Class: psp.Unknown, Op: op,
 			Err: fmt.Errorf("%w: asked Toss for payment %s, it answered with %s/%s", psp.ErrMismatch, n.ID, p.PaymentKey, p.OrderID)}
+	case p.OrderID != order:
+		// Toss's payment is another order's: the body paired names that
+		// Toss never sent together.
+		return psp.Notice{}, fmt.Errorf("%w: payment %s is order %s at Toss, not %s", psp.ErrUnverified, key, p.OrderID, order)
 	}
 	c, err := toCharge(op, p, p.OrderID)
 	switch {
@@ -95,6 +117,49 @@ func (a *Adapter) ReadNotice(ctx context.Context, _ http.Header, body []byte) (p
 		n.Refunds = append(n.Refunds, r)
 	}
 	return n, nil
+}
+
+// paymentKeyPattern is what a Toss paymentKey can be: Toss documents at
+// most 200 characters, and issues letters, digits, '-' and '_'.
+var paymentKeyPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+
+// lookups coalesces identical fetches in flight: the notifications about
+// one payment that arrive together (Toss's repeats, a forger's copies) cost
+// Toss one call, whose answer each of them reads.
+type lookups struct {
+	mu       sync.Mutex
+	inFlight map[string]*lookup
+}
+
+type lookup struct {
+	done    chan struct{}
+	p       payment
+	err     error
+	waiting int // callers besides the one asking, for tests
+}
+
+// do returns fetch's answer for path, sharing the fetch in flight for the
+// same path if there is one: its caller's context bounds it.
+func (l *lookups) do(path string, fetch func() (payment, error)) (payment, error) {
+	l.mu.Lock()
+	if f, ok := l.inFlight[path]; ok {
+		f.waiting++
+		l.mu.Unlock()
+		<-f.done
+		return f.p, f.err
+	}
+	f := &lookup{done: make(chan struct{})}
+	if l.inFlight == nil {
+		l.inFlight = map[string]*lookup{}
+	}
+	l.inFlight[path] = f
+	l.mu.Unlock()
+	f.p, f.err = fetch()
+	l.mu.Lock()
+	delete(l.inFlight, path)
+	l.mu.Unlock()
+	close(f.done)
+	return f.p, f.err
 }
 
 // taggedRefund reads the refund order id the adapter wrote at the end of a

@@ -1,9 +1,15 @@
 package toss_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"gateway/psp"
@@ -104,4 +110,107 @@ func TestReadNoticeRefusalsAndSkips(t *testing.T) {
 	if class, ok := psp.ClassOf(err); !ok || class != psp.Unknown {
 		t.Fatalf("ReadNotice with Toss down = %v, want Unknown", err)
 	}
+}
+
+// A notification costs a Toss call only when it must: names outside Toss's
+// alphabet are refused, an order the gateway does not hold is acknowledged
+// unasked, and identical notifications arriving together share one call.
+func TestReadNoticeAsksTossOnlyWhatItMust(t *testing.T) {
+	fake := tosstest.New(secret)
+	ts := httptest.NewServer(fake)
+	t.Cleanup(ts.Close)
+	const known = "ord_000000000000000000000c01"
+	var asked atomic.Int64
+	a, err := toss.New(toss.Config{SecretKey: secret, BaseURL: ts.URL, KnownOrder: func(_ context.Context, order string) (bool, error) {
+		asked.Add(1)
+		return order == known, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: known, Amount: 15000, Currency: "KRW", PaymentMethod: "tgen_ok_c01"}); err != nil {
+		t.Fatal(err)
+	}
+	before := fake.RequestCount()
+	for name, body := range map[string]string{
+		"a paymentKey with a slash":     `{"eventType":"PAYMENT_STATUS_CHANGED","data":{"paymentKey":"../orders/` + known + `","orderId":"` + known + `"}}`,
+		"a paymentKey with a space":     `{"eventType":"PAYMENT_STATUS_CHANGED","data":{"paymentKey":"tgen ok","orderId":"` + known + `"}}`,
+		"a paymentKey of 201 chars":     `{"eventType":"PAYMENT_STATUS_CHANGED","data":{"paymentKey":"` + strings.Repeat("k", 201) + `","orderId":"` + known + `"}}`,
+		"a paymentKey without an order": `{"eventType":"PAYMENT_STATUS_CHANGED","data":{"paymentKey":"tgen_ok_c01"}}`,
+		"an orderId with a dot":         `{"orderId":"ord_0000.0000"}`,
+	} {
+		if _, err := a.ReadNotice(t.Context(), http.Header{}, []byte(body)); !errors.Is(err, psp.ErrUnverified) {
+			t.Errorf("%s: %v, want psp.ErrUnverified", name, err)
+		}
+	}
+	if n := fake.RequestCount() - before; n != 0 || asked.Load() != 0 {
+		t.Fatalf("names outside Toss's alphabet cost %d Toss calls and %d order look-ups, want none", n, asked.Load())
+	}
+	for i := range 100 {
+		body := fmt.Sprintf(`{"eventType":"PAYMENT_STATUS_CHANGED","data":{"paymentKey":"tgen_forged_%d","orderId":"ord_%024x"}}`, i, i)
+		n, err := a.ReadNotice(t.Context(), http.Header{}, []byte(body))
+		if err != nil || len(n.Charges) != 0 || len(n.Skipped) != 1 {
+			t.Fatalf("an order the gateway does not hold: %+v, %v; want it skipped", n, err)
+		}
+	}
+	if n := fake.RequestCount() - before; n != 0 {
+		t.Fatalf("100 notifications about orders the gateway does not hold cost %d Toss calls, want none", n)
+	}
+	// A paymentKey of another order, paired with a known order: Toss never
+	// sent those names together.
+	fake.Seed(tosstest.Payment{PaymentKey: "tgen_other", OrderID: "ord_000000000000000000000c02", Status: "DONE", TotalAmount: 1000, Currency: "KRW", ApprovedAt: tosstest.Now()})
+	mixed := `{"eventType":"PAYMENT_STATUS_CHANGED","data":{"paymentKey":"tgen_other","orderId":"` + known + `"}}`
+	if _, err := a.ReadNotice(t.Context(), http.Header{}, []byte(mixed)); !errors.Is(err, psp.ErrUnverified) {
+		t.Fatalf("a known order with another order's paymentKey: %v, want psp.ErrUnverified", err)
+	}
+
+	// Notifications about the known order, arriving together: the first
+	// fetch is held at Toss until every other caller waits for it.
+	held := make(chan struct{})
+	release := make(chan struct{})
+	b, err := toss.New(toss.Config{SecretKey: secret, BaseURL: slowURL(t, fake, held, release), KnownOrder: func(context.Context, string) (bool, error) { return true, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 16
+	body := fake.Notification(known)
+	before = fake.RequestCount()
+	var wg sync.WaitGroup
+	results := make([]psp.Notice, callers)
+	failures := make([]error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], failures[i] = b.ReadNotice(t.Context(), http.Header{}, body)
+		}()
+	}
+	<-held
+	for b.LookupsWaiting("/v1/payments/tgen_ok_c01") < callers-1 {
+		runtime.Gosched()
+	}
+	close(release)
+	wg.Wait()
+	for i := range callers {
+		if failures[i] != nil || len(results[i].Charges) != 1 || results[i].Charges[0].Status != psp.Succeeded {
+			t.Fatalf("caller %d: %+v, %v", i, results[i], failures[i])
+		}
+	}
+	if n := fake.RequestCount() - before; n != 1 {
+		t.Fatalf("%d identical notifications at once cost %d Toss calls, want 1", callers, n)
+	}
+}
+
+// slowURL serves fake behind a gate: the first request closes held, and
+// every request waits for release.
+func slowURL(t *testing.T, fake http.Handler, held, release chan struct{}) string {
+	t.Helper()
+	var once sync.Once
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(held) })
+		<-release
+		fake.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return ts.URL
 }
