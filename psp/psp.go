@@ -115,7 +115,27 @@ type Capabilities struct {
 	// Checkout says what a front end needs to start the PSP's own client
 	// before the gateway confirms a payment (two-step checkout).
 	Checkout Checkout
+	// ManualCapture is true when the adapter is a Capturer: a charge may be
+	// authorized now (ChargeRequest.CaptureMethod CaptureManual) and
+	// captured, in full or in part, or voided later. An adapter that cannot
+	// leaves it false, and the gateway refuses manual capture for its PSP.
+	ManualCapture bool
+	// AuthorizationValidity is how long after it was authorized an
+	// authorization stays capturable at the PSP, for answers that do not
+	// say (Charge.CaptureBefore zero). Zero when ManualCapture is false.
+	AuthorizationValidity time.Duration
 }
+
+// CaptureMethod says when a charge's money is taken.
+type CaptureMethod string
+
+const (
+	// CaptureAutomatic takes the money at once (a Succeeded charge).
+	CaptureAutomatic CaptureMethod = "automatic"
+	// CaptureManual only authorizes it (an Authorized charge): a Capture
+	// takes it later, a Void releases it.
+	CaptureManual CaptureMethod = "manual"
+)
 
 // ChargeRequest is one charge. Amount is in minor units of Currency (ISO
 // 4217); each adapter converts it to its PSP's units (see Currency).
@@ -130,6 +150,9 @@ type ChargeRequest struct {
 	// Pending with it. When false (one-step checkout) the adapter asks the PSP
 	// to refuse such a charge instead, which is a decline.
 	AllowNextAction bool
+	// CaptureMethod is CaptureAutomatic when empty; CaptureManual only for
+	// an adapter whose Capabilities declare ManualCapture.
+	CaptureMethod CaptureMethod
 }
 
 // Decline codes shared by every adapter, so that a merchant's code does not
@@ -152,6 +175,13 @@ const (
 	// later: a lookup, or the PSP's notification, will say Succeeded or
 	// Declined. Never a final answer.
 	Pending ChargeStatus = "pending"
+	// Authorized: a manual-capture charge the PSP holds the amount of,
+	// until a Capture takes it (Succeeded), a Void releases it or it lapses
+	// at CaptureBefore (Voided).
+	Authorized ChargeStatus = "authorized"
+	// Voided: an authorization released before any of it was captured (a
+	// Void, or its lapse at the PSP). Final: no money moved.
+	Voided ChargeStatus = "voided"
 )
 
 // Charge is the PSP's record of a charge.
@@ -170,6 +200,12 @@ type Charge struct {
 	// NextAction is what a front end must do to let a Pending charge go on;
 	// nil when nothing is asked of it (a deposit is awaited).
 	NextAction *NextAction
+	// AmountCaptured is what a Succeeded charge took: Amount, or less after
+	// a partial capture (the rest was released). Zero otherwise.
+	AmountCaptured int64
+	// CaptureBefore is when an Authorized charge stops being capturable, as
+	// the PSP says; zero when it does not (Capabilities.AuthorizationValidity).
+	CaptureBefore time.Time
 }
 
 // Equal reports whether c and d are the same answer, NextAction compared by
@@ -181,6 +217,50 @@ func (c Charge) Equal(d Charge) bool {
 		return false
 	}
 	return na == nil || *na == *nb
+}
+
+// Capturer is an adapter that captures or voids an authorization later
+// (Capabilities.ManualCapture). Both report the three outcome classes as
+// Charge does, and both answer with the charge as it stands after the call,
+// which the caller reads: Succeeded with AmountCaptured (captured), Voided,
+// or still Authorized. A charge that can no longer be captured or voided
+// (captured already, voided, lapsed) is not an error: the answer is that
+// charge, and the caller sees that its command did not win. Lookup reads
+// the same charge when a call's outcome is unknown.
+type Capturer interface {
+	// Capture takes req.Amount (at most the authorized amount; a smaller
+	// amount releases the rest) of the Authorized charge
+	// req.ChargeReference. OrderID is to a capture what MerchantOrderID is
+	// to a charge: the PSP deduplicates on it, so a second call with it
+	// captures nothing more and answers as the first did.
+	Capture(ctx context.Context, req CaptureRequest) (Charge, error)
+	// Void releases the Authorized charge req.ChargeReference, deduplicated
+	// on req.OrderID as Capture is.
+	Void(ctx context.Context, req VoidRequest) (Charge, error)
+}
+
+// CaptureRequest is one capture of an authorization. Amount is in minor
+// units of Currency, the authorization's.
+type CaptureRequest struct {
+	// OrderID is the capture's own order id, derived from (merchant,
+	// payment, capture key): every retry sends the same one.
+	OrderID         string
+	MerchantOrderID string
+	ChargeReference string
+	Amount          int64
+	Currency        string
+}
+
+// VoidRequest is the release of an authorization.
+type VoidRequest struct {
+	// OrderID is the void's own order id, as CaptureRequest.OrderID.
+	OrderID         string
+	MerchantOrderID string
+	ChargeReference string
+	// Reason is the gateway's cancellation reason (duplicate, fraudulent,
+	// requested_by_customer, abandoned, authorization_expired), passed on
+	// where the PSP keeps one.
+	Reason string
 }
 
 // NextAction is what a front end needs to continue a Pending charge.
