@@ -10,6 +10,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -207,8 +208,15 @@ func (s *Server) readJSONBody(c echo.Context) ([]byte, error) {
 	return raw, nil
 }
 
-// decodeRaw reads one JSON object from raw into body.
-func decodeRaw(raw []byte, body any) error {
+// decodeRaw reads one JSON object from raw into body. A refused body
+// leaves body zero: no caller can act on the half decoded before the
+// decoder found what was wrong.
+func decodeRaw(raw []byte, body any) (err error) {
+	defer func() {
+		if err != nil {
+			reflect.ValueOf(body).Elem().SetZero()
+		}
+	}()
 	if err := strictJSON(raw, body); err != nil {
 		return err
 	}
