@@ -58,7 +58,7 @@ func TestWebhooksCommands(t *testing.T) {
 	// Refused without the allow list: the receiver is on loopback.
 	_, _, err = runCmd(t, env("GATEWAY_DATABASE_DSN", mysqltest.DSNOf(t, dbx), "GATEWAY_WEBHOOK_KEY", wkey),
 		"webhooks", "create", "--merchant", mer.ID, "--url", srv.URL)
-	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), "not a public address") {
+	if exitCode(err) != exitUsage || !strings.Contains(err.Error(), "must be a public address") {
 		t.Fatalf("create to loopback by default: %v", err)
 	}
 	// Refused without the key.
