@@ -14,6 +14,20 @@ import (
 var eventParams = map[string]bool{"limit": true, "starting_after": true, "type": true, "object_id": true}
 
 func (s *Server) handleListEvents(c echo.Context) error {
+	q, err := eventQuery(c)
+	if err != nil {
+		return err
+	}
+	page, err := s.opts.Listings.Events(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToEventView))
+}
+
+// eventQuery reads GET /events' query parameters, refusing unknown or
+// repeated ones with a 400 naming them.
+func eventQuery(c echo.Context) (payments.EventQuery, error) {
 	q := payments.EventQuery{MerchantID: merchantOf(c).ID}
 	var fields []errs.FieldError
 	bad := func(field, reason string) { fields = append(fields, errs.FieldError{Field: field, Reason: reason}) }
@@ -40,13 +54,9 @@ func (s *Server) handleListEvents(c echo.Context) error {
 	}
 	q.StartingAfter, q.Type, q.ObjectID = one("starting_after"), payments.EventType(one("type")), one("object_id")
 	if len(fields) > 0 {
-		return &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing query", Fields: fields}
+		return q, &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing query", Fields: fields}
 	}
-	page, err := s.opts.Listings.Events(c.Request().Context(), q)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToEventView))
+	return q, nil
 }
 
 func (s *Server) handleGetEvent(c echo.Context) error {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -160,7 +161,7 @@ func listQuery(c echo.Context, also ...string) (payments.ListQuery, error) {
 		if v := one(t.name); v != "" {
 			at, err := parseInstant(v)
 			if err != nil {
-				bad(t.name, "must be an RFC 3339 time or Unix seconds")
+				bad(t.name, "must be an RFC 3339 time or Unix seconds, in the years 1000 to 9999")
 			}
 			*t.dst = at
 		}
@@ -178,10 +179,22 @@ func firstValue(params url.Values, name string) string {
 	return ""
 }
 
-// parseInstant reads an RFC 3339 time or Unix seconds.
+// The instants a listing compares created_at with: the range of the
+// database's DATETIME, outside which the read itself would fail.
+var (
+	minInstant = time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxInstant = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+)
+
+// parseInstant reads an RFC 3339 time or Unix seconds, from the year 1000
+// to the year 9999.
 func parseInstant(v string) (time.Time, error) {
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return time.Unix(secs, 0).UTC(), nil
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if secs, perr := strconv.ParseInt(v, 10, 64); perr == nil {
+		at, err = time.Unix(secs, 0).UTC(), nil
 	}
-	return time.Parse(time.RFC3339Nano, v)
+	if err == nil && (at.Before(minInstant) || at.After(maxInstant)) {
+		err = errors.New("outside the years 1000 to 9999")
+	}
+	return at, err
 }
