@@ -1,8 +1,11 @@
 // Package model owns the SPIN models of the payment protocol (charge.pml,
-// refund.pml) and the runner that checks them: every property over every
-// interleaving of a small world, and every mutant, which must fail. The
-// models name, beside each atomic step, the Go function and the SQL it
-// stands for; README.md in this directory says what each check shows.
+// refund.pml), of the paths around it (notice.pml: PSP notifications
+// against final answers; eventlog.pml: GET /events paging; delivery.pml:
+// webhook deliveries against the purge; refundq.pml: the refund queue) and
+// the runner that checks them: every property over every interleaving of a
+// small world, and every mutant and known gap, which must fail. The models
+// name, beside each atomic step, the Go function and the SQL it stands
+// for; README.md in this directory says what each check shows.
 package model
 
 import (
@@ -20,14 +23,15 @@ import (
 	"time"
 )
 
-//go:embed charge.pml refund.pml
+//go:embed charge.pml refund.pml notice.pml eventlog.pml delivery.pml refundq.pml
 var models embed.FS
 
 // Check is one run of the model checker over one configuration of a model.
 type Check struct {
 	// Name identifies the check in the summary and in -run patterns.
 	Name string
-	// Model is the file checked: charge.pml or refund.pml.
+	// Model is the file checked: charge.pml, refund.pml, notice.pml,
+	// eventlog.pml, delivery.pml or refundq.pml.
 	Model string
 	// Flags configure the model (spin -D…), see the model's header.
 	Flags []string
@@ -57,8 +61,9 @@ type Result struct {
 	Compile     time.Duration // spin -a and the C compiler, wall clock
 	Elapsed     time.Duration // the search, wall clock (pan's own figure)
 	CPU         time.Duration // the search, CPU time (user + system)
-	// Violated names what pan found: a property (p1_once, …, p5, p6live),
-	// or "invalid end state"; empty when the search found nothing.
+	// Violated names what pan found: a property (p1_once, …, p5, p6live,
+	// p7_truth, …, p10live), or "invalid end state"; empty when the search
+	// found nothing.
 	Violated string
 	// Output is pan's full report.
 	Output string
