@@ -36,6 +36,8 @@ func FuzzParseCreate(f *testing.F) {
 		{"k\x00", `{"amount": 9223372036854775807, "currency": "BHD", "payment_method": "x"}`},
 		{strings.Repeat("k", 256), `{"metadata": {"": ""}}`},
 		{"k", "{\"description\": \"\\u0000\"}"},
+		{"k", `{"amount": 1000, "currency": "KRW", "confirm": false}`},
+		{"k", `{"amount": 1000, "currency": "KRW", "payment_method": "pm", "metadata": null}`},
 	} {
 		f.Add(seed.key, []byte(seed.body))
 	}
@@ -66,10 +68,17 @@ func FuzzParseCreate(f *testing.F) {
 			t.Fatalf("accepted currency %q", req.Amount.Currency)
 		}
 		// Re-encode the command with the fields in another order: same command, same fingerprint.
-		again, err := json.Marshal(map[string]any{
-			"payment_method": req.PaymentMethod, "metadata": req.Metadata, "description": req.Description,
+		fields := map[string]any{
+			"payment_method": req.PaymentMethod, "description": req.Description,
 			"currency": strings.ToLower(req.Amount.Currency), "amount": req.Amount.Minor,
-		})
+		}
+		if req.Metadata != nil {
+			fields["metadata"] = req.Metadata // no field is ever null
+		}
+		if req.ConfirmLater {
+			fields["confirm"] = false
+		}
+		again, err := json.Marshal(fields)
 		if err != nil {
 			t.Fatal(err)
 		}
