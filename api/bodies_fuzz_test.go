@@ -1,0 +1,338 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gateway/api"
+	"gateway/mysql"
+	"gateway/payments"
+	"gateway/psp"
+	"gateway/webhooks"
+)
+
+// The bodies of the API's other commands, fuzzed through the handler over
+// a real database: a refused body changes nothing (not a row of any table
+// the API writes, not a call to the PSP), an accepted one does what it
+// says, and every exchange conforms to the OpenAPI document.
+
+// fuzzDo serves one request of the env's merchant in process and checks
+// the exchange against the OpenAPI document; a finding, or a 5xx, fails
+// the input.
+func (e *env) fuzzDo(t *testing.T, method, target string, hdr http.Header, body []byte) response {
+	t.Helper()
+	return e.fuzzDoAs(t, e.apiKey, method, target, hdr, body)
+}
+
+// fuzzDoAs is fuzzDo as the merchant of apiKey.
+func (e *env) fuzzDoAs(t testing.TB, apiKey, method, target string, hdr http.Header, body []byte) response {
+	t.Helper()
+	r := httptest.NewRequest(method, target, bytes.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+apiKey)
+	if body != nil {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		r.Header[k] = v
+	}
+	reqHeader := r.Header.Clone()
+	w := httptest.NewRecorder()
+	e.raw.ServeHTTP(w, r)
+	x := exchange{method: method, target: target, reqHeader: reqHeader, reqBody: body,
+		status: w.Code, header: w.Header(), body: w.Body.Bytes()}
+	c, err := published()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if findings := c.check(x); len(findings) > 0 {
+		t.Fatalf("%s: %s", x, strings.Join(findings, "; "))
+	}
+	if x.status >= 500 {
+		t.Fatalf("%s", x)
+	}
+	return response{status: x.status, header: x.header, body: x.body}
+}
+
+// state is everything a request may change: a checksum of each table the
+// API writes, and the PSP's calls.
+func (e *env) state(t *testing.T) string {
+	t.Helper()
+	rows, err := e.db.QueryContext(t.Context(), `CHECKSUM TABLE payments, idempotency_keys, payment_resolutions,
+		refunds, refund_resolutions, events, event_log, webhook_endpoints, webhook_deliveries`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var table string
+		var sum *int64
+		if err := rows.Scan(&table, &sum); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %v, ", table[strings.IndexByte(table, '.')+1:], *sum)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "PSP charge calls %d, refund calls %d", e.psp.ChargeCalls(), e.psp.RefundCalls())
+	return b.String()
+}
+
+// keys numbers the fuzz inputs' idempotency keys, unique per process.
+type keys struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (k *keys) next(prefix string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.n++
+	return fmt.Sprintf("%s-%d", prefix, k.n)
+}
+
+func idem(key string) http.Header { return http.Header{"Idempotency-Key": {key}} }
+
+// FuzzRefundBody: POST /payments/{id}/refunds. A body refused with a 400
+// changes nothing; any other refusal refunds nothing; an accepted one
+// refunds what it asks (its amount, or the whole remainder without one)
+// with its reason and metadata, as encoding/json reads them.
+func FuzzRefundBody(f *testing.F) {
+	for _, b := range []string{
+		`{"amount": 300, "reason": "one item returned", "metadata": {"rma": "7"}}`, `{}`, `{"amount": 1}`,
+		`{"amount": null}`, `{"amount": 0}`, `{"amount": -5}`, `{"amount": 1.5}`, `{"amount": "300"}`,
+		`{"amount": 1, "amount": 2}`, `{"Amount": 1}`, `{"amount": 1, "currency": "KRW"}`, `{"reason": "\ud800"}`,
+		`{"metadata": {"a": "b", "a": "c"}}`, `{"metadata": {"a": 1}}`, `{"amount": 99999999999999999999}`,
+		`{"amount": 1} {}`, `[]`, `null`, ``, "{\"reason\": \"\xff\"}",
+	} {
+		f.Add([]byte(b))
+	}
+	e := newEnv(f)
+	var k keys
+	var pay payments.View
+	left := int64(0)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if left == 0 {
+			res := e.fuzzDo(t, http.MethodPost, "/payments", idem(k.next("pay")),
+				[]byte(`{"amount": 1000000, "currency": "KRW", "payment_method": "pm_card_ok"}`))
+			if err := json.Unmarshal(res.body, &pay); err != nil || res.status != http.StatusCreated {
+				t.Fatalf("payment: %d %s", res.status, res.body)
+			}
+			left = pay.Amount
+		}
+		before := e.state(t)
+		refundCalls := e.psp.RefundCalls()
+		res := e.fuzzDo(t, http.MethodPost, "/payments/"+pay.ID+"/refunds", idem(k.next("re")), body)
+		switch res.status {
+		case http.StatusCreated, http.StatusAccepted:
+		case http.StatusBadRequest:
+			if after := e.state(t); after != before {
+				t.Fatalf("refused body %q changed the state:\n%s\n%s", body, before, after)
+			}
+			return
+		default:
+			if n := e.psp.RefundCalls() - refundCalls; n != 0 {
+				t.Fatalf("body %q refused with %d after %d refund calls", body, res.status, n)
+			}
+			return
+		}
+		var want struct {
+			Amount   *int64
+			Reason   *string
+			Metadata map[string]string
+		}
+		if err := json.Unmarshal(body, &want); err != nil {
+			t.Fatalf("accepted body %q, which encoding/json refuses: %v", body, err)
+		}
+		var got payments.RefundView
+		if err := json.Unmarshal(res.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		amount := left
+		if want.Amount != nil {
+			amount = *want.Amount
+		}
+		if got.Amount != amount || got.PaymentID != pay.ID || got.Reason != deref(want.Reason) || !sameMetadata(got.Metadata, want.Metadata) {
+			t.Fatalf("body %q made refund %s (%d left to refund)", body, res.body, left)
+		}
+		left -= got.Amount
+	})
+}
+
+// FuzzConfirmBody: POST /payments/{id}/confirm of a payment created with
+// "confirm": false. A body refused with a 400 changes nothing; any other
+// refusal charges nothing; an accepted one charges the payment once, with
+// the payment method (or Toss payment key) it names, and only when the
+// amount and order id it checks are the payment's.
+func FuzzConfirmBody(f *testing.F) {
+	for _, b := range []string{
+		`{"payment_method": "pm_card_ok"}`, `{"payment_method": "pm_card_declined", "amount": 1000}`,
+		`{"payment_key": "pm_card_ok"}`, `{"payment_method": "pm_card_ok", "payment_key": "pm_card_ok"}`,
+		`{"payment_method": "pm_card_ok", "amount": 999}`, `{"payment_method": "pm_card_ok", "order_id": "ord_x"}`,
+		`{"payment_method": "pm_card_3ds"}`, `{"payment_method": null}`, `{"payment_method": 1}`, `{}`,
+		`{"payment_method": "pm_card_ok", "Payment_Method": "pm_card_declined"}`, `{"amount": 1000, "amount": 1}`,
+		`{"payment_method": "pm_card_ok"} x`, `null`, ``,
+	} {
+		f.Add([]byte(b))
+	}
+	var charged []psp.ChargeRequest
+	var mu sync.Mutex
+	e := newEnv(f)
+	e.psp.SetChargeHook(func(_ context.Context, req psp.ChargeRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		charged = append(charged, req)
+	})
+	var k keys
+	var pay payments.View
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if pay.ID == "" {
+			res := e.fuzzDo(t, http.MethodPost, "/payments", idem(k.next("pay")), []byte(laterBody))
+			if err := json.Unmarshal(res.body, &pay); err != nil || res.status != http.StatusAccepted {
+				t.Fatalf("payment: %d %s", res.status, res.body)
+			}
+		}
+		before := e.state(t)
+		mu.Lock()
+		calls := len(charged)
+		mu.Unlock()
+		res := e.fuzzDo(t, http.MethodPost, "/payments/"+pay.ID+"/confirm", idem(k.next("confirm")), body)
+		mu.Lock()
+		sent := charged[calls:]
+		mu.Unlock()
+		if res.status == http.StatusBadRequest {
+			if after := e.state(t); after != before {
+				t.Fatalf("refused body %q changed the state:\n%s\n%s", body, before, after)
+			}
+			return
+		}
+		if len(sent) == 0 {
+			return // refused by the flow (409, 422): nothing charged
+		}
+		id := pay.ID
+		pay = payments.View{} // charged: the next input confirms another payment
+		var want struct {
+			PaymentMethod *string `json:"payment_method"`
+			PaymentKey    *string `json:"payment_key"`
+			Amount        *int64
+			OrderID       *string `json:"order_id"`
+		}
+		if err := json.Unmarshal(body, &want); err != nil {
+			t.Fatalf("body %q, which encoding/json refuses, charged %s", body, id)
+		}
+		method := deref(want.PaymentMethod) + deref(want.PaymentKey)
+		if len(sent) != 1 || sent[0].PaymentMethod != method || sent[0].Amount != 1000 {
+			t.Fatalf("body %q sent charges %+v for %s", body, sent, id)
+		}
+		if want.Amount != nil && *want.Amount != 1000 || want.OrderID != nil && *want.OrderID != sent[0].MerchantOrderID {
+			t.Fatalf("body %q charged %s although it checks another amount or order", body, id)
+		}
+	})
+}
+
+// noDNS resolves nothing: the fuzzed URLs never leave the machine.
+type noDNS struct{}
+
+func (noDNS) LookupNetIP(context.Context, string, string) ([]netip.Addr, error) {
+	return nil, errors.New("no such host")
+}
+
+// FuzzEndpointBody: POST /webhook_endpoints. A body refused with a 400
+// changes nothing; an accepted one registers the URL, event types and
+// description it says (the types deduplicated and sorted), shown back as
+// such (then the endpoint is deleted, to stay under the merchant's limit).
+func FuzzEndpointBody(f *testing.F) {
+	for _, b := range []string{
+		`{"url": "https://93.184.215.14/hooks", "event_types": ["payment.succeeded", "refund.failed", "payment.succeeded"], "description": "orders"}`,
+		`{"url": "https://93.184.215.14/hooks", "event_types": ["*"]}`, `{"url": "http://127.0.0.1/", "event_types": ["*"]}`,
+		`{"url": "https://shop.example/", "event_types": ["*"]}`, `{"url": "https://93.184.215.14/", "event_types": []}`,
+		`{"url": "https://93.184.215.14/", "event_types": ["payment.nope"]}`, `{"url": null, "event_types": ["*"]}`,
+		`{"event_types": ["*"]}`, `{"url": "https://93.184.215.14/", "url": "http://10.0.0.1/", "event_types": ["*"]}`,
+		`{"URL": "https://93.184.215.14/", "event_types": ["*"]}`, `{"url": "https://93.184.215.14/", "event_types": "*"}`,
+		`{"url": "https://93.184.215.14/", "event_types": ["*"], "description": 7}`, `{"url": "https://[::ffff:10.0.0.1]/", "event_types": ["*"]}`,
+		`null`, ``,
+	} {
+		f.Add([]byte(b))
+	}
+	e := newEnv(f, func(s *envSetup) {
+		s.webhooks = func(st *mysql.Store) api.WebhookEndpoints {
+			key, _ := webhooks.ParseKey(strings.Repeat("ab", 32))
+			c, _ := webhooks.NewCipher(key)
+			return webhooks.NewEndpoints(st, c, webhooks.NewGuard(nil, noDNS{}), time.Hour)
+		}
+	})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		before := e.state(t)
+		res := e.fuzzDo(t, http.MethodPost, "/webhook_endpoints", nil, body)
+		if res.status != http.StatusCreated {
+			if after := e.state(t); after != before {
+				t.Fatalf("refused body %q (%d) changed the state:\n%s\n%s", body, res.status, before, after)
+			}
+			return
+		}
+		var want struct {
+			URL         *string  `json:"url"`
+			EventTypes  []string `json:"event_types"`
+			Description *string  `json:"description"`
+		}
+		if err := json.Unmarshal(body, &want); err != nil || want.URL == nil {
+			t.Fatalf("accepted body %q, which encoding/json reads as %+v (%v)", body, want, err)
+		}
+		types := slices.Compact(slices.Sorted(slices.Values(want.EventTypes)))
+		if slices.Contains(types, "*") {
+			types = []string{"*"}
+		}
+		var created struct {
+			ID          string   `json:"id"`
+			URL         string   `json:"url"`
+			EventTypes  []string `json:"event_types"`
+			Description string   `json:"description"`
+		}
+		if err := json.Unmarshal(res.body, &created); err != nil {
+			t.Fatal(err)
+		}
+		shown := created
+		if err := json.Unmarshal(e.fuzzDo(t, http.MethodGet, "/webhook_endpoints/"+created.ID, nil, nil).body, &shown); err != nil {
+			t.Fatal(err)
+		}
+		for _, got := range []any{created, shown} {
+			if w := (struct {
+				ID          string   `json:"id"`
+				URL         string   `json:"url"`
+				EventTypes  []string `json:"event_types"`
+				Description string   `json:"description"`
+			}{created.ID, *want.URL, types, deref(want.Description)}); !reflect.DeepEqual(got, any(w)) {
+				t.Fatalf("body %q registered %+v, want %+v", body, got, w)
+			}
+		}
+		if res := e.fuzzDo(t, http.MethodDelete, "/webhook_endpoints/"+created.ID, nil, nil); res.status != http.StatusOK {
+			t.Fatalf("delete: %d %s", res.status, res.body)
+		}
+	})
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// sameMetadata compares metadata as the API shows it: none is empty.
+func sameMetadata(a, b map[string]string) bool {
+	return len(a) == 0 && len(b) == 0 || reflect.DeepEqual(a, b)
+}
