@@ -54,8 +54,14 @@ func (s *Store) listFrame(ctx context.Context, table string, q payments.ListQuer
 	}
 	order = "created_at DESC, id DESC"
 	if cursor := q.StartingAfter + q.EndingBefore; cursor != "" {
+		// The cursor must be an object of this listing: a payment's
+		// refunds page from one of that payment's refunds only.
+		lookup, largs := `SELECT created_at FROM `+table+` WHERE merchant_id = ? AND id = ?`, []any{q.MerchantID, cursor}
+		if q.PaymentID != "" {
+			lookup, largs = lookup+` AND payment_id = ?`, append(largs, q.PaymentID)
+		}
 		var at time.Time
-		err := s.reads.get(ctx, s.db, &at, `SELECT created_at FROM `+table+` WHERE merchant_id = ? AND id = ?`, q.MerchantID, cursor)
+		err := s.reads.get(ctx, s.db, &at, lookup, largs...)
 		if errors.Is(err, sql.ErrNoRows) {
 			return "", nil, "", false, payments.ErrCursorNotFound
 		}
