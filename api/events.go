@@ -18,6 +18,10 @@ func (s *Server) handleListEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseIDParams(idParam{"starting_after", q.StartingAfter, []idKind{eventIDs}},
+		idParam{"object_id", q.ObjectID, []idKind{paymentIDs, refundIDs}}); err != nil {
+		return err
+	}
 	page, err := s.opts.Listings.Events(c.Request().Context(), q)
 	if err != nil {
 		return err

@@ -426,6 +426,7 @@ func TestMerchantRoutesTellNothingWithoutAKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantStatus(t, refund, http.StatusCreated)
+	refundID := decodeJSON[refundView](t, refund.body).ID
 	opts := func(apiKey, path string) response {
 		res, err := e.do(context.Background(), http.MethodOptions, path, apiKey, nil, "")
 		if err != nil {
@@ -437,7 +438,7 @@ func TestMerchantRoutesTellNothingWithoutAKey(t *testing.T) {
 		"/payments":                            "GET, POST, OPTIONS",
 		"/payments/" + created.ID + "/refunds": "GET, POST, OPTIONS",
 		"/refunds":                             "GET, OPTIONS",
-		"/refunds/re_x":                        "GET, OPTIONS",
+		"/refunds/" + refundID:                 "GET, OPTIONS",
 	} {
 		wantProblem(t, opts("", path), http.StatusUnauthorized, "unauthorized")
 		res := opts(e.apiKey, path)

@@ -149,7 +149,7 @@ func (s *Server) writeProblem(c echo.Context, kind problemKind, p problem) {
 	p.Type = ProblemTypeBase + kind.slug
 	p.Title = kind.title
 	p.Status = kind.status
-	p.Instance = c.Request().URL.Path
+	p.Instance = c.Request().URL.EscapedPath() // a URI reference: percent-encoded, as the request named it
 	p.RequestID = requestID(c)
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

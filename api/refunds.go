@@ -99,6 +99,10 @@ func (s *Server) handleListPayments(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := refuseIDParams(idParam{"starting_after", q.StartingAfter, []idKind{paymentIDs}},
+		idParam{"ending_before", q.EndingBefore, []idKind{paymentIDs}}); err != nil {
+		return err
+	}
 	page, err := s.opts.Listings.Payments(c.Request().Context(), q)
 	if err != nil {
 		return err
@@ -109,6 +113,10 @@ func (s *Server) handleListPayments(c echo.Context) error {
 func (s *Server) handleListRefunds(c echo.Context) error {
 	q, err := listQuery(c)
 	if err != nil {
+		return err
+	}
+	if err := refuseIDParams(idParam{"starting_after", q.StartingAfter, []idKind{refundIDs}},
+		idParam{"ending_before", q.EndingBefore, []idKind{refundIDs}}); err != nil {
 		return err
 	}
 	q.PaymentID = c.Param("id") // empty on GET /refunds

@@ -20,33 +20,34 @@ func (s *Server) routes(e *echo.Echo) {
 	// catches every unmatched path, which would turn 404s and 405s into 401s.
 	// Each route's chain is built once, here (echo would build it anew for
 	// every request).
-	// Reads run under the lookup deadline; commands keep the flow's own.
+	// Reads run under the lookup deadline; commands keep the flow's own. A
+	// path whose id cannot be one is a 404 before anything else (ids.go).
 	merchant := []echo.MiddlewareFunc{noStore, s.refusePublishable, s.authenticate, s.rateLimit}
 	reading := append([]echo.MiddlewareFunc{s.bounded}, merchant...)
 	e.POST("/payments", chain(s.handleCreatePayment, merchant...))
 	e.GET("/payments", chain(s.handleFindPayment, reading...))
-	e.POST("/payments/:id/refunds", chain(s.handleCreateRefund, merchant...))
-	e.GET("/payments/:id/refunds", chain(s.handleListRefunds, reading...))
+	e.POST("/payments/:id/refunds", chain(s.handleCreateRefund, namedBy(paymentIDs, merchant)...))
+	e.GET("/payments/:id/refunds", chain(s.handleListRefunds, namedBy(paymentIDs, reading)...))
 	e.GET("/refunds", chain(s.handleListRefunds, reading...))
-	e.GET("/refunds/:id", chain(s.handleGetRefund, reading...))
+	e.GET("/refunds/:id", chain(s.handleGetRefund, namedBy(refundIDs, reading)...))
 	e.POST("/webhook_endpoints", chain(s.handleCreateEndpoint, merchant...))
 	e.GET("/webhook_endpoints", chain(s.handleListEndpoints, reading...))
-	e.GET("/webhook_endpoints/:id", chain(s.handleGetEndpoint, reading...))
-	e.DELETE("/webhook_endpoints/:id", chain(s.handleDeleteEndpoint, merchant...))
-	e.POST("/webhook_endpoints/:id/rotate", chain(s.handleRotateEndpoint, merchant...))
+	e.GET("/webhook_endpoints/:id", chain(s.handleGetEndpoint, namedBy(endpointIDs, reading)...))
+	e.DELETE("/webhook_endpoints/:id", chain(s.handleDeleteEndpoint, namedBy(endpointIDs, merchant)...))
+	e.POST("/webhook_endpoints/:id/rotate", chain(s.handleRotateEndpoint, namedBy(endpointIDs, merchant)...))
 	e.GET("/events", chain(s.handleListEvents, reading...))
-	e.GET("/events/:id", chain(s.handleGetEvent, reading...))
+	e.GET("/events/:id", chain(s.handleGetEvent, namedBy(eventIDs, reading)...))
 	// OPTIONS of these paths tells their methods to a merchant only (echo
 	// would answer anyone); browsers never come here.
 	e.OPTIONS("/payments", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
-	e.OPTIONS("/payments/:id/refunds", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
+	e.OPTIONS("/payments/:id/refunds", chain(s.handleOptions("GET, POST, OPTIONS"), namedBy(paymentIDs, reading)...))
 	e.OPTIONS("/refunds", chain(s.handleOptions("GET, OPTIONS"), reading...))
-	e.OPTIONS("/refunds/:id", chain(s.handleOptions("GET, OPTIONS"), reading...))
+	e.OPTIONS("/refunds/:id", chain(s.handleOptions("GET, OPTIONS"), namedBy(refundIDs, reading)...))
 	e.OPTIONS("/webhook_endpoints", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
-	e.OPTIONS("/webhook_endpoints/:id", chain(s.handleOptions("GET, DELETE, OPTIONS"), reading...))
-	e.OPTIONS("/webhook_endpoints/:id/rotate", chain(s.handleOptions("POST, OPTIONS"), reading...))
+	e.OPTIONS("/webhook_endpoints/:id", chain(s.handleOptions("GET, DELETE, OPTIONS"), namedBy(endpointIDs, reading)...))
+	e.OPTIONS("/webhook_endpoints/:id/rotate", chain(s.handleOptions("POST, OPTIONS"), namedBy(endpointIDs, reading)...))
 	e.OPTIONS("/events", chain(s.handleOptions("GET, OPTIONS"), reading...))
-	e.OPTIONS("/events/:id", chain(s.handleOptions("GET, OPTIONS"), reading...))
+	e.OPTIONS("/events/:id", chain(s.handleOptions("GET, OPTIONS"), namedBy(eventIDs, reading)...))
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).
@@ -59,10 +60,10 @@ func (s *Server) routes(e *echo.Echo) {
 	// its own budget (the merchant's, the browser's); the CORS preflights of
 	// those two paths, before any authentication.
 	browser := []echo.MiddlewareFunc{s.authenticateBrowser}
-	e.GET("/payments/:id", chain(s.handleGetPayment, append([]echo.MiddlewareFunc{s.bounded}, browser...)...))
-	e.POST("/payments/:id/confirm", chain(s.handleConfirmPayment, browser...))
-	e.OPTIONS("/payments/:id", s.handlePreflight(http.MethodGet))
-	e.OPTIONS("/payments/:id/confirm", s.handlePreflight(http.MethodPost))
+	e.GET("/payments/:id", chain(s.handleGetPayment, namedBy(paymentIDs, append([]echo.MiddlewareFunc{s.bounded}, browser...))...))
+	e.POST("/payments/:id/confirm", chain(s.handleConfirmPayment, namedBy(paymentIDs, browser)...))
+	e.OPTIONS("/payments/:id", chain(s.handlePreflight(http.MethodGet), namedBy(paymentIDs, nil)...))
+	e.OPTIONS("/payments/:id/confirm", chain(s.handlePreflight(http.MethodPost), namedBy(paymentIDs, nil)...))
 
 	// Echo hands a path below a payment or a refund (/payments/{id}/anything)
 	// to the route above with the rest folded into the id, which would

@@ -71,6 +71,10 @@ type EndpointRequest struct {
 	Description string
 }
 
+// EndpointIDPrefix begins every endpoint's id, followed by a ULID
+// (payments.WellFormedID tells whether text can be one).
+const EndpointIDPrefix = "we_"
+
 // Limits of an endpoint's fields.
 const (
 	MaxEventTypes           = 50
@@ -111,7 +115,7 @@ func (s *Endpoints) Create(ctx context.Context, req EndpointRequest) (Endpoint, 
 	if err != nil {
 		return Endpoint{}, "", storeErr(err)
 	}
-	e := Endpoint{ID: "we_" + ulid.Make().String(), MerchantID: req.MerchantID, URL: req.URL, EventTypes: types,
+	e := Endpoint{ID: EndpointIDPrefix + ulid.Make().String(), MerchantID: req.MerchantID, URL: req.URL, EventTypes: types,
 		Status: Enabled, Description: req.Description}
 	if e.SecretEnc, err = s.cipher.Seal(e.ID, secret); err != nil {
 		return Endpoint{}, "", storeErr(err)

@@ -131,12 +131,13 @@ func TestMerchantsCommands(t *testing.T) {
 		t.Fatalf("revoking twice: %v", err)
 	}
 	// A merchant that does not exist is said so, not listed empty.
+	const nope = "mer_01M8SVR4W86J66YMKHTJN3EH0A"
 	for _, args := range [][]string{
-		{"merchants", "keys", "list", "--merchant", "mer_nope"},
-		{"merchants", "publishable-keys", "list", "--merchant", "mer_nope"},
-		{"merchants", "origins", "list", "--merchant", "mer_nope"},
+		{"merchants", "keys", "list", "--merchant", nope},
+		{"merchants", "publishable-keys", "list", "--merchant", nope},
+		{"merchants", "origins", "list", "--merchant", nope},
 	} {
-		if _, _, err := runCmd(t, f.getenv, args...); exitCode(err) != exitError || !strings.Contains(fmt.Sprint(err), "no merchant mer_nope") {
+		if _, _, err := runCmd(t, f.getenv, args...); exitCode(err) != exitError || !strings.Contains(fmt.Sprint(err), "no merchant "+nope) {
 			t.Errorf("gateway %s: %v, want exit %d naming the merchant", strings.Join(args, " "), err, exitError)
 		}
 	}
@@ -277,10 +278,11 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 	if rs := show(f.succeeded)["resolutions"].([]any); len(rs) != 1 || rs[0].(map[string]any)["from"] != "succeeded" {
 		t.Fatalf("the correction's history: %v", rs)
 	}
-	if _, _, err := runCmd(t, f.getenv, "payments", "show", "pay_nope"); exitCode(err) != exitError || !strings.Contains(err.Error(), "no payment pay_nope") {
+	const unknown = "pay_01M8SVRZDH8JWSTQVXXY9DNHZC"
+	if _, _, err := runCmd(t, f.getenv, "payments", "show", unknown); exitCode(err) != exitError || !strings.Contains(err.Error(), "no payment "+unknown) {
 		t.Fatalf("show unknown: %v", err)
 	}
-	if _, _, err := runCmd(t, withActor, "payments", "resolve", "pay_nope", "--as", "failed", "--reason", "x"); exitCode(err) != exitError {
+	if _, _, err := runCmd(t, withActor, "payments", "resolve", unknown, "--as", "failed", "--reason", "x"); exitCode(err) != exitError {
 		t.Fatalf("resolve unknown: %v", err)
 	}
 }

@@ -25,7 +25,7 @@ type publishableKeysCmd struct {
 }
 
 type publishableCreateCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
 }
 
 func (p *publishableCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
@@ -43,7 +43,7 @@ func (p *publishableCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd)
 }
 
 type publishableListCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a table"`
 }
 
@@ -58,8 +58,8 @@ func (p *publishableListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) e
 }
 
 type publishableRevokeCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
-	Prefix   string `name:"prefix" required:"" placeholder:"pk_XXXXXXXX" help:"the key's visible prefix, as publishable-keys list shows it"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
+	Prefix   string `name:"prefix" required:"" placeholder:"pk_XXXXXXXX" ascii:"" help:"the key's visible prefix, as publishable-keys list shows it"`
 }
 
 func (p *publishableRevokeCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
@@ -80,7 +80,7 @@ type originsCmd struct {
 }
 
 type originsAddCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
 	Origin   string `name:"origin" required:"" placeholder:"URL" help:"scheme://host[:port], as browsers send it in Origin"`
 }
 
@@ -100,7 +100,7 @@ func (o *originsAddCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error 
 }
 
 type originsRemoveCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
 	Origin   string `name:"origin" required:"" placeholder:"URL" help:"the origin, as origins list shows it"`
 }
 
@@ -116,7 +116,7 @@ func (o *originsRemoveCmd) Run(ctx context.Context, a *app, c *merchantsCmd) err
 }
 
 type originsListCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of one origin a line"`
 }
 

@@ -108,11 +108,12 @@ func TestMerchantsBrowserAccess(t *testing.T) {
 			t.Errorf("origins add %q: %v, want exit %d", bad, err, exitUsage)
 		}
 	}
+	const missing = "mer_01M8SVR4W86J66YMKHTJN3EH0A"
 	for _, args := range [][]string{
-		{"origins", "add", "--merchant", "mer_missing", "--origin", "https://shop.example"},
-		{"publishable-keys", "create", "--merchant", "mer_missing"},
+		{"origins", "add", "--merchant", missing, "--origin", "https://shop.example"},
+		{"publishable-keys", "create", "--merchant", missing},
 	} {
-		if _, _, err := runCmd(t, getenv, append([]string{"merchants"}, args...)...); exitCode(err) != exitError || !strings.Contains(err.Error(), "no merchant mer_missing") {
+		if _, _, err := runCmd(t, getenv, append([]string{"merchants"}, args...)...); exitCode(err) != exitError || !strings.Contains(err.Error(), "no merchant "+missing) {
 			t.Errorf("%v: %v, want exit %d naming the merchant", args, err, exitError)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/mattn/go-isatty"
+
+	"gateway/payments"
 )
 
 // Exit statuses; the root help and docs/cli.md document them.
@@ -239,6 +241,7 @@ type commandLine struct {
 // Validate reports every problem with the chosen command's configuration at once.
 func (c *commandLine) Validate(kctx *kong.Context) error {
 	errs := append([]error(nil), c.envErrs...)
+	errs = append(errs, argProblems(kctx)...)
 	for _, p := range kctx.Path {
 		switch {
 		case p.Command != nil:
@@ -255,6 +258,49 @@ func (c *commandLine) Validate(kctx *kong.Context) error {
 		lines[i] = "  " + err.Error()
 	}
 	return fmt.Errorf("invalid flags or variables:\n%s", strings.Join(lines, "\n"))
+}
+
+// argProblems refuses, before anything reaches the database (whose ASCII
+// columns answer other text with a collation error rather than a miss),
+// every flag or argument of the chosen command that cannot name what it
+// names: one tagged id:"<prefix>" must be an id as the gateway makes them
+// (the prefix and a ULID), one tagged ascii:"" visible ASCII (a key's
+// visible prefix).
+func argProblems(kctx *kong.Context) []error {
+	var values []*kong.Value
+	for _, f := range kctx.Flags() {
+		values = append(values, f.Value)
+	}
+	if n := kctx.Selected(); n != nil {
+		values = append(values, n.Positional...)
+	}
+	var errs []error
+	for _, v := range values {
+		if !v.Target.IsValid() || v.Target.Kind() != reflect.String || v.Target.String() == "" {
+			continue
+		}
+		name, s := v.Name, v.Target.String()
+		if v.Flag != nil {
+			name = "--" + name
+		}
+		if prefix := v.Tag.Get("id"); prefix != "" && !payments.WellFormedID(prefix, s) {
+			errs = append(errs, fmt.Errorf("%s %q cannot be an id: ids are %s and 26 characters of 0-9 and A-Z, as the gateway prints them (%s01M8SVRZDH8JWSTQVXXY9DNHZC)",
+				name, s, prefix, prefix))
+		}
+		if v.Tag.Has("ascii") && !visibleASCII(s) {
+			errs = append(errs, fmt.Errorf("%s %q is not visible ASCII, so it names nothing: copy it as the listing prints it", name, s))
+		}
+	}
+	return errs
+}
+
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // checks runs check() on v and on every group embedded in it.

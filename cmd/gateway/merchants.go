@@ -91,7 +91,7 @@ type keysCmd struct {
 }
 
 type keysCreateCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
 }
 
 func (k *keysCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
@@ -109,7 +109,7 @@ func (k *keysCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error 
 }
 
 type keysListCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a table"`
 }
 
@@ -164,8 +164,8 @@ func writeKeys(a *app, merchantID string, keys []merchants.StoredKey, asJSON boo
 }
 
 type keysRevokeCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant's id (mer_…)"`
-	Prefix   string `name:"prefix" required:"" placeholder:"sk_XXXXXXXX" help:"the key's visible prefix, as keys list shows it"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
+	Prefix   string `name:"prefix" required:"" placeholder:"sk_XXXXXXXX" ascii:"" help:"the key's visible prefix, as keys list shows it"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a sentence"`
 }
 

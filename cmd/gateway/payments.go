@@ -36,7 +36,7 @@ func toPaymentJSON(p payments.Payment) paymentJSON {
 
 type paymentsListCmd struct {
 	Status   string `name:"status" placeholder:"STATUS" help:"only this status: requires_confirmation, processing, requires_action, succeeded, declined, failed, canceled or requires_review"`
-	Merchant string `name:"merchant" placeholder:"ID" help:"only this merchant's payments (mer_…)"`
+	Merchant string `name:"merchant" placeholder:"ID" id:"mer_" help:"only this merchant's payments (mer_…)"`
 	Since    string `name:"since" placeholder:"WHEN" help:"only payments created since then: a time back from now (30m, 24h, 7d) or a date or time (2026-11-30, 2026-11-30T12:00:00Z)"`
 	Limit    int    `name:"limit" default:"100" help:"most payments to list, 1 to ${list_limit_max}"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a table"`
@@ -114,7 +114,7 @@ func (l *paymentsListCmd) Run(ctx context.Context, a *app, c *paymentsCmd) error
 }
 
 type paymentsShowCmd struct {
-	ID   string `arg:"" name:"payment-id" help:"the payment (pay_…)"`
+	ID   string `arg:"" name:"payment-id" id:"pay_" help:"the payment (pay_…)"`
 	JSON bool   `name:"json" help:"print one JSON document instead of text"`
 }
 
@@ -228,7 +228,7 @@ func keyState(rec payments.PaymentRecord) string {
 }
 
 type paymentsResolveCmd struct {
-	ID           string `arg:"" name:"payment-id" help:"the payment (pay_…); before or after the flags"`
+	ID           string `arg:"" name:"payment-id" id:"pay_" help:"the payment (pay_…); before or after the flags"`
 	As           string `name:"as" placeholder:"succeeded|failed" help:"the outcome you established at the PSP (required)"`
 	Reason       string `name:"reason" placeholder:"TEXT" help:"why; kept in the audit table (required)"`
 	PSPReference string `name:"psp-reference" placeholder:"REF" help:"the PSP's id of the charge, when known"`

@@ -37,8 +37,8 @@ func toRefundJSON(r payments.Refund) refundJSON {
 
 type refundsListCmd struct {
 	Status   string `name:"status" placeholder:"STATUS" help:"only this status: pending, succeeded, failed or requires_review"`
-	Merchant string `name:"merchant" placeholder:"ID" help:"only this merchant's refunds (mer_…)"`
-	Payment  string `name:"payment" placeholder:"ID" help:"only this payment's refunds (pay_…)"`
+	Merchant string `name:"merchant" placeholder:"ID" id:"mer_" help:"only this merchant's refunds (mer_…)"`
+	Payment  string `name:"payment" placeholder:"ID" id:"pay_" help:"only this payment's refunds (pay_…)"`
 	Limit    int    `name:"limit" default:"100" help:"most refunds to list, 1 to ${list_limit_max}"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a table"`
 }
@@ -94,7 +94,7 @@ func (l *refundsListCmd) Run(ctx context.Context, a *app, c *refundsCmd) error {
 }
 
 type refundsResolveCmd struct {
-	ID           string `arg:"" name:"refund-id" help:"the refund (re_…); before or after the flags"`
+	ID           string `arg:"" name:"refund-id" id:"re_" help:"the refund (re_…); before or after the flags"`
 	As           string `name:"as" placeholder:"succeeded|failed" help:"the outcome you established at the PSP (required)"`
 	Reason       string `name:"reason" placeholder:"TEXT" help:"why; kept in the audit table (required)"`
 	PSPReference string `name:"psp-reference" placeholder:"REF" help:"the PSP's id of the refund, when known"`

@@ -214,7 +214,7 @@ func toEndpointJSON(e webhooks.Endpoint, secret string) endpointJSON {
 }
 
 type webhooksCreateCmd struct {
-	Merchant    string `name:"merchant" required:"" placeholder:"ID" help:"the merchant (mer_…)"`
+	Merchant    string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant (mer_…)"`
 	URL         string `name:"url" required:"" placeholder:"URL" help:"where to POST events (http or https, a public address unless GATEWAY_WEBHOOK_ALLOW_NETWORKS allows it)"`
 	Events      string `name:"events" default:"*" placeholder:"TYPE,…" help:"event types, comma-separated (payment.succeeded,refund.failed,…), or * for all"`
 	Description string `name:"description" placeholder:"TEXT" help:"a note for people"`
@@ -245,7 +245,7 @@ func (w *webhooksCreateCmd) Run(ctx context.Context, a *app, c *webhooksCmd) err
 }
 
 type webhooksListCmd struct {
-	Merchant string `name:"merchant" required:"" placeholder:"ID" help:"the merchant (mer_…)"`
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant (mer_…)"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a table"`
 }
 
@@ -279,7 +279,7 @@ func (w *webhooksListCmd) Run(ctx context.Context, a *app, c *webhooksCmd) error
 
 // endpointArg names the endpoint a command acts on.
 type endpointArg struct {
-	Endpoint string `name:"endpoint" required:"" placeholder:"ID" help:"the endpoint (we_…)"`
+	Endpoint string `name:"endpoint" required:"" placeholder:"ID" id:"we_" help:"the endpoint (we_…)"`
 }
 
 // find reads the endpoint by its id, for its merchant.
