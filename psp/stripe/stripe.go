@@ -89,6 +89,9 @@ type Config struct {
 	// WebhookSecret (whsec_…) verifies the Stripe-Signature of webhook
 	// requests. Secret. Empty: the adapter reads no webhooks.
 	WebhookSecret string
+	// Now is the clock a webhook's signed timestamp is judged by; time.Now
+	// when nil.
+	Now func() time.Time
 }
 
 // LogValue masks the secret key, keeping its sk_test_/sk_live_ prefix.
@@ -130,6 +133,7 @@ type Adapter struct {
 	currencies []psp.Currency
 	publicKey  string
 	whSecret   string
+	now        func() time.Time
 }
 
 var _ psp.Adapter = (*Adapter)(nil)
@@ -175,6 +179,10 @@ func New(cfg Config) (*Adapter, error) {
 		currencies: currencies(),
 		publicKey:  cfg.PublishableKey,
 		whSecret:   cfg.WebhookSecret,
+		now:        cfg.Now,
+	}
+	if a.now == nil {
+		a.now = time.Now
 	}
 	if a.window <= 0 {
 		a.window = 2 * time.Minute

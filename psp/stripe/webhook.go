@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	sdk "github.com/stripe/stripe-go/v82"
 	"github.com/stripe/stripe-go/v82/webhook"
@@ -15,9 +17,11 @@ import (
 
 // Webhooks: Stripe signs every webhook request (Stripe-Signature: t=…,v1=…,
 // an HMAC-SHA256 of the timestamp and the body keyed by the endpoint's
-// signing secret). ReadNotice verifies it with stripe-go's webhook package,
-// refusing a timestamp more than five minutes old (a replayed request), and
-// then reads what the event is about from Stripe itself, not from the
+// signing secret). ReadNotice verifies it with stripe-go's webhook package
+// and refuses a signed timestamp more than five minutes from its clock,
+// either way: an old one is a replayed request, and one from the future
+// would stay replayable for as long as it lies ahead (stripe-go looks only
+// back). It then reads what the event is about from Stripe itself, not from the
 // event: the PaymentIntent it names (retrieved by id, which is consistent,
 // unlike search), and for refund events every refund of that PaymentIntent.
 // An event is a snapshot taken when it happened and may arrive late or out
@@ -31,10 +35,15 @@ func (a *Adapter) ReadNotice(ctx context.Context, header http.Header, body []byt
 	if a.whSecret == "" {
 		return psp.Notice{}, fmt.Errorf("%w: no Stripe webhook signing secret is configured", psp.ErrUnverified)
 	}
-	// The event's API version matters not: only ids are read from it.
-	ev, err := webhook.ConstructEventWithOptions(body, header.Get("Stripe-Signature"), a.whSecret,
-		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true})
+	// The event's API version matters not: only ids are read from it. The
+	// timestamp is judged here, once the signature vouches for it.
+	sig := header.Get("Stripe-Signature")
+	ev, err := webhook.ConstructEventWithOptions(body, sig, a.whSecret,
+		webhook.ConstructEventOptions{IgnoreAPIVersionMismatch: true, IgnoreTolerance: true})
 	if err != nil {
+		return psp.Notice{}, fmt.Errorf("%w: %w", psp.ErrUnverified, err)
+	}
+	if err := a.checkTimestamp(sig); err != nil {
 		return psp.Notice{}, fmt.Errorf("%w: %w", psp.ErrUnverified, err)
 	}
 	n := psp.Notice{ID: ev.ID, Type: string(ev.Type)}
@@ -91,6 +100,32 @@ func (a *Adapter) ReadNotice(ctx context.Context, header http.Header, body []byt
 		}
 	}
 	return n, nil
+}
+
+// checkTimestamp refuses a signature header whose timestamp (the last t=,
+// the one stripe-go verified the signature with) is more than
+// webhook.DefaultTolerance from the adapter's clock, before or after.
+func (a *Adapter) checkTimestamp(sig string) error {
+	var t int64
+	found := false
+	for _, pair := range strings.Split(sig, ",") {
+		if v, ok := strings.CutPrefix(pair, "t="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return webhook.ErrInvalidHeader
+			}
+			t, found = n, true
+		}
+	}
+	if !found {
+		return webhook.ErrInvalidHeader
+	}
+	now := a.now().Unix()
+	// Compared in seconds, as signed: no overflow however far t lies.
+	if tol := int64(webhook.DefaultTolerance / time.Second); t < now-tol || t > now+tol {
+		return fmt.Errorf("the signed timestamp %d is more than %s from now", t, webhook.DefaultTolerance)
+	}
+	return nil
 }
 
 // currentCharge retrieves the PaymentIntent pi as it stands now. why says,
