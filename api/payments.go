@@ -81,6 +81,9 @@ type createPaymentBody struct {
 	// Confirm false creates the payment without charging it (two-step
 	// checkout; see confirm.go); absent or true charges it now.
 	Confirm *bool `json:"confirm,omitzero"`
+	// CaptureMethod "manual" only authorizes the payment (captures.go);
+	// absent or "automatic" takes the money at once.
+	CaptureMethod *string `json:"capture_method,omitzero"`
 }
 
 func (s *Server) handleCreatePayment(c echo.Context) error {
@@ -174,6 +177,9 @@ func (s *Server) parseCreate(c echo.Context, key string, raw []byte) (payments.C
 	}
 	if body.Description != nil {
 		req.Description = *body.Description
+	}
+	if body.CaptureMethod != nil {
+		req.CaptureMethod = payments.CaptureMethod(*body.CaptureMethod)
 	}
 	if len(missing) > 0 {
 		return req, &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid", Fields: missing}

@@ -28,6 +28,8 @@ func (s *Server) routes(e *echo.Echo) {
 	e.GET("/payments", chain(s.handleFindPayment, reading...))
 	e.POST("/payments/:id/refunds", chain(s.handleCreateRefund, namedBy(paymentIDs, merchant)...))
 	e.GET("/payments/:id/refunds", chain(s.handleListRefunds, namedBy(paymentIDs, reading)...))
+	e.POST("/payments/:id/capture", chain(s.handleCapturePayment, namedBy(paymentIDs, merchant)...))
+	e.POST("/payments/:id/cancel", chain(s.handleCancelPayment, namedBy(paymentIDs, merchant)...))
 	e.GET("/refunds", chain(s.handleListRefunds, reading...))
 	e.GET("/refunds/:id", chain(s.handleGetRefund, namedBy(refundIDs, reading)...))
 	e.POST("/webhook_endpoints", chain(s.handleCreateEndpoint, merchant...))
@@ -41,6 +43,8 @@ func (s *Server) routes(e *echo.Echo) {
 	// would answer anyone); browsers never come here.
 	e.OPTIONS("/payments", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
 	e.OPTIONS("/payments/:id/refunds", chain(s.handleOptions("GET, POST, OPTIONS"), namedBy(paymentIDs, reading)...))
+	e.OPTIONS("/payments/:id/capture", chain(s.handleOptions("POST, OPTIONS"), reading...))
+	e.OPTIONS("/payments/:id/cancel", chain(s.handleOptions("POST, OPTIONS"), reading...))
 	e.OPTIONS("/refunds", chain(s.handleOptions("GET, OPTIONS"), reading...))
 	e.OPTIONS("/refunds/:id", chain(s.handleOptions("GET, OPTIONS"), namedBy(refundIDs, reading)...))
 	e.OPTIONS("/webhook_endpoints", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))

@@ -63,6 +63,18 @@ const (
 	// CodeConfirmMismatch: the confirm's amount or order id is not the
 	// payment's; nothing stored or sent, the key stays free.
 	CodeConfirmMismatch Code = "confirm_mismatch"
+	// CodeNotCapturable: the payment is not an authorization that can be
+	// captured (automatic, captured already, voided); nothing stored.
+	CodeNotCapturable Code = "payment_not_capturable"
+	// CodeAuthorizationExpired: the authorization lapsed before the
+	// capture; nothing stored.
+	CodeAuthorizationExpired Code = "authorization_expired"
+	// CodeCaptureExceeds: the capture asks more than is authorized; nothing
+	// stored, the key stays free.
+	CodeCaptureExceeds Code = "capture_exceeds_authorized"
+	// CodeNotCancelable: the payment cannot be canceled (it took money:
+	// refund it; or it failed); nothing stored.
+	CodeNotCancelable Code = "payment_not_cancelable"
 	// CodeNoticeRejected: a PSP notification (webhook) could not be
 	// verified or read; nothing changed.
 	CodeNoticeRejected Code = "notice_rejected"

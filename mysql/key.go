@@ -102,8 +102,8 @@ INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, 'COMPLETED', ?, ?, 0, 0, ?, ?, ?, ?, ?)`
 	const insertPayment = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp, expires_at, client_secret_hash, event_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
+    payment_method, description, metadata, psp, expires_at, client_secret_hash, capture_method, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 	now := p.CreatedAt
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		if c.Answer == nil {
@@ -127,7 +127,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 		}
 		if _, err := tx.ExecContext(ctx, insertPayment,
 			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
-			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, secretHash, now, now); err != nil {
+			p.PaymentMethod, p.Description, md, nullString(p.PSP), expires, secretHash, string(captureMethodOf(p)), now, now); err != nil {
 			return err
 		}
 		return insertEvent(ctx, tx, c.Event, 1)
@@ -315,7 +315,8 @@ SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason
     review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
     review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
                           WHEN 'requires_action' THEN IF(review_after IS NULL, NOW(6) + INTERVAL ? MICROSECOND, NOW(6)) END,
-    next_action = ?, ` + bumpEventSeq + `, updated_at = NOW(6)
+    next_action = ?, amount_captured = ?, capture_before = ?, cancellation_reason = ?,
+    ` + bumpEventSeq + `, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 	status := string(p.Status)
 	action, err := nextActionJSON(p.NextAction)
@@ -329,6 +330,7 @@ WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 		seq, err := bumped(tx.ExecContext(ctx, settlePayment,
 			status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.PSPCode), nullString(p.ReviewReason),
 			status, status, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook), action,
+			p.AmountCaptured, nullTime(p.CaptureBefore), nullString(p.CancellationReason),
 			ref.MerchantID, p.ID))
 		if err != nil {
 			return err

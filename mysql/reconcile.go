@@ -414,10 +414,12 @@ UPDATE payments SET
                         WHEN ? = 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
                         ELSE NOW(6) + INTERVAL ? MICROSECOND END,
     status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?, next_action = ?,
+    amount_captured = ?, capture_before = ?, cancellation_reason = ?,
     event_seq = ?, updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ?`,
 			to, to, to, to, to, to, to, micros(payments.ReviewFirstLook), micros(payments.ActionFirstLook),
 			to, nullString(after.PSPReference), nullString(after.DeclineCode), nullString(after.PSPCode), nullString(after.ReviewReason), action,
+			after.AmountCaptured, nullTime(after.CaptureBefore), nullString(after.CancellationReason),
 			seq, after.MerchantID, after.ID); err != nil {
 			return err
 		}

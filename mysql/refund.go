@@ -150,7 +150,7 @@ func movePayment(ctx context.Context, tx *sqlx.Tx, merchantID, paymentID string,
 		return nil
 	}
 	err := exactlyOne(tx.ExecContext(ctx, `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved + ?
-WHERE merchant_id = ? AND id = ? AND amount_reserved + ? <= amount`, refunded, reserved, merchantID, paymentID, reserved))
+WHERE merchant_id = ? AND id = ? AND amount_reserved + ? <= IF(capture_method = 'manual', amount_captured, amount)`, refunded, reserved, merchantID, paymentID, reserved))
 	if errors.Is(err, errFenced) {
 		return payments.ErrExceedsPayment
 	}

@@ -63,6 +63,7 @@ var scatters = append([]scatter{
 	{"the purge's walk over completed keys past retention, in the order of their index, from a cursor", "PurgeKeys", "SELECT", "idempotency_keys", ""},
 	{"the purge's delete of the keys it just read, of several merchants, by primary key", "PurgeKeys", "DELETE", "idempotency_keys", ""},
 	{"the purge's walk over events past retention, in the order of their index, from a cursor", "PurgeEvents", "SELECT", "events", ""},
+	{"the expiry's scan: authorizations past their capture_before", "ExpireAuthorizations", "SELECT", "payments", ""},
 	{"the purge of ended webhook deliveries past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeDeliveries", "DELETE", "webhook_deliveries", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
@@ -700,4 +701,41 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	sc.mustCode(err, errs.CodeKeyReused, "ClaimRefund of a purged key")
 
 	webhookScenario(sc, m1.ID)
+	captureScenario(sc, m1.ID)
+}
+
+// captureScenario authorizes two payments, captures one (claim and
+// settle), and lets the other lapse.
+func captureScenario(sc *scenario, merchantID string) {
+	authorize := func(key string) payments.Payment {
+		ref := idemkeys.Ref{MerchantID: merchantID, Endpoint: payments.EndpointCreatePayment, Key: key}
+		p := payments.Payment{
+			ID: newID("pay"), MerchantID: merchantID, IdempotencyKey: key, MerchantOrderID: newID("ord"),
+			Status: payments.Processing, Amount: payments.Money{Minor: 1000, Currency: "KRW"},
+			PaymentMethod: "pm_card_ok", PSP: "fake", CaptureMethod: payments.CaptureManual,
+		}
+		tok := idemkeys.FirstToken()
+		c := sc.claimOf(ref, tok, time.Minute, p)
+		sc.must(sc.s.Claim(sc.ctx, c), "Claim (manual capture)")
+		p = c.Payment
+		p.Status, p.PSPReference, p.CaptureBefore = payments.RequiresCapture, "ch_"+key, sc.now().Add(time.Hour).Truncate(time.Microsecond)
+		sc.must(sc.s.Settle(sc.ctx, ref, tok, payments.PaymentSettled(p)), "Settle (authorized)")
+		return p
+	}
+	p, lapsing := authorize("auth-1"), authorize("auth-2")
+	op := payments.Operation{Kind: payments.OpCapture, Key: "capture-1", Amount: 600}
+	ref := op.Ref(merchantID)
+	tok := idemkeys.FirstToken()
+	claimed, err := sc.s.ClaimOperation(sc.ctx, payments.OperationClaim{Ref: ref, Fingerprint: idemkeys.Fingerprint("c"), Token: tok, Lease: time.Minute, PaymentID: p.ID},
+		payments.NewOperation(op, func(payments.Payment) bool { return true }))
+	sc.must(err, "ClaimOperation")
+	captured := claimed
+	captured.Status, captured.AmountCaptured, captured.CaptureBefore, captured.Operation = payments.Succeeded, 600, time.Time{}, nil
+	sc.must(sc.s.SettleOperation(sc.ctx, ref, tok, payments.OperationSettled(payments.OpCapture, claimed, captured, false)), "SettleOperation")
+	sc.advance(2 * time.Hour)
+	expired, err := sc.s.ExpireAuthorizations(sc.ctx, 10, payments.AuthorizationExpired)
+	sc.must(err, "ExpireAuthorizations")
+	if len(expired) != 1 || expired[0].ID != lapsing.ID {
+		sc.t.Fatalf("ExpireAuthorizations: %d payments, want the lapsing one", len(expired))
+	}
 }

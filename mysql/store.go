@@ -85,6 +85,14 @@ type paymentRow struct {
 	ConfirmKey      sql.NullString `db:"confirm_key"`
 	NextAction      sql.NullString `db:"next_action"`
 	ClientSecret    []byte         `db:"client_secret_hash"`
+	CaptureMethod   string         `db:"capture_method"`
+	AmountCaptured  int64          `db:"amount_captured"`
+	CaptureBefore   sql.NullTime   `db:"capture_before"`
+	CancelReason    sql.NullString `db:"cancellation_reason"`
+	OpKind          sql.NullString `db:"op_kind"`
+	OpKey           sql.NullString `db:"op_key"`
+	OpAmount        sql.NullInt64  `db:"op_amount"`
+	OpReason        sql.NullString `db:"op_reason"`
 	CreatedAt       time.Time      `db:"created_at"`
 	UpdatedAt       time.Time      `db:"updated_at"`
 }
@@ -92,7 +100,8 @@ type paymentRow struct {
 const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
-    client_secret_hash, created_at, updated_at`
+    client_secret_hash, capture_method, amount_captured, capture_before, cancellation_reason,
+    op_kind, op_key, op_amount, op_reason, created_at, updated_at`
 
 func (r paymentRow) toDomain() (payments.Payment, error) {
 	p := payments.Payment{
@@ -117,10 +126,18 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 			Attempts:   r.ReviewAttempts,
 			NotFoundAt: r.ReviewNotFound.Time,
 		},
-		ExpiresAt:  r.ExpiresAt.Time,
-		ConfirmKey: r.ConfirmKey.String,
-		CreatedAt:  r.CreatedAt,
-		UpdatedAt:  r.UpdatedAt,
+		ExpiresAt:          r.ExpiresAt.Time,
+		ConfirmKey:         r.ConfirmKey.String,
+		CaptureMethod:      payments.CaptureMethod(r.CaptureMethod),
+		AmountCaptured:     r.AmountCaptured,
+		CaptureBefore:      r.CaptureBefore.Time,
+		CancellationReason: r.CancelReason.String,
+		CreatedAt:          r.CreatedAt,
+		UpdatedAt:          r.UpdatedAt,
+	}
+	if r.OpKind.Valid {
+		p.Operation = &payments.Operation{Kind: payments.OperationKind(r.OpKind.String), Key: r.OpKey.String,
+			Amount: r.OpAmount.Int64, Reason: r.OpReason.String}
 	}
 	copy(p.ClientSecretHash[:], r.ClientSecret)
 	if r.Metadata.Valid && r.Metadata.String != "" {
@@ -164,6 +181,16 @@ func nextActionJSON(na *payments.NextAction) (sql.NullString, error) {
 func newULID() string { return ulid.Make().String() }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func nullTime(t time.Time) sql.NullTime { return sql.NullTime{Time: t, Valid: !t.IsZero()} }
+
+// captureMethodOf is how p's capture method is stored: automatic when unset.
+func captureMethodOf(p payments.Payment) payments.CaptureMethod {
+	if p.CaptureMethod == "" {
+		return payments.CaptureAutomatic
+	}
+	return p.CaptureMethod
+}
 
 func metadataJSON(md map[string]string) (string, error) {
 	b, err := json.Marshal(md)

@@ -203,7 +203,7 @@ func (a *Admin) evidence(ctx context.Context, p Payment, r Resolution) evidence 
 }
 
 // Statuses lists every status in the order of a payment's life.
-var Statuses = []Status{RequiresConfirmation, Processing, RequiresAction, Succeeded, Declined, Failed, Canceled, RequiresReview}
+var Statuses = []Status{RequiresConfirmation, Processing, RequiresAction, RequiresCapture, Succeeded, Declined, Failed, Canceled, RequiresReview}
 
 // StatusNames lists Statuses for messages: "a, b or c".
 func StatusNames() string {

@@ -36,6 +36,7 @@ func (ps paymentSubject) send(ctx context.Context, adapter psp.Adapter) (answer,
 		PaymentMethod:   p.PaymentMethod,
 		Description:     p.Description,
 		AllowNextAction: ps.twoStep,
+		CaptureMethod:   psp.CaptureMethod(captureMethod(p.CaptureMethod)),
 	})
 	if err != nil {
 		return answer{}, err

@@ -47,6 +47,9 @@ type CreateRequest struct {
 	// checkout: "confirm": false): POST /payments/{id}/confirm charges it.
 	// PaymentMethod may then be left empty and given to the confirm.
 	ConfirmLater bool
+	// CaptureMethod is CaptureAutomatic when empty; CaptureManual only
+	// authorizes the payment (requires_capture), for a PSP that can.
+	CaptureMethod CaptureMethod
 	// BodyDigest is the SHA-256 of the request's body as received, when the
 	// caller has it (zero otherwise). Not part of the command: it lets
 	// ReplayBody answer the same bytes again without parsing them.
@@ -89,6 +92,11 @@ func (r CreateRequest) Validate() error {
 	}
 	if utf8.RuneCountInString(r.Description) > MaxDescriptionLen || !printable(r.Description) {
 		add("description", "must be at most %d printable characters", MaxDescriptionLen)
+	}
+	switch r.CaptureMethod {
+	case "", CaptureAutomatic, CaptureManual:
+	default:
+		add("capture_method", "must be automatic or manual")
 	}
 	fields = append(fields, validateMetadata(r.Metadata)...)
 	fields = append(fields, validateTextBytes(r.Metadata, r.PaymentMethod, r.Description)...)
@@ -144,6 +152,10 @@ func (r CreateRequest) Fingerprint() [32]byte {
 		// A payment to confirm later is another command than a charge now.
 		version = "v1-confirm-later"
 	}
+	if r.CaptureMethod == CaptureManual {
+		// Authorizing only is another command than charging.
+		version += "-manual"
+	}
 	fields := []string{
 		version, strconv.FormatInt(r.Amount.Minor, 10), r.Amount.Currency, r.PaymentMethod, r.Description,
 	}
@@ -197,6 +209,9 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 		return Outcome{}, err
 	}
 	if err := s.accepts(req.Amount); err != nil {
+		return Outcome{}, err
+	}
+	if err := s.capturesLater(req.CaptureMethod); err != nil {
 		return Outcome{}, err
 	}
 	ref := idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey}
@@ -259,6 +274,20 @@ func (s *Service) accepts(m Money) error {
 	return e
 }
 
+// capturesLater refuses manual capture, before anything is stored, for a
+// PSP new payments go to that cannot capture later.
+func (s *Service) capturesLater(m CaptureMethod) error {
+	if m != CaptureManual {
+		return nil
+	}
+	_, adapter := s.psps.Default()
+	if _, ok := adapter.(psp.Capturer); ok && adapter.Capabilities().ManualCapture {
+		return nil
+	}
+	return &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot capture later",
+		Fields: []errs.FieldError{{Field: "capture_method", Reason: fmt.Sprintf("%s cannot authorize now and capture later: leave it out or use automatic", adapter.Capabilities().Name)}}}
+}
+
 // newPayment is the payment req creates at the PSP named psp.
 func newPayment(req CreateRequest, status Status, psp string) Payment {
 	return Payment{
@@ -272,5 +301,13 @@ func newPayment(req CreateRequest, status Status, psp string) Payment {
 		Description:     req.Description,
 		Metadata:        req.Metadata,
 		PSP:             psp,
+		CaptureMethod:   captureMethod(req.CaptureMethod),
 	}
+}
+
+func captureMethod(m CaptureMethod) CaptureMethod {
+	if m == "" {
+		return CaptureAutomatic
+	}
+	return m
 }

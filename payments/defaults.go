@@ -19,6 +19,10 @@ const (
 	// DefaultReplayCacheBytes bounds the final answers a replica keeps for
 	// replays (one merchant may hold a quarter of it).
 	DefaultReplayCacheBytes = 32 << 20
+	// DefaultAuthorizationValidity is how long an authorization is held
+	// capturable when its PSP's answer does not say (card networks hold an
+	// online authorization for 7 days at least).
+	DefaultAuthorizationValidity = 7 * 24 * time.Hour
 	// DefaultReplayCacheTTL is how long a replica replays an answer from
 	// memory before it reads the stored one again: the bound on how long
 	// an answer rewritten elsewhere (an operator's forced correction, a

@@ -30,6 +30,11 @@ const (
 	KindPayment Kind = "payment"
 	// KindRefund is a refund of (part of) a payment's charge.
 	KindRefund Kind = "refund"
+	// KindCapture is a capture of (part of) an authorization (operation.go).
+	KindCapture Kind = "capture"
+	// KindVoid is the release of an authorization, or the cancellation of a
+	// charge waiting for its customer (operation.go).
+	KindVoid Kind = "void"
 )
 
 // sends names what a subject of the kind asks its PSP for, in logs.
@@ -51,6 +56,8 @@ var endpoints = map[string]struct {
 	EndpointCreatePayment:  {kind: KindPayment},
 	EndpointConfirmPayment: {kind: KindPayment, twoStep: true},
 	EndpointCreateRefund:   {kind: KindRefund},
+	EndpointCapturePayment: {kind: KindCapture},
+	EndpointCancelPayment:  {kind: KindVoid},
 }
 
 // KindOf is the kind of subject the keys of an idempotent endpoint hold;
@@ -462,6 +469,19 @@ func (s *Service) load(a attempt, rec idemkeys.Record) (subject, error) {
 			return nil, err
 		}
 		return paymentSubject{p: p, twoStep: e.twoStep}, nil
+	case KindCapture, KindVoid:
+		p, err := s.store.Payment(a.work, a.ref.MerchantID, rec.SubjectID)
+		if err != nil {
+			return nil, err
+		}
+		kind := OpCapture
+		if e.kind == KindVoid {
+			kind = OpVoid
+		}
+		if p.Operation == nil || p.Operation.Kind != kind || p.Operation.Key != a.ref.Key {
+			return nil, fmt.Errorf("payment %s holds no %s of this key in flight", p.ID, kind)
+		}
+		return operationSubject{p: p, op: kind}, nil
 	}
 	return nil, fmt.Errorf("key of %q holds no subject the flow knows", a.ref.Endpoint)
 }

@@ -192,8 +192,17 @@ func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Noti
 		n.log.WarnContext(ctx, "PSP notification for a payment another PSP holds: ignored", append(attrs, "payment_psp", p.PSP)...)
 		return nil
 	}
+	if p.Operation != nil {
+		// A capture or a void is in flight: its worker, or the reconciler,
+		// settles it from the charge it reads; hasten that look.
+		hastened, err := n.store.HastenKey(ctx, p.Operation.Ref(p.MerchantID))
+		if err == nil {
+			n.log.InfoContext(ctx, "PSP notification: the payment's "+string(p.Operation.Kind)+" is looked at now", append(attrs, "in_progress", hastened)...)
+		}
+		return err
+	}
 	switch p.Status {
-	case RequiresAction:
+	case RequiresAction, RequiresCapture:
 		return n.settleAction(ctx, notice, p, c, attrs)
 	case Processing:
 		// A worker holds its key, or the reconciler will: hasten the look,
@@ -267,8 +276,10 @@ func (n *Notices) contradicted(ctx context.Context, notice psp.Notice, p Payment
 	return nil
 }
 
-// settleAction settles a payment that waited for its customer with a
-// compare-and-set on its status, as the reconciler's look would.
+// settleAction settles a payment that waited for its customer, or an
+// authorization the PSP captured or let lapse on its own, with a
+// compare-and-set on its status (and on no operation being in flight), as
+// the reconciler's look would.
 func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment, c psp.Charge, attrs []any) error {
 	settled, err := ApplyCharge(p, c)
 	switch {
@@ -283,8 +294,12 @@ func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment
 	if settled.Status == RequiresReview {
 		why += ": " + settled.ReviewReason
 	}
+	if settled.Status == p.Status {
+		n.log.InfoContext(ctx, "PSP notification: the payment is as the PSP holds it", attrs...)
+		return nil
+	}
 	_, err = n.store.Resolve(ctx, p.ID, ChangePayment(func(now Payment) (Payment, error) {
-		if now.Status != RequiresAction {
+		if now.Status != p.Status || now.Operation != nil {
 			return now, idemkeys.ErrFenced
 		}
 		return settled, nil

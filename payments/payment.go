@@ -39,9 +39,39 @@ const (
 	// virtual account. The PSP's notification or the reconciler's look at
 	// the PSP settles it.
 	RequiresAction Status = "requires_action"
-	// Canceled: never confirmed before it expired; nothing was charged.
+	// RequiresCapture: authorized (manual capture): the PSP holds the
+	// amount until a capture takes it, a void releases it, or the
+	// authorization lapses at CaptureBefore.
+	RequiresCapture Status = "requires_capture"
+	// Canceled: nothing was or will be taken: never confirmed before it
+	// expired, or an authorization voided or lapsed (CancellationReason).
 	Canceled Status = "canceled"
 )
+
+// CaptureMethod says when a payment's money is taken: at once
+// (CaptureAutomatic, the default) or by a capture after an authorization
+// (CaptureManual).
+type CaptureMethod string
+
+const (
+	CaptureAutomatic CaptureMethod = "automatic"
+	CaptureManual    CaptureMethod = "manual"
+)
+
+// Cancellation reasons: the merchant's (POST /payments/{id}/cancel) and the
+// gateway's own.
+const (
+	CancelDuplicate           = "duplicate"
+	CancelFraudulent          = "fraudulent"
+	CancelRequestedByCustomer = "requested_by_customer"
+	CancelAbandoned           = "abandoned"
+	// CancelAuthorizationExpired: the authorization lapsed before any
+	// capture (the reconciler voided it, or the PSP let it go).
+	CancelAuthorizationExpired = "authorization_expired"
+)
+
+// CancellationReasons are the reasons a merchant may give.
+var CancellationReasons = []string{CancelDuplicate, CancelFraudulent, CancelRequestedByCustomer, CancelAbandoned}
 
 // Final reports whether the status can no longer change without ops.
 func (s Status) Final() bool {
@@ -96,7 +126,20 @@ type Payment struct {
 	NextAction *NextAction
 	// Checkout is what a front end needs to start the PSP's client for a
 	// payment in requires_confirmation. Rendered, never stored.
-	Checkout  *Checkout
+	Checkout *Checkout
+	// CaptureMethod is how its money is taken; empty means automatic.
+	CaptureMethod CaptureMethod
+	// AmountCaptured is what a manual payment's capture took (at most
+	// Amount; the rest was released). See Captured.
+	AmountCaptured int64
+	// CaptureBefore is when a payment in requires_capture stops being
+	// capturable (the database's clock); zero otherwise.
+	CaptureBefore time.Time
+	// CancellationReason says why a canceled payment was canceled.
+	CancellationReason string
+	// Operation is the capture or void in flight on an authorization, nil
+	// when none: one at a time (design §15).
+	Operation *Operation
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// ClientSecret lets the customer's browser read and confirm this one
@@ -105,6 +148,21 @@ type Payment struct {
 	// stored or logged; ClientSecretHash is what is stored (zero for none).
 	ClientSecret     string
 	ClientSecretHash [32]byte
+}
+
+// Manual reports whether p is captured by a capture after its authorization.
+func (p Payment) Manual() bool { return p.CaptureMethod == CaptureManual }
+
+// Captured is what p took from its customer: what its refunds may give
+// back. A manual payment's capture may take less than its amount.
+func (p Payment) Captured() int64 {
+	switch {
+	case p.Status != Succeeded && p.Status != RequiresReview:
+		return 0
+	case p.Manual():
+		return p.AmountCaptured
+	}
+	return p.Amount.Minor
 }
 
 // OutcomeKey names the idempotency key that answers with p's outcome and
@@ -216,13 +274,40 @@ func ApplyCharge(p Payment, c psp.Charge) (Payment, error) {
 		p.Status, p.ReviewReason = RequiresReview, reason
 		return p, nil
 	}
-	switch c.Status {
-	case psp.Succeeded:
+	switch {
+	case c.Status == psp.Succeeded:
 		p.Status = Succeeded
-	case psp.Declined:
+		if p.Manual() {
+			// Captured at the PSP (by this gateway's capture, or at its
+			// dashboard): what it took, all of it when it does not say.
+			p.AmountCaptured = c.AmountCaptured
+			if p.AmountCaptured <= 0 || p.AmountCaptured > p.Amount.Minor {
+				p.AmountCaptured = p.Amount.Minor
+			}
+			p.CaptureBefore = time.Time{}
+		}
+	case c.Status == psp.Declined:
 		p.Status = Declined
-	case psp.Pending:
+	case c.Status == psp.Pending:
 		return p, ErrChargePending
+	case c.Status == psp.Authorized && p.Manual():
+		p.Status = RequiresCapture
+		switch {
+		case !c.CaptureBefore.IsZero():
+			p.CaptureBefore = c.CaptureBefore.UTC().Truncate(time.Microsecond)
+		case p.CaptureBefore.IsZero():
+			// The PSP did not say: the shortest validity cards know, from
+			// the payment's creation, which is no later than the authorization.
+			p.CaptureBefore = p.CreatedAt.Add(DefaultAuthorizationValidity).UTC().Truncate(time.Microsecond)
+		}
+	case c.Status == psp.Voided && p.Manual():
+		p.Status, p.CaptureBefore = Canceled, time.Time{}
+		if p.CancellationReason == "" {
+			p.CancellationReason = CancelAuthorizationExpired
+		}
+	case c.Status == psp.Authorized, c.Status == psp.Voided:
+		p.Status, p.ReviewReason = RequiresReview, fmt.Sprintf("the PSP holds the charge %s, a payment to be captured at once", c.Status)
+		return p, nil
 	default:
 		return p, fmt.Errorf("%w: %q", ErrChargeUnreadable, c.Status)
 	}

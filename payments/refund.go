@@ -141,7 +141,7 @@ func RefundAmount(p Payment, asked *int64) (int64, error) {
 		return 0, &errs.Error{Code: errs.CodeNotRefundable, PaymentID: p.ID,
 			Message: fmt.Sprintf("payment %s is %s; only a succeeded payment can be refunded", p.ID, p.Status)}
 	}
-	left := p.Amount.Minor - p.AmountReserved
+	left := p.Captured() - p.AmountReserved
 	switch {
 	case left <= 0:
 		return 0, &errs.Error{Code: errs.CodeNotRefundable, PaymentID: p.ID,

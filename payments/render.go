@@ -35,6 +35,16 @@ type View struct {
 	// ClientSecret is in the answer that created a two-step payment, and
 	// nowhere else: the merchant's server hands it to the customer's browser.
 	ClientSecret string `json:"client_secret,omitempty"`
+	// Manual capture (capture_method "manual" only): what can still be
+	// captured (the whole authorization while it can be), what was, and
+	// until when.
+	CaptureMethod    CaptureMethod `json:"capture_method,omitempty"`
+	AmountCapturable *int64        `json:"amount_capturable,omitempty"`
+	AmountCaptured   *int64        `json:"amount_captured,omitempty"`
+	CaptureBefore    *string       `json:"capture_before,omitempty"`
+	// CancellationReason says why a canceled payment was canceled, when it
+	// was by a void or an authorization's lapse.
+	CancellationReason *string `json:"cancellation_reason,omitempty"`
 }
 
 // ToView renders p for the public API.
@@ -59,6 +69,18 @@ func ToView(p Payment) View {
 		CreatedAt:       p.CreatedAt.UTC().Format(time.RFC3339Nano),
 		ClientSecret:    p.ClientSecret,
 	}
+	if p.Manual() {
+		capturable, captured := int64(0), p.Captured()
+		if p.Status == RequiresCapture {
+			capturable = p.Amount.Minor
+		}
+		v.CaptureMethod, v.AmountCapturable, v.AmountCaptured = CaptureManual, &capturable, &captured
+		if !p.CaptureBefore.IsZero() {
+			at := p.CaptureBefore.UTC().Format(time.RFC3339Nano)
+			v.CaptureBefore = &at
+		}
+	}
+	v.CancellationReason = nullable(p.CancellationReason)
 	switch p.Status {
 	case RequiresConfirmation:
 		v.Checkout = p.Checkout
@@ -110,7 +132,7 @@ func encodeJSON(v any) ([]byte, error) {
 // StatusCode is the HTTP status a payment's creation answers with.
 func StatusCode(s Status) int {
 	switch s {
-	case Succeeded:
+	case Succeeded, RequiresCapture:
 		return http.StatusCreated
 	case Declined, Failed, Canceled:
 		return http.StatusPaymentRequired

@@ -65,6 +65,20 @@ type FlowStore interface {
 	// the key stays free); errs.ErrWriteUnknown (re-read the key).
 	ClaimConfirm(ctx context.Context, c ConfirmClaim, decide func(p Payment, dbNow time.Time) (PaymentChange, error)) (Payment, error)
 
+	// ClaimOperation is ClaimConfirm for a capture or a void: the key (its
+	// subject the payment), then decide under the payment's row lock, then
+	// the change: the operation in flight on the payment, or, when the
+	// change carries an Answer, the payment's new state, its event and the
+	// key completed with the answer. It returns the payment as now stored.
+	ClaimOperation(ctx context.Context, c OperationClaim, decide func(p Payment, dbNow time.Time) (PaymentChange, error)) (Payment, error)
+
+	// SettleOperation completes the key with c.Answer and writes the
+	// payment as its operation left it (the operation no longer in flight)
+	// and c.Event, only while the caller holds token and the payment's
+	// operation in flight is the key's. idemkeys.ErrFenced: nothing was
+	// written. errs.ErrWriteUnknown: the write's fate is unknown; re-read.
+	SettleOperation(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c PaymentChange) error
+
 	// Release ends the caller's lease now without storing a response, so a
 	// retry can resume at once; notSent counts the caller's send as one that
 	// certainly did nothing. idemkeys.ErrFenced when the caller no longer

@@ -60,9 +60,34 @@ func (r *Reconciler) recheckAction(ctx context.Context, item payments.InReview) 
 	return r.reviewLater(ref, item, res, payments.Reschedule{After: d, Attempts: res.Attempts})
 }
 
-// expire cancels the payments nobody confirmed before their expiry, in
-// batches, until none is left.
+// expire cancels the payments nobody confirmed before their expiry, then
+// records the authorizations nobody captured before theirs, in batches,
+// until none is left.
 func (r *Reconciler) expire(ctx context.Context) ([]Result, error) {
+	out, err := r.expireUnconfirmed(ctx)
+	if err != nil {
+		return out, err
+	}
+	for len(out) < 2*maxPerPass && ctx.Err() == nil {
+		ps, err := r.store.ExpireAuthorizations(ctx, r.cfg.BatchSize, payments.AuthorizationExpired)
+		if err != nil {
+			return out, err
+		}
+		for _, p := range ps {
+			res := Result{PaymentID: p.ID, MerchantID: p.MerchantID, Key: r.hash.Key(payments.OutcomeKey(p)),
+				Outcome: Canceled, Detail: "authorization_expired: not captured before its capture_before"}
+			out = append(out, r.logged(payments.OutcomeKey(p), 0, res))
+		}
+		if len(ps) < r.cfg.BatchSize {
+			return out, nil
+		}
+	}
+	return out, ctx.Err()
+}
+
+// expireUnconfirmed cancels the payments nobody confirmed before their
+// expiry, in batches, until none is left.
+func (r *Reconciler) expireUnconfirmed(ctx context.Context) ([]Result, error) {
 	var out []Result
 	for len(out) < maxPerPass && ctx.Err() == nil {
 		ps, err := r.store.ExpireUnconfirmed(ctx, r.cfg.BatchSize, payments.Expired)

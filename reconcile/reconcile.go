@@ -56,6 +56,10 @@ type Store interface {
 	// Resolve applies decide to a payment under its row lock with an audit row.
 	Resolve(ctx context.Context, id string, decide func(before payments.Payment, dbNow time.Time) (payments.PaymentChange, error), res payments.Resolution) (payments.Payment, error)
 
+	// SettleOperation records an unfinished capture's or void's outcome on
+	// its payment and its key's answer while the caller holds token and the
+	// operation is still the payment's; idemkeys.ErrFenced otherwise.
+	SettleOperation(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.PaymentChange) error
 	// SettleRefund records an unfinished refund's state and its key's answer
 	// while the caller holds token; idemkeys.ErrFenced otherwise.
 	SettleRefund(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c payments.RefundChange) error
@@ -75,6 +79,10 @@ type Store interface {
 	// confirmation past their expiry, with a compare-and-set on the status,
 	// skipping those a confirm holds, and returns them.
 	ExpireUnconfirmed(ctx context.Context, limit int, expire func(payments.Payment) payments.PaymentChange) ([]payments.Payment, error)
+	// ExpireAuthorizations records as lapsed up to limit authorizations
+	// past their capture_before with no capture or void in flight, with a
+	// compare-and-set, skipping those an operation holds, and returns them.
+	ExpireAuthorizations(ctx context.Context, limit int, expire func(payments.Payment) payments.PaymentChange) ([]payments.Payment, error)
 }
 
 // Config tunes a reconciler.
@@ -554,6 +562,9 @@ func (r *Reconciler) subjectOf(p payments.Pending) subject {
 	key, pay := p.Key, p.Payment
 	if p.Refund != nil {
 		return r.refundSubject(key, pay, *p.Refund)
+	}
+	if kind, _ := payments.KindOf(key.Ref.Endpoint); kind == payments.KindCapture || kind == payments.KindVoid {
+		return r.operationSubject(key, pay, kind)
 	}
 	write := func(pay payments.Payment) func(context.Context) error {
 		return func(ctx context.Context) error {

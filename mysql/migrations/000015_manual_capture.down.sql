@@ -1,0 +1,11 @@
+ALTER TABLE payments
+    DROP KEY payments_capture_before,
+    DROP CONSTRAINT payments_captured_within,
+    DROP COLUMN op_reason,
+    DROP COLUMN op_amount,
+    DROP COLUMN op_key,
+    DROP COLUMN op_kind,
+    DROP COLUMN cancellation_reason,
+    DROP COLUMN capture_before,
+    DROP COLUMN amount_captured,
+    DROP COLUMN capture_method;
