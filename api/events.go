@@ -68,5 +68,6 @@ func (s *Server) handleGetEvent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, payments.ToEventView(e))
+	// The bytes a webhook delivery of it carries, no more (c.JSON would add a newline).
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, payments.EventJSON(e))
 }

@@ -40,10 +40,6 @@ var EventTypes = func() []EventType {
 	out := make([]EventType, 0, len(Statuses)+len(RefundStatuses))
 	for _, s := range Statuses {
 		out = append(out, PaymentEventType(s))
-		if s == Succeeded {
-			// A manual payment's capture enters succeeded with one of these.
-			out = append(out, EventPaymentCaptured, EventPaymentPartiallyCaptured)
-		}
 	}
 	for _, s := range RefundStatuses {
 		out = append(out, RefundEventType(RefundStatus(s)))
@@ -80,10 +76,19 @@ type Event struct {
 }
 
 // PaymentEventData renders p as an event carries it: its API view, without
-// the client secret (shown once, to the merchant's server that created it).
+// the client secrets: the payment's own (shown once, to the merchant's
+// server that created it) and the PSP's in its next action (Stripe's
+// PaymentIntent secret, which the customer's browser reads from the
+// confirm's answer or the payment itself, never from an event or a
+// webhook delivery, whoever receives those).
 func PaymentEventData(p Payment) json.RawMessage {
 	v := ToView(p)
 	v.ClientSecret = ""
+	if v.NextAction != nil {
+		na := *v.NextAction
+		na.ClientSecret = ""
+		v.NextAction = &na
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic("payments: render event: " + err.Error())
@@ -204,6 +209,17 @@ type EventView struct {
 	Seq        int64           `json:"seq"`
 	CreatedAt  string          `json:"created_at"`
 	Data       json.RawMessage `json:"data"`
+}
+
+// EventJSON is e as GET /events/{id} answers it and a webhook delivery
+// carries it: the same bytes, from this one function.
+func EventJSON(e Event) []byte {
+	b, err := encodeJSON(ToEventView(e))
+	if err != nil {
+		// An EventView holds strings, an integer and JSON already valid.
+		panic("payments: render event: " + err.Error())
+	}
+	return b
 }
 
 // ToEventView renders e for the public API.

@@ -102,11 +102,11 @@ type Event struct {
 	CreatedAt  time.Time
 }
 
-// Body renders ev as a delivery's body: exactly what GET /events/{id}
-// answers for it.
+// Body renders ev as a delivery's body: byte for byte what GET
+// /events/{id} answers for it (payments.EventJSON renders both).
 func Body(ev Event) ([]byte, error) {
-	return json.Marshal(payments.ToEventView(payments.Event{
+	return payments.EventJSON(payments.Event{
 		ID: ev.ID, MerchantID: ev.MerchantID, Type: payments.EventType(ev.Type), ObjectType: ev.ObjectType,
 		ObjectID: ev.ObjectID, Seq: ev.Seq, Data: ev.Data, CreatedAt: ev.CreatedAt,
-	}))
+	}), nil
 }
