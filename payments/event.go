@@ -40,6 +40,10 @@ var EventTypes = func() []EventType {
 	out := make([]EventType, 0, len(Statuses)+len(RefundStatuses))
 	for _, s := range Statuses {
 		out = append(out, PaymentEventType(s))
+		if s == Succeeded {
+			// A manual payment's capture enters succeeded with one of these.
+			out = append(out, EventPaymentCaptured, EventPaymentPartiallyCaptured)
+		}
 	}
 	for _, s := range RefundStatuses {
 		out = append(out, RefundEventType(RefundStatus(s)))
