@@ -29,6 +29,11 @@ func (s *Server) handleConfirmPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if fromBrowser(c) {
+		if out.Response.Body, err = browserAnswer(out.Response.Body); err != nil { // browserview.go
+			return errs.Internal(err)
+		}
+	}
 	// The answer may hold the PSP's client secret for the customer's browser.
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return answer(c, out)

@@ -291,7 +291,11 @@ func (s *Server) handleGetPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, payments.ToView(p))
+	v := payments.ToView(p)
+	if fromBrowser(c) {
+		v = browserView(v) // browserview.go
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 // handleFindPayment answers GET /payments: the payment an idempotency key
