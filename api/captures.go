@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/labstack/echo/v4"
 
+	"gateway/errs"
 	"gateway/payments"
 )
 
@@ -57,4 +58,39 @@ func (s *Server) handleCancelPayment(c echo.Context) error {
 		return err
 	}
 	return answer(c, out)
+}
+
+// cancelByKeyBody is the POST /payments/cancel_by_key body: the key of the
+// POST /payments to cancel, and why.
+type cancelByKeyBody struct {
+	IdempotencyKey     *string `json:"idempotency_key,omitzero"`
+	CancellationReason *string `json:"cancellation_reason,omitzero"`
+}
+
+func (s *Server) handleCancelByKey(c echo.Context) error {
+	key, err := s.idempotencyKey(c, "one per cancellation; the key to cancel goes in the body")
+	if err != nil {
+		return err
+	}
+	var body cancelByKeyBody
+	if err := s.decodeBody(c, &body); err != nil {
+		return err
+	}
+	if body.IdempotencyKey == nil {
+		return &errs.Error{Code: errs.CodeInvalid, Message: "the request body is invalid",
+			Fields: []errs.FieldError{{Field: "idempotency_key", Reason: "is required: the Idempotency-Key of the POST /payments to cancel"}}}
+	}
+	req := payments.CancelByKeyRequest{MerchantID: merchantOf(c).ID, IdempotencyKey: key, Key: *body.IdempotencyKey}
+	if body.CancellationReason != nil {
+		req.Reason = *body.CancellationReason
+	}
+	out, err := s.svc.CancelByKey(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
+	if out.Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
 }

@@ -45,6 +45,7 @@ var problems = map[errs.Code]problemKind{
 	errs.CodeNotCapturable:        {http.StatusConflict, "payment-not-capturable", "The payment is not an authorization that can be captured"},
 	errs.CodeAuthorizationExpired: {http.StatusConflict, "authorization-expired", "The authorization expired before it was captured"},
 	errs.CodeCaptureExceeds:       {http.StatusUnprocessableEntity, "capture-exceeds-authorized", "The capture exceeds the authorized amount"},
+	errs.CodeCanceledByKey:        {http.StatusConflict, "canceled-by-key", "This Idempotency-Key was canceled"},
 	errs.CodeNotCancelable:        {http.StatusConflict, "payment-not-cancelable", "The payment cannot be canceled"},
 	errs.CodeInternal:             {http.StatusInternalServerError, "internal", "Internal error"},
 	codeRateLimited:               {http.StatusTooManyRequests, "rate-limited", "Too many requests"},

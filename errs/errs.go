@@ -75,6 +75,9 @@ const (
 	// CodeNotCancelable: the payment cannot be canceled (it took money:
 	// refund it; or it failed); nothing stored.
 	CodeNotCancelable Code = "payment_not_cancelable"
+	// CodeCanceledByKey: the key was canceled (POST /payments/cancel_by_key)
+	// before anything was claimed under it; nothing was or will be charged.
+	CodeCanceledByKey Code = "canceled_by_key"
 	// CodeNoticeRejected: a PSP notification (webhook) could not be
 	// verified or read; nothing changed.
 	CodeNoticeRejected Code = "notice_rejected"

@@ -216,8 +216,11 @@ func random32() uint32 {
 // is left after the returned cursor.
 func (s *Store) PurgeKeys(ctx context.Context, retention time.Duration, after payments.PurgeCursor, limit int) (_ int64, _ payments.PurgeCursor, _ bool, err error) {
 	defer errs.Wrap(&err, "Store.PurgeKeys")
+	// A key canceled by key before anything claimed it (no subject) is
+	// kept: it is what stops a late duplicate of its request from charging.
 	const pick = `SELECT merchant_id, endpoint, idem_key, completed_at FROM idempotency_keys
 WHERE state = 'COMPLETED' AND completed_at < NOW(6) - INTERVAL ? MICROSECOND
+  AND NOT (subject_id = '' AND endpoint = 'POST /payments')
   AND (completed_at > ? OR (completed_at = ? AND (merchant_id > ? OR (merchant_id = ? AND (endpoint > ? OR (endpoint = ? AND idem_key > ?))))))
 ORDER BY completed_at, merchant_id, endpoint, idem_key
 LIMIT ?`

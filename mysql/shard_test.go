@@ -64,6 +64,7 @@ var scatters = append([]scatter{
 	{"the purge's delete of the keys it just read, of several merchants, by primary key", "PurgeKeys", "DELETE", "idempotency_keys", ""},
 	{"the purge's walk over events past retention, in the order of their index, from a cursor", "PurgeEvents", "SELECT", "events", ""},
 	{"the expiry's scan: authorizations past their capture_before", "ExpireAuthorizations", "SELECT", "payments", ""},
+	{"the scan of cancellations by key still to be carried out", "ClaimCancellations", "SELECT", "key_cancellations", ""},
 	{"the purge of ended webhook deliveries past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeDeliveries", "DELETE", "webhook_deliveries", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
@@ -732,6 +733,33 @@ func captureScenario(sc *scenario, merchantID string) {
 	captured := claimed
 	captured.Status, captured.AmountCaptured, captured.CaptureBefore, captured.Operation = payments.Succeeded, 600, time.Time{}, nil
 	sc.must(sc.s.SettleOperation(sc.ctx, ref, tok, payments.OperationSettled(payments.OpCapture, claimed, captured, false)), "SettleOperation")
+	// A cancellation by key of a key nothing claimed, and one of an
+	// authorization (requested, then finished).
+	cancel := func(key, own string) payments.KeyCancellation {
+		kc, _, err := sc.s.ClaimCancellation(sc.ctx, payments.CancelClaim{Ref: idemkeys.Ref{MerchantID: merchantID, Endpoint: payments.EndpointCancelByKey, Key: own},
+			Fingerprint: idemkeys.Fingerprint(own), Token: idemkeys.FirstToken(), Target: idemkeys.Ref{MerchantID: merchantID, Endpoint: payments.EndpointCreatePayment, Key: key}},
+			func(t payments.CancelTarget, now time.Time) (payments.CancelDecision, error) {
+				kc := payments.KeyCancellation{MerchantID: merchantID, Key: key, CancelKey: own, Reason: payments.CancelAbandoned, Status: payments.CancellationCanceled, CreatedAt: now}
+				d := payments.CancelDecision{Answer: idemkeys.Response{Status: 200, Body: []byte(`{}`)}}
+				if t.Record == nil {
+					d.Tombstone = &idemkeys.Response{Status: 409, Body: []byte(`{}`)}
+				} else {
+					kc.Status, kc.PaymentID = payments.CancellationRequested, t.Payment.ID
+				}
+				d.Cancellation = kc
+				return d, nil
+			})
+		sc.must(err, "ClaimCancellation")
+		return kc
+	}
+	cancel("never-sent", "cancel-1")
+	requested := cancel("auth-2", "cancel-2")
+	due, err := sc.s.ClaimCancellations(sc.ctx, time.Minute, 10)
+	if err != nil || len(due) != 1 {
+		sc.t.Fatalf("ClaimCancellations: %d, %v", len(due), err)
+	}
+	requested.Status = payments.CancellationVoided
+	sc.must(sc.s.FinishCancellation(sc.ctx, requested, idemkeys.Response{Status: 200, Body: []byte(`{}`)}), "FinishCancellation")
 	sc.advance(2 * time.Hour)
 	expired, err := sc.s.ExpireAuthorizations(sc.ctx, 10, payments.AuthorizationExpired)
 	sc.must(err, "ExpireAuthorizations")

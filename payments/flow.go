@@ -35,6 +35,9 @@ const (
 	// KindVoid is the release of an authorization, or the cancellation of a
 	// charge waiting for its customer (operation.go).
 	KindVoid Kind = "void"
+	// KindCancellation is a cancellation by key (cancelbykey.go): settled
+	// at its claim, it moves no money itself.
+	KindCancellation Kind = "cancellation"
 )
 
 // sends names what a subject of the kind asks its PSP for, in logs.
@@ -58,6 +61,7 @@ var endpoints = map[string]struct {
 	EndpointCreateRefund:   {kind: KindRefund},
 	EndpointCapturePayment: {kind: KindCapture},
 	EndpointCancelPayment:  {kind: KindVoid},
+	EndpointCancelByKey:    {kind: KindCancellation},
 }
 
 // KindOf is the kind of subject the keys of an idempotent endpoint hold;
@@ -348,6 +352,15 @@ func (s *Service) join(a attempt) (Outcome, error) {
 				return Outcome{}, errVanished
 			}
 			return Outcome{}, errs.Internal(err)
+		}
+		if rec.Fingerprint == CanceledByKey && rec.State == idemkeys.Completed {
+			// Canceled by key before anything claimed it: every request
+			// with the key answers the cancellation, whatever its body.
+			stop()
+			waited()
+			s.obs.KeyOutcome(OutcomeReplayed)
+			return Outcome{}, &errs.Error{Code: errs.CodeCanceledByKey,
+				Message: "this Idempotency-Key was canceled by POST /payments/cancel_by_key before any payment was made under it: nothing was or will be charged; use a new key for a new payment"}
 		}
 		if rec.Fingerprint != a.fp {
 			stop()

@@ -79,6 +79,19 @@ type FlowStore interface {
 	// written. errs.ErrWriteUnknown: the write's fate is unknown; re-read.
 	SettleOperation(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, c PaymentChange) error
 
+	// ClaimCancellation inserts a cancellation's own key, locks the
+	// canceled key's record (or its absence) and its payment, lets decide
+	// (given the database's clock) say what to write, and writes it: the
+	// cancellation's row (ErrCanceledAlready when the key has one), a
+	// tombstone for a key nothing claimed, the payment canceled (with its
+	// key's expired lease taken and the key completed, for FenceKey), and
+	// the own key completed with the decision's answer, all or nothing.
+	ClaimCancellation(ctx context.Context, c CancelClaim, decide func(CancelTarget, time.Time) (CancelDecision, error)) (KeyCancellation, idemkeys.Response, error)
+	// FinishCancellation records a requested cancellation as kc says and
+	// gives its own key answer from then on; idemkeys.ErrFenced when it is
+	// no longer requested.
+	FinishCancellation(ctx context.Context, kc KeyCancellation, answer idemkeys.Response) error
+
 	// Release ends the caller's lease now without storing a response, so a
 	// retry can resume at once; notSent counts the caller's send as one that
 	// certainly did nothing. idemkeys.ErrFenced when the caller no longer

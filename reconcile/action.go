@@ -105,3 +105,35 @@ func (r *Reconciler) expireUnconfirmed(ctx context.Context) ([]Result, error) {
 	}
 	return out, ctx.Err()
 }
+
+// cancellations carries out the cancellations by key that are due, in
+// batches, each on the flow (a void or a refund with its derived key), and
+// gives those that must wait their next look on the lease's back-off.
+func (r *Reconciler) cancellations(ctx context.Context) ([]Result, error) {
+	if r.cfg.Canceler == nil {
+		return nil, nil
+	}
+	var out []Result
+	for len(out) < maxPerPass && ctx.Err() == nil {
+		kcs, err := r.store.ClaimCancellations(ctx, r.cfg.Lease, r.cfg.BatchSize)
+		if err != nil {
+			return out, err
+		}
+		for _, kc := range kcs {
+			res := Result{PaymentID: kc.PaymentID, MerchantID: kc.MerchantID, Key: r.hash.Key(kc.Target()), Outcome: Deferred,
+				Detail: "cancellation by key: the payment's outcome is not known yet"}
+			_, done, err := r.cfg.Canceler.FinishCancellation(ctx, kc)
+			switch {
+			case err != nil:
+				res.Outcome, res.Detail = DatabaseError, err.Error()
+			case done:
+				res.Outcome, res.Detail = Canceled, "cancellation by key carried out"
+			}
+			out = append(out, r.logged(kc.Target(), 0, res))
+		}
+		if len(kcs) < r.cfg.BatchSize {
+			return out, nil
+		}
+	}
+	return out, ctx.Err()
+}

@@ -83,6 +83,15 @@ type Store interface {
 	// past their capture_before with no capture or void in flight, with a
 	// compare-and-set, skipping those an operation holds, and returns them.
 	ExpireAuthorizations(ctx context.Context, limit int, expire func(payments.Payment) payments.PaymentChange) ([]payments.Payment, error)
+	// ClaimCancellations takes up to limit cancellations by key still to be
+	// carried out, due for a look, and pushes their next look a lease out.
+	ClaimCancellations(ctx context.Context, lease time.Duration, limit int) ([]payments.KeyCancellation, error)
+}
+
+// Canceler carries out a cancellation by key (payments.Service does):
+// done is false while what it waits for is not known yet.
+type Canceler interface {
+	FinishCancellation(ctx context.Context, kc payments.KeyCancellation) (resp idemkeys.Response, done bool, err error)
 }
 
 // Config tunes a reconciler.
@@ -114,6 +123,9 @@ type Config struct {
 	// waiting for its customer (3-D Secure, a deposit) the same way.
 	ActionBackoffBase time.Duration
 	ActionBackoffMax  time.Duration
+	// Canceler carries out the cancellations by key the pass finds due;
+	// nil leaves them to a process that has one.
+	Canceler Canceler
 	// Retention is how long a completed key keeps its stored response.
 	Retention time.Duration
 	// EventRetention is how long an event is kept (and listed).
@@ -439,6 +451,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 	// Every goroutine of the pass has ended before it goes on.
 	stages.Wait()
 	expired, eerr := r.expire(ctx)
+	canceled, cerr := r.cancellations(ctx)
+	expired, eerr = append(expired, canceled...), errors.Join(eerr, cerr)
 	for _, res := range expired {
 		sum.Results = append(sum.Results, res)
 		sum.Counts[res.Outcome]++

@@ -223,7 +223,13 @@ func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logCo
 // newReconciler builds the reconciler; gate, when set, stops it while this
 // replica must not act (its clock strays from the database's).
 func newReconciler(flow flowConfig, rc reconcileConfig, lc *logConfig, dbx *sqlx.DB, psps *payments.PSPs, gate func() error, log *slog.Logger, obs reconcile.Observer) *reconcile.Reconciler {
-	return reconcile.New(mysql.NewStore(dbx), psps, reconcile.Config{
+	st := mysql.NewStore(dbx)
+	// The cancellations by key it carries out run their voids and refunds
+	// on the flow, as a request would.
+	canceler := payments.NewService(st, psps, payments.Config{Gate: gate, Lease: flow.Lease, PSPTimeout: flow.PSPTimeout,
+		Retention: flow.Retention, Logger: log, Hasher: lc.hasher()})
+	return reconcile.New(st, psps, reconcile.Config{
+		Canceler:       canceler,
 		Gate:           gate,
 		Lease:          flow.Lease,
 		PSPTimeout:     flow.PSPTimeout,
