@@ -17,7 +17,8 @@ import (
 // Every method reports exactly one of these outcomes:
 //   - a result: a nil error and a Charge (or Refund) whose Status is a business
 //     answer: Succeeded, Declined, or Pending (accepted, waiting for the customer
-//     or the PSP; look again later);
+//     or the PSP; look again later), and for a manual-capture charge Authorized
+//     or Voided (see Capturer);
 //   - rejected: an *Error with Class Rejected; the PSP (or the adapter, before
 //     sending) refused the request as permanently invalid: it certainly did
 //     nothing and the same request can never succeed;
@@ -201,10 +202,13 @@ type Charge struct {
 	// nil when nothing is asked of it (a deposit is awaited).
 	NextAction *NextAction
 	// AmountCaptured is what a Succeeded charge took: Amount, or less after
-	// a partial capture (the rest was released). Zero otherwise.
+	// a partial capture (the rest was released). Zero otherwise. An adapter
+	// that does not declare ManualCapture may leave it zero on a Succeeded
+	// charge, which then took Amount.
 	AmountCaptured int64
 	// CaptureBefore is when an Authorized charge stops being capturable, as
-	// the PSP says; zero when it does not (Capabilities.AuthorizationValidity).
+	// the PSP says, in UTC; zero when it does not say
+	// (Capabilities.AuthorizationValidity applies) and on every other status.
 	CaptureBefore time.Time
 }
 
@@ -220,22 +224,37 @@ func (c Charge) Equal(d Charge) bool {
 }
 
 // Capturer is an adapter that captures or voids an authorization later
-// (Capabilities.ManualCapture). Both report the three outcome classes as
-// Charge does, and both answer with the charge as it stands after the call,
-// which the caller reads: Succeeded with AmountCaptured (captured), Voided,
-// or still Authorized. A charge that can no longer be captured or voided
-// (captured already, voided, lapsed) is not an error: the answer is that
-// charge, and the caller sees that its command did not win. Lookup reads
-// the same charge when a call's outcome is unknown.
+// (Capabilities.ManualCapture), for charges made with CaptureManual. Both
+// report the outcome classes as Charge does, and both answer with the charge
+// as it stands after the call, which the caller reads: Succeeded with
+// AmountCaptured (captured), Voided, or still Authorized (or Pending,
+// Declined: a charge that was never authorized). A charge that can no longer
+// be captured or voided (captured already, voided, lapsed) is not an error:
+// the answer is that charge, and the caller sees that its command did not
+// win. Lookup reads the same charge when a call's outcome is unknown.
+//
+// Both fail Rejected, without effect, for a request that can never succeed:
+// an empty order id or charge reference, an amount or currency Check
+// refuses, more than the authorized amount, a charge the PSP does not know.
+// An order id already used with another amount or charge fails wrapping
+// ErrOrderConflict, and an answer for another order, charge or currency
+// fails Unknown wrapping ErrMismatch, as for Charge.
 type Capturer interface {
 	// Capture takes req.Amount (at most the authorized amount; a smaller
 	// amount releases the rest) of the Authorized charge
 	// req.ChargeReference. OrderID is to a capture what MerchantOrderID is
 	// to a charge: the PSP deduplicates on it, so a second call with it
 	// captures nothing more and answers as the first did.
+	//
+	// An authorization is captured once, as at Stripe: a later Capture with
+	// another OrderID takes nothing and answers the captured charge, whose
+	// AmountCaptured is the first capture's. The answer does not say which
+	// OrderID took the money, so a caller sends one capture per
+	// authorization (and retries of it).
 	Capture(ctx context.Context, req CaptureRequest) (Charge, error)
-	// Void releases the Authorized charge req.ChargeReference, deduplicated
-	// on req.OrderID as Capture is.
+	// Void releases the Authorized charge req.ChargeReference (or cancels
+	// one still Pending, so that it is never authorized): the answer is
+	// Voided. It is deduplicated on req.OrderID as Capture is.
 	Void(ctx context.Context, req VoidRequest) (Charge, error)
 }
 
@@ -360,7 +379,7 @@ func (c Class) String() string {
 // Error is a PSP call that produced no result.
 type Error struct {
 	Class Class
-	Op    string // "charge", "lookup", "refund", "lookup_refund"
+	Op    string // "charge", "lookup", "refund", "lookup_refund", "capture", "void"
 	// Code is the PSP's own raw error code, verbatim, when it gave one.
 	Code string
 	Err  error

@@ -45,9 +45,28 @@
 // Refund goes through the same steps without hooks, with its own fault queue
 // (FailNextRefunds; "after charge" there means after the refund is recorded).
 // A refund is refused as a RefundDeclined result, and not recorded, when the
-// charge reference is unknown (charge_not_found), the charge was declined
-// (charge_not_refundable) or less is left to refund than asked
+// charge reference is unknown (charge_not_found), the charge did not succeed
+// (charge_not_refundable) or less is left to refund than was captured
 // (amount_exceeds_refundable).
+//
+// Manual capture (psp.Capturer): a charge with CaptureMethod CaptureManual
+// whose payment method succeeds is Authorized instead, capturable until its
+// CaptureBefore, the fake's clock (WithClock) plus AuthorizationValidity (7
+// days; WithAuthorizationValidity), cut to the second. An authorization
+// still there at CaptureBefore lapses to Voided, as a card network's does,
+// and Lapse makes one lapse at once. Capture takes at most the authorized
+// amount, once per authorization as at Stripe: the rest is released, and a
+// capture with another order id takes nothing and answers the captured
+// charge. Void releases an authorization, or cancels a manual charge still
+// Pending. Both deduplicate on their order id (a repeat answers the charge
+// as it stands and moves nothing more; the order id with another amount or
+// charge is refused NotProcessed, ErrOrderIDReused), answer a charge that
+// can no longer be captured or voided as it stands, and refuse Rejected a
+// request that can never succeed (a charge the fake does not know, more than
+// the authorized amount). They go through the steps of a Charge, with hooks
+// of their own (SetCaptureHook, SetVoidHook and their After kinds) and fault
+// queues (FailNextCaptures, FailNextVoids; "after charge" means after the
+// capture or void was made). Captures and Voids list the ledger.
 package fake
 
 import (
@@ -97,6 +116,9 @@ const (
 	// The fake records charges synchronously, but callers size their waits on
 	// this value, so it should look like a real PSP's.
 	defaultCreationWindow = 2 * time.Minute
+	// DefaultAuthorizationValidity is how long an authorization stays
+	// capturable unless told otherwise: a card network's usual 7 days.
+	DefaultAuthorizationValidity = 7 * 24 * time.Hour
 )
 
 var (
@@ -105,6 +127,8 @@ var (
 	ErrInvalidRequest = errors.New("fake psp: invalid request")
 	// ErrNotPending is returned by Settle for a charge that is not Pending.
 	ErrNotPending = errors.New("fake psp: no pending charge for this order id")
+	// ErrNotAuthorized is returned by Lapse for a charge that is not Authorized.
+	ErrNotAuthorized = errors.New("fake psp: no authorized charge for this order id")
 	// ErrOrderIDReused is wrapped by the NotProcessed error returned when an
 	// order id already charged (or refund order id already refunded) is sent
 	// again with a different amount or currency. It wraps psp.ErrOrderConflict.
@@ -147,6 +171,19 @@ type ChargeHook func(ctx context.Context, req psp.ChargeRequest)
 // ChargeHookAfter observes a Charge call after the PSP has recorded c.
 type ChargeHookAfter func(ctx context.Context, req psp.ChargeRequest, c psp.Charge)
 
+// CaptureHook observes a Capture call as it arrives.
+type CaptureHook func(ctx context.Context, req psp.CaptureRequest)
+
+// CaptureHookAfter observes a Capture call after the PSP answered it with c
+// (the capture made, or the charge as it stands).
+type CaptureHookAfter func(ctx context.Context, req psp.CaptureRequest, c psp.Charge)
+
+// VoidHook observes a Void call as it arrives.
+type VoidHook func(ctx context.Context, req psp.VoidRequest)
+
+// VoidHookAfter observes a Void call after the PSP answered it with c.
+type VoidHookAfter func(ctx context.Context, req psp.VoidRequest, c psp.Charge)
+
 // Option configures a PSP at construction.
 type Option func(*PSP)
 
@@ -156,6 +193,27 @@ func WithCreationWindow(d time.Duration) Option {
 	return func(p *PSP) {
 		if d >= 0 {
 			p.creationWindow = d
+		}
+	}
+}
+
+// WithClock makes the PSP read the time from now instead of time.Now: when
+// an authorization is made and when it lapses. now must not call the PSP.
+func WithClock(now func() time.Time) Option {
+	return func(p *PSP) {
+		if now != nil {
+			p.now = now
+		}
+	}
+}
+
+// WithAuthorizationValidity sets how long an authorization stays capturable
+// (DefaultAuthorizationValidity unless set); values below a second are
+// ignored.
+func WithAuthorizationValidity(d time.Duration) Option {
+	return func(p *PSP) {
+		if d >= time.Second {
+			p.validity = d
 		}
 	}
 }
@@ -189,38 +247,108 @@ func Currencies() []psp.Currency {
 // PSP is the fake provider. The zero value is not usable; call New.
 // All methods are safe for concurrent use.
 type PSP struct {
-	creationWindow time.Duration  // fixed after New
-	account        string         // fixed after New
-	currencies     []psp.Currency // fixed after New
+	creationWindow time.Duration    // fixed after New
+	account        string           // fixed after New
+	currencies     []psp.Currency   // fixed after New
+	now            func() time.Time // fixed after New
+	validity       time.Duration    // fixed after New
 
 	// mu guards everything below. Hooks are read under it but called outside
 	// it, so a hook that blocks holds up only its own call.
-	mu          sync.Mutex
-	seq         int             // last reference number; never reset, so references stay unique
-	records     []psp.Charge    // every charge, in creation order
-	byOrder     map[string]int  // merchant order id → index into records
-	refunds     []psp.Refund    // every refund made, in creation order
-	byRefund    map[string]int  // refund order id → index into refunds
-	chargeCalls int             // Charge calls received
-	lookupCalls int             // Lookup and LookupRefund calls received
-	refundCalls int             // Refund calls received
-	chargeFault []Fault         // FIFO of faults for upcoming Charge calls
-	refundFault []Fault         // FIFO of faults for upcoming Refund calls
-	lookupFault int             // number of upcoming Lookup or LookupRefund calls to fail
-	latency     time.Duration   // applied to every Charge and Lookup
-	hook        ChargeHook      // may be nil
-	hookAfter   ChargeHookAfter // may be nil
+	mu           sync.Mutex
+	seq          int              // last reference number; never reset, so references stay unique
+	records      []record         // every charge, in creation order
+	byOrder      map[string]int   // merchant order id → index into records
+	refunds      []psp.Refund     // every refund made, in creation order
+	byRefund     map[string]int   // refund order id → index into refunds
+	captures     []Capture        // every capture made, in creation order
+	byCapture    map[string]int   // capture order id → index into captures
+	voids        []Void           // every void made, in creation order
+	byVoid       map[string]int   // void order id → index into voids
+	chargeCalls  int              // Charge calls received
+	lookupCalls  int              // Lookup and LookupRefund calls received
+	refundCalls  int              // Refund calls received
+	captureCalls int              // Capture calls received
+	voidCalls    int              // Void calls received
+	chargeFault  []Fault          // FIFO of faults for upcoming Charge calls
+	refundFault  []Fault          // FIFO of faults for upcoming Refund calls
+	captureFault []Fault          // FIFO of faults for upcoming Capture calls
+	voidFault    []Fault          // FIFO of faults for upcoming Void calls
+	lookupFault  int              // number of upcoming Lookup or LookupRefund calls to fail
+	latency      time.Duration    // applied to every call
+	hook         ChargeHook       // may be nil
+	hookAfter    ChargeHookAfter  // may be nil
+	captureHook  CaptureHook      // may be nil
+	captureAfter CaptureHookAfter // may be nil
+	voidHook     VoidHook         // may be nil
+	voidAfter    VoidHookAfter    // may be nil
 }
 
-var _ psp.Adapter = (*PSP)(nil)
+// record is the fake's own record of a charge: the charge as the PSP shows
+// it, and what only the PSP keeps.
+type record struct {
+	c      psp.Charge // CaptureBefore stays zero here: view sets it
+	manual bool       // made with CaptureManual
+	// captureBefore is when an authorization lapses; zero for a charge
+	// never authorized.
+	captureBefore time.Time
+	lapsed        bool // voided by its lapse, not by a Void
+}
+
+// view is the charge as the PSP answers it.
+func (r record) view() psp.Charge {
+	c := r.c
+	if c.Status == psp.Authorized {
+		c.CaptureBefore = r.captureBefore
+	}
+	return c
+}
+
+// Capture is a capture the PSP made: money taken from an authorization.
+type Capture struct {
+	OrderID         string
+	MerchantOrderID string
+	ChargeReference string
+	// Reference is the PSP's own identifier for the capture.
+	Reference string
+	Amount    int64
+	Currency  string
+}
+
+// Void is an authorization (or a pending manual charge) the PSP released
+// on a Void call. A lapse leaves none: see Authorizations.
+type Void struct {
+	OrderID         string
+	MerchantOrderID string
+	ChargeReference string
+	Reason          string
+}
+
+// Authorization is a charge that was authorized, as it stands now.
+type Authorization struct {
+	Charge psp.Charge
+	// CaptureBefore is when it lapses (or lapsed), whatever its status.
+	CaptureBefore time.Time
+	// Lapsed says it was voided by its lapse rather than by a Void.
+	Lapsed bool
+}
+
+var (
+	_ psp.Adapter  = (*PSP)(nil)
+	_ psp.Capturer = (*PSP)(nil)
+)
 
 // New returns an empty PSP.
 func New(opts ...Option) *PSP {
 	p := &PSP{
 		creationWindow: defaultCreationWindow,
 		currencies:     Currencies(),
+		now:            time.Now,
+		validity:       DefaultAuthorizationValidity,
 		byOrder:        make(map[string]int),
 		byRefund:       make(map[string]int),
+		byCapture:      make(map[string]int),
+		byVoid:         make(map[string]int),
 	}
 	for _, o := range opts {
 		o(p)
@@ -242,7 +370,9 @@ func (p *PSP) Capabilities() psp.Capabilities {
 		Account:             p.account,
 		Currencies:          p.currencies,
 		// Its payment methods are fixed names: nothing to start at a front end.
-		Checkout: psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
+		Checkout:              psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
+		ManualCapture:         true,
+		AuthorizationValidity: p.validity,
 	}
 }
 
@@ -312,31 +442,67 @@ func (p *PSP) process(req psp.ChargeRequest) (c psp.Charge, created, lost bool, 
 	if req.PaymentMethod == MethodInvalidRequest {
 		return psp.Charge{}, false, lost, rejected("charge", fmt.Errorf("%w: the payment method cannot be charged as sent", ErrInvalidRequest))
 	}
+	manual := req.CaptureMethod == psp.CaptureManual
 	if i, ok := p.byOrder[req.MerchantOrderID]; ok {
-		c := p.records[i]
-		if c.Amount != req.Amount || c.Currency != req.Currency {
+		r := p.current(i)
+		if r.c.Amount != req.Amount || r.c.Currency != req.Currency || r.manual != manual {
 			return psp.Charge{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: "charge",
-				Err: fmt.Errorf("%w: order %q was charged %d %s, now asked for %d %s",
-					ErrOrderIDReused, req.MerchantOrderID, c.Amount, c.Currency, req.Amount, req.Currency)}
+				Err: fmt.Errorf("%w: order %q was charged %d %s (%s capture), now asked for %d %s (%s capture)",
+					ErrOrderIDReused, req.MerchantOrderID, r.c.Amount, r.c.Currency, captureMethod(r.manual),
+					req.Amount, req.Currency, captureMethod(manual))}
 		}
-		return c, false, lost, nil
+		return r.view(), false, lost, nil
 	}
 
 	p.seq++
-	c = psp.Charge{
+	r := record{manual: manual, c: psp.Charge{
 		MerchantOrderID: req.MerchantOrderID,
 		Reference:       fmt.Sprintf("fake_ch_%d", p.seq),
 		Amount:          req.Amount,
 		Currency:        req.Currency,
+	}}
+	status, code := outcome(req.PaymentMethod, req.AllowNextAction)
+	r.c.DeclineCode, r.c.Code = code, code
+	p.succeed(&r, status)
+	if r.c.Status == psp.Pending && req.PaymentMethod == MethodThreeDS {
+		r.c.NextAction = &psp.NextAction{Type: psp.NextActionRedirect, URL: "/3ds/" + r.c.Reference}
 	}
-	c.Status, c.DeclineCode = outcome(req.PaymentMethod, req.AllowNextAction)
-	c.Code = c.DeclineCode
-	if c.Status == psp.Pending && req.PaymentMethod == MethodThreeDS {
-		c.NextAction = &psp.NextAction{Type: psp.NextActionRedirect, URL: "/3ds/" + c.Reference}
+	p.byOrder[r.c.MerchantOrderID] = len(p.records)
+	p.records = append(p.records, r)
+	return r.view(), true, lost, nil
+}
+
+// succeed gives r status, where Succeeded means what the customer's money
+// allows: taken at once, or for a manual charge authorized until the
+// validity runs out. The caller holds mu.
+func (p *PSP) succeed(r *record, status psp.ChargeStatus) {
+	switch {
+	case status == psp.Succeeded && r.manual:
+		r.c.Status = psp.Authorized
+		r.captureBefore = p.now().Add(p.validity).UTC().Truncate(time.Second)
+	case status == psp.Succeeded:
+		r.c.Status, r.c.AmountCaptured = psp.Succeeded, r.c.Amount
+	default:
+		r.c.Status = status
 	}
-	p.byOrder[c.MerchantOrderID] = len(p.records)
-	p.records = append(p.records, c)
-	return c, true, lost, nil
+}
+
+// current returns records[i] after letting an authorization past its
+// CaptureBefore lapse, as the card network would have by now. The caller
+// holds mu.
+func (p *PSP) current(i int) *record {
+	r := &p.records[i]
+	if r.c.Status == psp.Authorized && !p.now().Before(r.captureBefore) {
+		r.c.Status, r.lapsed = psp.Voided, true
+	}
+	return r
+}
+
+func captureMethod(manual bool) psp.CaptureMethod {
+	if manual {
+		return psp.CaptureManual
+	}
+	return psp.CaptureAutomatic
 }
 
 // next pops the oldest queued fault, or returns 0 when none is queued.
@@ -374,7 +540,7 @@ func (p *PSP) Lookup(ctx context.Context, merchantOrderID string) (psp.Charge, e
 	if !ok {
 		return psp.Charge{}, psp.ErrNotFound
 	}
-	return p.records[i], nil
+	return p.current(i).view(), nil
 }
 
 // ThreeDS is the customer's answer on the 3-D Secure page of the pending
@@ -422,9 +588,10 @@ func (p *PSP) ThreeDSPage() http.Handler {
 }
 
 // Settle finishes the Pending charge for merchantOrderID as the customer or
-// the bank would: status Succeeded, or Declined with declineCode (which is
-// also its raw Code). It returns the charge as it now stands, and
-// ErrNotPending when there is no Pending charge for the order id.
+// the bank would: status Succeeded (Authorized for a manual-capture charge),
+// or Declined with declineCode (which is also its raw Code). It returns the
+// charge as it now stands, and ErrNotPending when there is no Pending charge
+// for the order id.
 func (p *PSP) Settle(merchantOrderID string, status psp.ChargeStatus, declineCode string) (psp.Charge, error) {
 	if status != psp.Succeeded && status != psp.Declined {
 		return psp.Charge{}, fmt.Errorf("fake psp: a charge settles succeeded or declined, not %q", status)
@@ -437,12 +604,29 @@ func (p *PSP) Settle(merchantOrderID string, status psp.ChargeStatus, declineCod
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	i, ok := p.byOrder[merchantOrderID]
-	if !ok || p.records[i].Status != psp.Pending {
+	if !ok || p.records[i].c.Status != psp.Pending {
 		return psp.Charge{}, ErrNotPending
 	}
-	c := &p.records[i]
-	c.Status, c.DeclineCode, c.Code, c.NextAction = status, declineCode, declineCode, nil
-	return *c, nil
+	r := &p.records[i]
+	r.c.DeclineCode, r.c.Code, r.c.NextAction = declineCode, declineCode, nil
+	p.succeed(r, status)
+	return r.view(), nil
+}
+
+// Lapse makes the authorization for merchantOrderID lapse now, as if its
+// CaptureBefore had passed: it is Voided, and no Capture can take it. It
+// returns the charge as it now stands, and ErrNotAuthorized when there is no
+// Authorized charge for the order id.
+func (p *PSP) Lapse(merchantOrderID string) (psp.Charge, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i, ok := p.byOrder[merchantOrderID]
+	if !ok || p.current(i).c.Status != psp.Authorized {
+		return psp.Charge{}, ErrNotAuthorized
+	}
+	r := &p.records[i]
+	r.c.Status, r.lapsed, r.captureBefore = psp.Voided, true, p.now().UTC()
+	return r.view(), nil
 }
 
 // Refund implements psp.Adapter; see the package documentation.
@@ -511,11 +695,11 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 		Status:          psp.RefundDeclined,
 	}
 	i, ok := p.byOrder[req.MerchantOrderID]
-	if !ok || p.records[i].Reference != req.ChargeReference {
+	if !ok || p.records[i].c.Reference != req.ChargeReference {
 		r.DeclineCode, r.Code = psp.RefundDeclineChargeNotFound, psp.RefundDeclineChargeNotFound
 		return r, false, lost, nil
 	}
-	c := p.records[i]
+	c := p.current(i).c
 	if c.Currency != req.Currency {
 		return psp.Refund{}, false, lost, rejected("refund",
 			fmt.Errorf("%w: charge %q is in %s, refund asked in %s", ErrInvalidRequest, c.Reference, c.Currency, req.Currency))
@@ -524,7 +708,7 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 		r.DeclineCode, r.Code = psp.RefundDeclineNotRefundable, psp.RefundDeclineNotRefundable
 		return r, false, lost, nil
 	}
-	left := c.Amount
+	left := c.AmountCaptured
 	for _, done := range p.refunds {
 		if done.MerchantOrderID == c.MerchantOrderID {
 			left -= done.Amount
@@ -570,10 +754,183 @@ func (p *PSP) LookupRefund(ctx context.Context, chargeReference, refundOrderID s
 		return psp.Refund{}, psp.ErrNotFound
 	}
 	r := p.refunds[i]
-	if c := p.records[p.byOrder[r.MerchantOrderID]]; c.Reference != chargeReference {
+	if c := p.records[p.byOrder[r.MerchantOrderID]].c; c.Reference != chargeReference {
 		return psp.Refund{}, psp.ErrNotFound
 	}
 	return r, nil
+}
+
+// Capture implements psp.Capturer; see the package documentation.
+func (p *PSP) Capture(ctx context.Context, req psp.CaptureRequest) (psp.Charge, error) {
+	c, _, err := p.CaptureCreated(ctx, req)
+	return c, err
+}
+
+// CaptureCreated is Capture that also reports whether this call made the
+// capture (false for a repeat, and for a charge answered as it stands).
+func (p *PSP) CaptureCreated(ctx context.Context, req psp.CaptureRequest) (psp.Charge, bool, error) {
+	p.mu.Lock()
+	p.captureCalls++
+	hook, after := p.captureHook, p.captureAfter
+	p.mu.Unlock()
+	var run func(psp.Charge)
+	if after != nil {
+		run = func(c psp.Charge) { after(ctx, req, c) }
+	}
+	if hook != nil {
+		hook(ctx, req)
+	}
+	return p.command(ctx, "capture", func() (psp.Charge, bool, bool, error) { return p.processCapture(req) }, run)
+}
+
+// Void implements psp.Capturer; see the package documentation.
+func (p *PSP) Void(ctx context.Context, req psp.VoidRequest) (psp.Charge, error) {
+	c, _, err := p.VoidCreated(ctx, req)
+	return c, err
+}
+
+// VoidCreated is Void that also reports whether this call voided the charge.
+func (p *PSP) VoidCreated(ctx context.Context, req psp.VoidRequest) (psp.Charge, bool, error) {
+	p.mu.Lock()
+	p.voidCalls++
+	hook, after := p.voidHook, p.voidAfter
+	p.mu.Unlock()
+	var run func(psp.Charge)
+	if after != nil {
+		run = func(c psp.Charge) { after(ctx, req, c) }
+	}
+	if hook != nil {
+		hook(ctx, req)
+	}
+	return p.command(ctx, "void", func() (psp.Charge, bool, bool, error) { return p.processVoid(req) }, run)
+}
+
+// command runs the rest of a Capture or Void call once its hook has run:
+// the trip to the PSP, the PSP's side (process), the after hook on an
+// answer, and the answer lost to a fault or to a caller that stopped
+// listening.
+func (p *PSP) command(ctx context.Context, op string, process func() (psp.Charge, bool, bool, error), after func(psp.Charge)) (psp.Charge, bool, error) {
+	p.mu.Lock()
+	latency := p.latency
+	p.mu.Unlock()
+	if err := wait(ctx, latency); err != nil {
+		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: op, Err: err}
+	}
+	c, created, lost, err := process()
+	if err != nil && !lost {
+		return psp.Charge{}, false, err
+	}
+	if err == nil && after != nil {
+		after(c)
+	}
+	if lost {
+		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: op, Err: injected(FaultUnknownAfterCharge)}
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return psp.Charge{}, false, &psp.Error{Class: psp.Unknown, Op: op, Err: ctxErr}
+	}
+	return c, created, nil
+}
+
+// faulted consumes the next fault of q for op: an error when it stops the
+// call before the PSP acts, and lost when the answer is to be lost after.
+func faulted(q *[]Fault, op string) (lost bool, err error) {
+	switch f := next(q); f {
+	case FaultNotProcessed:
+		return false, &psp.Error{Class: psp.NotProcessed, Op: op, Err: injected(f)}
+	case FaultUnknownBeforeCharge:
+		return false, &psp.Error{Class: psp.Unknown, Op: op, Err: injected(f)}
+	case FaultUnknownAfterCharge:
+		return true, nil
+	}
+	return false, nil
+}
+
+// commanded finds the charge a capture or void names, as it stands now, or
+// says why the request can never succeed. The caller holds mu.
+func (p *PSP) commanded(op, kind, orderID, merchantOrderID, reference string) (*record, error) {
+	if err := validOrderID(kind, orderID); err != nil {
+		return nil, rejected(op, err)
+	}
+	if merchantOrderID == "" || reference == "" {
+		return nil, rejected(op, fmt.Errorf("%w: a %s needs the charge's order id and reference", ErrInvalidRequest, kind))
+	}
+	i, ok := p.byOrder[merchantOrderID]
+	if !ok || p.records[i].c.Reference != reference {
+		return nil, rejected(op, fmt.Errorf("%w: no charge %s for order %q", ErrInvalidRequest, reference, merchantOrderID))
+	}
+	return p.current(i), nil
+}
+
+// processCapture is the PSP's side of a Capture, in one critical section
+// like process.
+func (p *PSP) processCapture(req psp.CaptureRequest) (c psp.Charge, created, lost bool, err error) {
+	const op = "capture"
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lost, err = faulted(&p.captureFault, op); err != nil {
+		return psp.Charge{}, false, false, err
+	}
+	r, err := p.commanded(op, "capture", req.OrderID, req.MerchantOrderID, req.ChargeReference)
+	if err != nil {
+		return psp.Charge{}, false, lost, err
+	}
+	if err := p.validAmount(req.Amount, req.Currency); err != nil {
+		return psp.Charge{}, false, lost, rejected(op, err)
+	}
+	if i, ok := p.byCapture[req.OrderID]; ok {
+		done := p.captures[i]
+		if done.MerchantOrderID != req.MerchantOrderID || done.ChargeReference != req.ChargeReference ||
+			done.Amount != req.Amount || done.Currency != req.Currency {
+			return psp.Charge{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: op,
+				Err: fmt.Errorf("%w: capture %q took %d %s of %s, now asked for %d %s of %s", ErrOrderIDReused,
+					req.OrderID, done.Amount, done.Currency, done.ChargeReference, req.Amount, req.Currency, req.ChargeReference)}
+		}
+		return r.view(), false, lost, nil
+	}
+	if r.c.Currency != req.Currency || req.Amount > r.c.Amount {
+		return psp.Charge{}, false, lost, rejected(op, fmt.Errorf("%w: charge %s authorized %d %s, a capture asked for %d %s",
+			ErrInvalidRequest, r.c.Reference, r.c.Amount, r.c.Currency, req.Amount, req.Currency))
+	}
+	if r.c.Status != psp.Authorized {
+		return r.view(), false, lost, nil // captured already, voided, lapsed, or never authorized
+	}
+	p.seq++
+	r.c.Status, r.c.AmountCaptured = psp.Succeeded, req.Amount
+	p.byCapture[req.OrderID] = len(p.captures)
+	p.captures = append(p.captures, Capture{OrderID: req.OrderID, MerchantOrderID: req.MerchantOrderID,
+		ChargeReference: req.ChargeReference, Reference: fmt.Sprintf("fake_cp_%d", p.seq), Amount: req.Amount, Currency: req.Currency})
+	return r.view(), true, lost, nil
+}
+
+// processVoid is the PSP's side of a Void, in one critical section like
+// process.
+func (p *PSP) processVoid(req psp.VoidRequest) (c psp.Charge, created, lost bool, err error) {
+	const op = "void"
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if lost, err = faulted(&p.voidFault, op); err != nil {
+		return psp.Charge{}, false, false, err
+	}
+	r, err := p.commanded(op, "void", req.OrderID, req.MerchantOrderID, req.ChargeReference)
+	if err != nil {
+		return psp.Charge{}, false, lost, err
+	}
+	if i, ok := p.byVoid[req.OrderID]; ok {
+		if done := p.voids[i]; done.MerchantOrderID != req.MerchantOrderID || done.ChargeReference != req.ChargeReference {
+			return psp.Charge{}, false, lost, &psp.Error{Class: psp.NotProcessed, Op: op,
+				Err: fmt.Errorf("%w: void %q released %s, now asked for %s", ErrOrderIDReused, req.OrderID, done.ChargeReference, req.ChargeReference)}
+		}
+		return r.view(), false, lost, nil
+	}
+	if r.c.Status != psp.Authorized && (r.c.Status != psp.Pending || !r.manual) {
+		return r.view(), false, lost, nil // captured, voided, lapsed, declined, or taken at once
+	}
+	r.c.Status, r.c.NextAction = psp.Voided, nil
+	p.byVoid[req.OrderID] = len(p.voids)
+	p.voids = append(p.voids, Void{OrderID: req.OrderID, MerchantOrderID: req.MerchantOrderID,
+		ChargeReference: req.ChargeReference, Reason: req.Reason})
+	return r.view(), true, lost, nil
 }
 
 // FailNextRefunds queues n faults of kind f for upcoming Refund calls, like
@@ -583,6 +940,26 @@ func (p *PSP) FailNextRefunds(f Fault, n int) {
 	defer p.mu.Unlock()
 	for range n {
 		p.refundFault = append(p.refundFault, f)
+	}
+}
+
+// FailNextCaptures queues n faults of kind f for upcoming Capture calls, like
+// FailNextCharges does for charges: FaultUnknownAfterCharge captures, then
+// loses the answer.
+func (p *PSP) FailNextCaptures(f Fault, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range n {
+		p.captureFault = append(p.captureFault, f)
+	}
+}
+
+// FailNextVoids queues n faults of kind f for upcoming Void calls.
+func (p *PSP) FailNextVoids(f Fault, n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for range n {
+		p.voidFault = append(p.voidFault, f)
 	}
 }
 
@@ -607,8 +984,8 @@ func (p *PSP) FailNextLookups(n int) {
 	}
 }
 
-// SetLatency makes every later Charge and Lookup wait d before reaching the
-// PSP. Zero removes the latency.
+// SetLatency makes every later call wait d before reaching the PSP. Zero
+// removes the latency.
 func (p *PSP) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -634,9 +1011,43 @@ func (p *PSP) SetChargeHookAfter(h ChargeHookAfter) {
 	p.hookAfter = h
 }
 
-// Reset forgets every charge, refund and call count and removes faults, hooks and
-// latency, leaving the PSP as New made it. Reference numbers keep counting so
-// that references stay unique over the PSP's life.
+// SetCaptureHook installs h to run at the start of every Capture, before
+// latency, faults and capturing, outside the PSP's lock, as SetChargeHook
+// does for charges: a hook that blocks holds a capture before the PSP sees
+// it, so that a test can race it against a void. nil removes the hook.
+func (p *PSP) SetCaptureHook(h CaptureHook) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.captureHook = h
+}
+
+// SetCaptureHookAfter installs h to run once the PSP has answered a Capture
+// (captured, deduplicated or answered as the charge stands) and before the
+// call returns, as SetChargeHookAfter does for charges. nil removes it.
+func (p *PSP) SetCaptureHookAfter(h CaptureHookAfter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.captureAfter = h
+}
+
+// SetVoidHook is SetCaptureHook for Void calls.
+func (p *PSP) SetVoidHook(h VoidHook) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.voidHook = h
+}
+
+// SetVoidHookAfter is SetCaptureHookAfter for Void calls.
+func (p *PSP) SetVoidHookAfter(h VoidHookAfter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.voidAfter = h
+}
+
+// Reset forgets every charge, refund, capture, void and call count and
+// removes faults, hooks and latency, leaving the PSP as New made it.
+// Reference numbers keep counting so that references stay unique over the
+// PSP's life.
 func (p *PSP) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -644,18 +1055,113 @@ func (p *PSP) Reset() {
 	p.byOrder = make(map[string]int)
 	p.refunds = nil
 	p.byRefund = make(map[string]int)
-	p.chargeCalls, p.lookupCalls, p.refundCalls = 0, 0, 0
-	p.chargeFault, p.refundFault, p.lookupFault = nil, nil, 0
+	p.captures, p.voids = nil, nil
+	p.byCapture, p.byVoid = make(map[string]int), make(map[string]int)
+	p.chargeCalls, p.lookupCalls, p.refundCalls, p.captureCalls, p.voidCalls = 0, 0, 0, 0, 0
+	p.chargeFault, p.refundFault, p.captureFault, p.voidFault, p.lookupFault = nil, nil, nil, nil, 0
 	p.latency = 0
 	p.hook, p.hookAfter = nil, nil
+	p.captureHook, p.captureAfter, p.voidHook, p.voidAfter = nil, nil, nil, nil
 }
 
-// Charges returns a copy of every charge record, succeeded or declined, in
-// creation order.
+// Charges returns a copy of every charge record, whatever its status, in
+// creation order, as the charges stand now.
 func (p *PSP) Charges() []psp.Charge {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]psp.Charge(nil), p.records...)
+	cs := make([]psp.Charge, len(p.records))
+	for i := range p.records {
+		cs[i] = p.current(i).view()
+	}
+	return cs
+}
+
+// Authorizations returns every charge that was authorized, as it stands
+// now (still Authorized, captured, voided or lapsed), in creation order.
+func (p *PSP) Authorizations() []Authorization {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var as []Authorization
+	for i := range p.records {
+		if r := p.current(i); !r.captureBefore.IsZero() {
+			as = append(as, Authorization{Charge: r.view(), CaptureBefore: r.captureBefore, Lapsed: r.lapsed})
+		}
+	}
+	return as
+}
+
+// Captures returns a copy of every capture made, in creation order. A
+// capture that took nothing (a repeat, a charge no longer capturable)
+// leaves no record.
+func (p *PSP) Captures() []Capture {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Capture(nil), p.captures...)
+}
+
+// CapturesFor is the number of captures made under the capture order id
+// orderID, counted by scanning the ledger like ChargesFor.
+func (p *PSP) CapturesFor(orderID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.captures {
+		if c.OrderID == orderID {
+			n++
+		}
+	}
+	return n
+}
+
+// CapturesOf is the number of captures made of the charge for
+// merchantOrderID, whatever their order ids.
+func (p *PSP) CapturesOf(merchantOrderID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.captures {
+		if c.MerchantOrderID == merchantOrderID {
+			n++
+		}
+	}
+	return n
+}
+
+// Voids returns a copy of every void made, in creation order.
+func (p *PSP) Voids() []Void {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Void(nil), p.voids...)
+}
+
+// VoidsFor is the number of voids made under the void order id orderID,
+// counted by scanning the ledger.
+func (p *PSP) VoidsFor(orderID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, v := range p.voids {
+		if v.OrderID == orderID {
+			n++
+		}
+	}
+	return n
+}
+
+// CaptureCalls is the number of Capture calls received, including refused,
+// deduplicated and faulted ones.
+func (p *PSP) CaptureCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.captureCalls
+}
+
+// VoidCalls is the number of Void calls received, including refused,
+// deduplicated and faulted ones.
+func (p *PSP) VoidCalls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.voidCalls
 }
 
 // ChargeCount is the number of charge records, succeeded or declined.
@@ -670,8 +1176,8 @@ func (p *PSP) SucceededCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for _, c := range p.records {
-		if c.Status == psp.Succeeded {
+	for _, r := range p.records {
+		if r.c.Status == psp.Succeeded {
 			n++
 		}
 	}
@@ -700,8 +1206,8 @@ func (p *PSP) ChargesFor(orderID string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for _, c := range p.records {
-		if c.MerchantOrderID == orderID {
+	for _, r := range p.records {
+		if r.c.MerchantOrderID == orderID {
 			n++
 		}
 	}
@@ -761,6 +1267,11 @@ func wait(ctx context.Context, d time.Duration) error {
 func (p *PSP) validate(req psp.ChargeRequest) error {
 	if err := validOrderID("merchant", req.MerchantOrderID); err != nil {
 		return err
+	}
+	switch req.CaptureMethod {
+	case "", psp.CaptureAutomatic, psp.CaptureManual:
+	default:
+		return fmt.Errorf("%w: capture method %q", ErrInvalidRequest, req.CaptureMethod)
 	}
 	return p.validAmount(req.Amount, req.Currency)
 }
