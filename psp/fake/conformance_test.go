@@ -37,11 +37,21 @@ func method(o psptest.Outcome, _ string) string {
 
 // backend maps the suite's faults onto the fake's own: an in-process PSP has
 // no connection to reset or body to garble, so every way of losing an answer
-// is FaultUnknownAfterCharge, and timeouts park in the charge hooks.
+// is FaultUnknownAfterCharge, and timeouts park in the charge, capture and
+// void hooks.
 type backend struct{ p *fake.PSP }
+
+var _ psptest.Lapser = backend{}
 
 func (b backend) Charges(orderID string) int  { return b.p.ChargesFor(orderID) }
 func (b backend) Refunds(refundID string) int { return b.p.RefundsFor(refundID) }
+func (b backend) Captures(orderID string) int { return b.p.CapturesFor(orderID) }
+func (b backend) Voids(orderID string) int    { return b.p.VoidsFor(orderID) }
+func (b backend) Lapse(merchantOrderID string) {
+	if _, err := b.p.Lapse(merchantOrderID); err != nil {
+		panic(err)
+	}
+}
 
 func (b backend) Settle(orderID string, o psptest.Outcome) {
 	status := psp.Succeeded
@@ -63,19 +73,28 @@ func (b backend) Inject(op psptest.Op, f psptest.Fault, gate *psptest.Gate) {
 	case psptest.ErrorAfter, psptest.ResetAfter, psptest.GarbageAfter:
 		fault = fake.FaultUnknownAfterCharge
 	}
+	// park holds one call on gate, whatever its kind.
+	var once sync.Once
+	park := func(ctx context.Context) { once.Do(func() { gate.Park(ctx) }) }
 	switch {
 	case op == psptest.OpLookup:
 		b.p.FailNextLookups(1)
+	case op == psptest.OpCapture && f == psptest.TimeoutBefore:
+		b.p.SetCaptureHook(func(ctx context.Context, _ psp.CaptureRequest) { park(ctx) })
+	case op == psptest.OpCapture && f == psptest.TimeoutAfter:
+		b.p.SetCaptureHookAfter(func(ctx context.Context, _ psp.CaptureRequest, _ psp.Charge) { park(ctx) })
+	case op == psptest.OpVoid && f == psptest.TimeoutBefore:
+		b.p.SetVoidHook(func(ctx context.Context, _ psp.VoidRequest) { park(ctx) })
+	case op == psptest.OpVoid && f == psptest.TimeoutAfter:
+		b.p.SetVoidHookAfter(func(ctx context.Context, _ psp.VoidRequest, _ psp.Charge) { park(ctx) })
+	case op == psptest.OpCapture && fault != 0:
+		b.p.FailNextCaptures(fault, 1)
+	case op == psptest.OpVoid && fault != 0:
+		b.p.FailNextVoids(fault, 1)
 	case op == psptest.OpCharge && f == psptest.TimeoutBefore:
-		var once sync.Once
-		b.p.SetChargeHook(func(ctx context.Context, _ psp.ChargeRequest) {
-			once.Do(func() { gate.Park(ctx) })
-		})
+		b.p.SetChargeHook(func(ctx context.Context, _ psp.ChargeRequest) { park(ctx) })
 	case op == psptest.OpCharge && f == psptest.TimeoutAfter:
-		var once sync.Once
-		b.p.SetChargeHookAfter(func(ctx context.Context, _ psp.ChargeRequest, _ psp.Charge) {
-			once.Do(func() { gate.Park(ctx) })
-		})
+		b.p.SetChargeHookAfter(func(ctx context.Context, _ psp.ChargeRequest, _ psp.Charge) { park(ctx) })
 	case op == psptest.OpCharge && fault != 0:
 		b.p.FailNextCharges(fault, 1)
 	case op == psptest.OpRefund && fault != 0:

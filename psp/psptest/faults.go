@@ -19,6 +19,8 @@ const (
 	OpLookup
 	OpRefund
 	OpLookupRefund
+	OpCapture
+	OpVoid
 )
 
 func (o Op) String() string {
@@ -31,13 +33,17 @@ func (o Op) String() string {
 		return "refund"
 	case OpLookupRefund:
 		return "lookup_refund"
+	case OpCapture:
+		return "capture"
+	case OpVoid:
+		return "void"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
 
 // Fault is how a backend misbehaves on one call. "Before" faults leave the
 // backend untouched; "after" faults let it act exactly as it would have (the
-// charge or refund is recorded) and then lose the answer.
+// charge, refund, capture or void is made) and then lose the answer.
 type Fault int
 
 const (

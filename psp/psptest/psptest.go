@@ -1,9 +1,10 @@
 // Package psptest owns the conformance suite that every psp.Adapter passes
 // before it may be swapped in: Run checks results (declines with the PSP's
 // raw code, pending charges), requests the PSP can never accept (Rejected),
-// capabilities and money units, deduplication, lookups, refunds, answers that
-// do not match the request and, above all, that each way a call can fail is
-// put in the right outcome class. An adapter's tests call Run with a Harness:
+// capabilities and money units, deduplication, lookups, refunds, manual
+// capture (authorize, capture, void) for an adapter that declares it,
+// answers that do not match the request and, above all, that each way a
+// call can fail is put in the right outcome class. An adapter's tests call Run with a Harness:
 // the adapter plus a Backend (the PSP behind it, usually a fake served by
 // httptest) that the suite can make misbehave on the next call.
 package psptest
@@ -25,10 +26,11 @@ import (
 type Backend interface {
 	// Inject makes the next call of kind op that reaches the backend
 	// misbehave as f. Timeout faults park the request on gate. The suite
-	// injects OpCharge with every Fault, OpRefund with Refuse, ErrorBefore,
-	// ErrorAfter, ResetAfter, GarbageAfter and ForeignAfter, and OpLookup with
-	// ErrorBefore, ResetBefore, GarbageAfter and ForeignAfter; ForeignAfter
-	// only when the Harness is not InProcess.
+	// injects OpCharge, and for a CaptureBackend OpCapture and OpVoid, with
+	// every Fault, OpRefund with Refuse, ErrorBefore, ErrorAfter, ResetAfter,
+	// GarbageAfter and ForeignAfter, and OpLookup with ErrorBefore,
+	// ResetBefore, GarbageAfter and ForeignAfter; ForeignAfter only when the
+	// Harness is not InProcess.
 	Inject(op Op, f Fault, gate *Gate)
 	// Charges counts the charges the backend recorded for an order id, from
 	// its ledger rather than its dedupe index.
@@ -128,6 +130,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Run("refund_faults", s.refundFaults)
 	t.Run("lookup_faults", s.lookupFaults)
 	t.Run("unreachable", s.unreachable)
+	t.Run("manual_capture", s.manualCapture)
 }
 
 type suite struct {
