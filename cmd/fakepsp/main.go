@@ -11,7 +11,10 @@
 // 3-D Secure page (GET /3ds/{reference}) when the charge allows a next
 // action; pm_virtual_account is pending until POST
 // /admin/charges/{merchant_order_id}/settle; pm_invalid_request, a currency
-// it does not take and a non-positive amount are refused 400 (rejected).
+// it does not take and a non-positive amount are refused 400 (rejected). A
+// charge with "capture_method":"manual" is authorized instead of succeeded,
+// for -authorization-validity (7 days), and captured (POST /v1/captures) or
+// voided (POST /v1/voids) later, under the same faults.
 //
 // It listens on 127.0.0.1:9090 unless -addr or FAKEPSP_ADDR says otherwise,
 // and shuts down gracefully on SIGINT or SIGTERM.
@@ -31,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"gateway/psp/fake"
 	"gateway/psp/fake/fakeserver"
 )
 
@@ -66,6 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.Float64Var(&f.DropConnectionAfterCharge, "drop-connection-after-charge", 0, "rate of connections reset after the charge was recorded")
 	seed := fs.Uint64("seed", 0, "seed of the fault draws (0: random)")
 	holdMax := fs.Duration("hold-max", time.Minute, "longest time a timed-out answer is held for a client that never gives up")
+	validity := fs.Duration("authorization-validity", fake.DefaultAuthorizationValidity, "how long an authorization stays capturable before it lapses (at least 1s)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may finish after SIGINT/SIGTERM")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	if err := fs.Parse(args); err != nil {
@@ -85,7 +90,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := slog.New(handler)
 
-	psp, err := fakeserver.New(fakeserver.Options{Faults: f, Seed: *seed, HoldMax: *holdMax, Logger: log})
+	psp, err := fakeserver.New(fakeserver.Options{Faults: f, Seed: *seed, HoldMax: *holdMax, Logger: log, AuthorizationValidity: *validity})
 	if err != nil {
 		return err
 	}

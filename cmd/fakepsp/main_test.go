@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/psp/fake/fakeserver"
 )
@@ -103,6 +104,7 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"stray argument", []string{"serve"}, "unexpected arguments"},
 		{"bad address", []string{"-addr", "nowhere"}, "nowhere"},
 		{"log format", []string{"-log-format", "xml"}, "log-format"},
+		{"authorization validity", []string{"-addr", "127.0.0.1:0", "-authorization-validity", "10ms"}, "authorization validity"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,5 +113,22 @@ func TestRunRefusesBadFlags(t *testing.T) {
 				t.Fatalf("run = %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+func TestRunAuthorizationValidity(t *testing.T) {
+	url, _ := start(t, []string{"-addr", "127.0.0.1:0", "-authorization-validity", "1h"}, nil)
+	before := time.Now()
+	res, err := http.Post(url+"/v1/charges", "application/json",
+		strings.NewReader(`{"merchant_order_id":"ord_1","amount":100,"currency":"KRW","payment_method":"pm_card_ok","capture_method":"manual"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c fakeserver.Charge
+	err = json.NewDecoder(res.Body).Decode(&c)
+	res.Body.Close()
+	if err != nil || c.Status != "authorized" || c.CaptureBefore == nil ||
+		c.CaptureBefore.Before(before.Add(time.Hour-time.Second)) || c.CaptureBefore.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("charge %+v, %v; want authorized for an hour", c, err)
 	}
 }

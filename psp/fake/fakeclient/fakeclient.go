@@ -6,14 +6,18 @@
 //
 // Outcomes:
 //   - 201 or 200 with a charge → a result (succeeded, declined with the
-//     server's code kept, or pending with its next action);
+//     server's code kept, pending with its next action, and for manual
+//     capture authorized or voided); the same for captures (POST
+//     /v1/captures) and voids (POST /v1/voids), which answer the charge as
+//     it stands after them;
 //   - 400 (or 422) with the server's code → Rejected, code kept: the server
 //     can never accept the request;
 //   - 409 → NotProcessed wrapping psp.ErrOrderConflict; 429, 503 whose code
 //     is "not_processed", and other 4xx (authentication, say) → NotProcessed;
 //   - any other 5xx, 408, an answer that cannot be read or that is for
-//     another order (psp.ErrMismatch), a timeout or a reset → Unknown; a
-//     connection that could not be opened → NotProcessed;
+//     another order, charge or capture method (psp.ErrMismatch), a timeout
+//     or a reset → Unknown; a connection that could not be opened →
+//     NotProcessed;
 //   - on lookups, 404 with code "not_found" → psp.ErrNotFound (a 404 from
 //     anything else, a proxy say, is Unknown: "not found" makes the gateway
 //     charge again, so only the PSP itself may say it).
@@ -51,17 +55,25 @@ type Config struct {
 	CreationWindow time.Duration
 	// Account is the label the adapter advertises in its Capabilities.
 	Account string
+	// AuthorizationValidity is what the adapter advertises; 7 days when
+	// zero. Set it to the server's (cmd/fakepsp -authorization-validity);
+	// the server's answers say each authorization's capture_before anyway.
+	AuthorizationValidity time.Duration
 }
 
 // Adapter is a psp.Adapter for the standalone fake PSP.
 type Adapter struct {
 	rt         *roundtrip.Client
 	window     time.Duration
+	validity   time.Duration
 	account    string
 	currencies []psp.Currency
 }
 
-var _ psp.Adapter = (*Adapter)(nil)
+var (
+	_ psp.Adapter  = (*Adapter)(nil)
+	_ psp.Capturer = (*Adapter)(nil)
+)
 
 // maxOrderIDLen is the server's limit (that of package fake).
 const maxOrderIDLen = 64
@@ -73,9 +85,12 @@ func New(cfg Config) (*Adapter, error) {
 		return nil, fmt.Errorf("fakeclient: base URL %q must be http(s)://host[:port]", cfg.BaseURL)
 	}
 	a := &Adapter{rt: roundtrip.New(u.String(), cfg.HTTPClient, nil), window: cfg.CreationWindow,
-		account: cfg.Account, currencies: fake.Currencies()}
+		validity: cfg.AuthorizationValidity, account: cfg.Account, currencies: fake.Currencies()}
 	if a.window <= 0 {
 		a.window = time.Minute
+	}
+	if a.validity <= 0 {
+		a.validity = fake.DefaultAuthorizationValidity
 	}
 	return a, nil
 }
@@ -86,14 +101,16 @@ func New(cfg Config) (*Adapter, error) {
 // not modify it.
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
-		Name:                "fakehttp",
-		AuthoritativeLookup: true,
-		CreationWindow:      a.window,
-		DedupesOrderID:      true,
-		MaxOrderIDLen:       maxOrderIDLen,
-		Account:             a.account,
-		Currencies:          a.currencies,
-		Checkout:            psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
+		Name:                  "fakehttp",
+		AuthoritativeLookup:   true,
+		CreationWindow:        a.window,
+		DedupesOrderID:        true,
+		MaxOrderIDLen:         maxOrderIDLen,
+		Account:               a.account,
+		Currencies:            a.currencies,
+		Checkout:              psp.Checkout{Client: psp.ClientNone, ResultField: psp.ResultPaymentMethod},
+		ManualCapture:         true,
+		AuthorizationValidity: a.validity,
 	}
 }
 
@@ -107,6 +124,7 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 		Body: fakeserver.ChargeRequest{
 			MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
 			PaymentMethod: req.PaymentMethod, Description: req.Description, AllowNextAction: req.AllowNextAction,
+			CaptureMethod: string(req.CaptureMethod),
 		}})
 	if err != nil {
 		return psp.Charge{}, err
@@ -121,6 +139,58 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 	// An answer for another order: whatever the server did, it was not this.
 	if err := psp.MatchCharge(op, req, c); err != nil {
 		return psp.Charge{}, err
+	}
+	if c.Status == psp.Authorized && req.CaptureMethod != psp.CaptureManual {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: asked to take order %q at once, the server only authorized it", psp.ErrMismatch, req.MerchantOrderID)}
+	}
+	return c, nil
+}
+
+// Capture implements psp.Capturer.
+func (a *Adapter) Capture(ctx context.Context, req psp.CaptureRequest) (psp.Charge, error) {
+	const op = "capture"
+	if req.OrderID == "" || req.MerchantOrderID == "" || req.ChargeReference == "" {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("a capture needs its order id, the charge's order id and its reference")}
+	}
+	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	return a.command(ctx, op, "/v1/captures", fakeserver.CaptureRequest{
+		CaptureOrderID: req.OrderID, MerchantOrderID: req.MerchantOrderID, ChargeReference: req.ChargeReference,
+		Amount: req.Amount, Currency: req.Currency,
+	}, req.MerchantOrderID, req.ChargeReference, req.Currency)
+}
+
+// Void implements psp.Capturer.
+func (a *Adapter) Void(ctx context.Context, req psp.VoidRequest) (psp.Charge, error) {
+	const op = "void"
+	if req.OrderID == "" || req.MerchantOrderID == "" || req.ChargeReference == "" {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: errors.New("a void needs its order id, the charge's order id and its reference")}
+	}
+	return a.command(ctx, op, "/v1/voids", fakeserver.VoidRequest{
+		VoidOrderID: req.OrderID, MerchantOrderID: req.MerchantOrderID, ChargeReference: req.ChargeReference, Reason: req.Reason,
+	}, req.MerchantOrderID, req.ChargeReference, "")
+}
+
+// command posts a capture or void and reads the charge it answers, which
+// must be the one asked about (in currency, when one is given).
+func (a *Adapter) command(ctx context.Context, op, path string, body any, orderID, reference, currency string) (psp.Charge, error) {
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodPost, Path: path, Body: body})
+	if err != nil {
+		return psp.Charge{}, err
+	}
+	if ans.Status != http.StatusOK && ans.Status != http.StatusCreated {
+		return psp.Charge{}, failure(op, ans)
+	}
+	c, err := parseCharge(op, ans)
+	if err != nil {
+		return psp.Charge{}, err
+	}
+	if c.MerchantOrderID != orderID || c.Reference != reference || (currency != "" && c.Currency != currency) {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: asked about charge %s of order %q in %s, the server answered for %s of order %q in %s",
+				psp.ErrMismatch, reference, orderID, currency, c.Reference, c.MerchantOrderID, c.Currency)}
 	}
 	return c, nil
 }
@@ -234,7 +304,7 @@ func parseCharge(op string, ans roundtrip.Answer) (psp.Charge, error) {
 	}
 	status := psp.ChargeStatus(c.Status)
 	switch status {
-	case psp.Succeeded, psp.Declined, psp.Pending:
+	case psp.Succeeded, psp.Declined, psp.Pending, psp.Authorized, psp.Voided:
 	default:
 		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("charge status %q", c.Status)}
 	}
@@ -242,6 +312,18 @@ func parseCharge(op string, ans roundtrip.Answer) (psp.Charge, error) {
 		DeclineCode: c.DeclineCode, Code: c.Code, Amount: c.Amount, Currency: c.Currency}
 	if na := c.NextAction; na != nil && status == psp.Pending {
 		out.NextAction = &psp.NextAction{Type: na.Type, URL: na.URL, ClientSecret: na.ClientSecret}
+	}
+	switch {
+	case status == psp.Succeeded && (c.AmountCaptured < 0 || c.AmountCaptured > c.Amount):
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: a succeeded charge of %d captured %d", psp.ErrMismatch, c.Amount, c.AmountCaptured)}
+	case status == psp.Succeeded && c.AmountCaptured == 0:
+		// A server from before manual capture: a success took it all.
+		out.AmountCaptured = c.Amount
+	case status == psp.Succeeded:
+		out.AmountCaptured = c.AmountCaptured
+	case status == psp.Authorized && c.CaptureBefore != nil:
+		out.CaptureBefore = c.CaptureBefore.UTC()
 	}
 	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/psp"
 	"gateway/psp/fake"
@@ -74,6 +75,10 @@ func opOf(r *http.Request) psptest.Op {
 		return psptest.OpCharge
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
 		return psptest.OpRefund
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/captures":
+		return psptest.OpCapture
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/voids":
+		return psptest.OpVoid
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/charges/"):
 		return psptest.OpLookup
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/refunds/"):
@@ -138,6 +143,38 @@ func (b backend) Refunds(refundID string) int {
 	return n
 }
 
+func (b backend) Captures(captureID string) int {
+	n := 0
+	for _, c := range b.srv.LedgerSnapshot().Captures {
+		if c.CaptureOrderID == captureID {
+			n++
+		}
+	}
+	return n
+}
+
+func (b backend) Voids(voidID string) int {
+	n := 0
+	for _, v := range b.srv.LedgerSnapshot().Voids {
+		if v.VoidOrderID == voidID {
+			n++
+		}
+	}
+	return n
+}
+
+// Lapse asks the server's admin API, as a person or a chaos run would.
+func (b backend) Lapse(orderID string) {
+	res, err := http.Post(b.url+"/admin/charges/"+orderID+"/lapse", "application/json", nil)
+	if err != nil {
+		panic(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		panic("lapse " + orderID + ": " + res.Status)
+	}
+}
+
 // Each answer the server (or something in its place) can give lands in its
 // outcome class.
 func TestAnswers(t *testing.T) {
@@ -163,7 +200,9 @@ func TestAnswers(t *testing.T) {
 		{"internal error", "charge", 500, `{"error":{"code":"internal_error","message":"x"}}`, psp.Unknown, nil},
 		{"wrong route", "charge", 404, `{"error":{"code":"route_not_found","message":"x"}}`, psp.Unknown, nil},
 		{"unreadable", "charge", 201, `{"merchant_order_id":`, psp.Unknown, nil},
-		{"unknown status", "charge", 201, strings.Replace(charge, "succeeded", "authorized", 1), psp.Unknown, nil},
+		{"unknown status", "charge", 201, strings.Replace(charge, "succeeded", "partially_captured", 1), psp.Unknown, nil},
+		{"authorized only", "charge", 201, strings.Replace(charge, "succeeded", "authorized", 1), psp.Unknown, psp.ErrMismatch},
+		{"captured more than charged", "charge", 201, strings.Replace(charge, `"amount":100`, `"amount":100,"amount_captured":101`, 1), psp.Unknown, psp.ErrMismatch},
 		{"another order", "charge", 201, strings.Replace(charge, "ord_1", "ord_2", 1), psp.Unknown, psp.ErrMismatch},
 		{"another amount", "charge", 201, strings.Replace(charge, "100", "101", 1), psp.Unknown, psp.ErrMismatch},
 		{"another currency", "charge", 201, strings.Replace(charge, "KRW", "JPY", 1), psp.Unknown, psp.ErrMismatch},
@@ -251,5 +290,114 @@ func TestPendingAndRejectedOverHTTP(t *testing.T) {
 	b, _ := fakeclient.New(fakeclient.Config{BaseURL: ts.URL, Account: "kr-1"})
 	if b.Capabilities().Account != "kr-1" {
 		t.Fatal("the configured account label is not advertised")
+	}
+}
+
+// Each answer to a capture or void lands in its outcome class: a charge
+// (whatever became of it), or a failure, never a "not found".
+func TestCommandAnswers(t *testing.T) {
+	const authorized = `{"merchant_order_id":"ord_1","reference":"fake_ch_1","status":"authorized","amount":100,"currency":"KRW","capture_before":"2026-03-08T09:30:15+09:00"}`
+	captured := strings.Replace(strings.Replace(authorized, "authorized", "succeeded", 1), `"capture_before":"2026-03-08T09:30:15+09:00"`, `"amount_captured":40`, 1)
+	tests := []struct {
+		name   string
+		status int
+		body   string
+		want   psp.Charge // for a result
+		class  psp.Class
+		is     error
+	}{
+		{"captured", 201, captured, psp.Charge{MerchantOrderID: "ord_1", Reference: "fake_ch_1", Status: psp.Succeeded, Amount: 100, Currency: "KRW", AmountCaptured: 40}, 0, nil},
+		{"still authorized", 200, authorized, psp.Charge{MerchantOrderID: "ord_1", Reference: "fake_ch_1", Status: psp.Authorized, Amount: 100, Currency: "KRW",
+			CaptureBefore: time.Date(2026, 3, 8, 0, 30, 15, 0, time.UTC)}, 0, nil},
+		{"voided", 200, strings.Replace(authorized, "authorized", "voided", 1), psp.Charge{MerchantOrderID: "ord_1", Reference: "fake_ch_1", Status: psp.Voided, Amount: 100, Currency: "KRW"}, 0, nil},
+		{"order id reused", 409, `{"error":{"code":"order_id_reused","message":"x"}}`, psp.Charge{}, psp.NotProcessed, psp.ErrOrderConflict},
+		{"no such charge", 400, `{"error":{"code":"invalid_request","message":"x"}}`, psp.Charge{}, psp.Rejected, nil},
+		{"not found is not an answer", 404, `{"error":{"code":"not_found","message":"x"}}`, psp.Charge{}, psp.Unknown, nil},
+		{"not processed", 503, `{"error":{"code":"not_processed","message":"x"}}`, psp.Charge{}, psp.NotProcessed, nil},
+		{"internal error", 500, `{"error":{"code":"internal_error","message":"x"}}`, psp.Charge{}, psp.Unknown, nil},
+		{"another order", 201, strings.Replace(captured, "ord_1", "ord_2", 1), psp.Charge{}, psp.Unknown, psp.ErrMismatch},
+		{"another charge", 201, strings.Replace(captured, "fake_ch_1", "fake_ch_2", 1), psp.Charge{}, psp.Unknown, psp.ErrMismatch},
+		{"unreadable", 201, `{"status":`, psp.Charge{}, psp.Unknown, nil},
+	}
+	for _, tt := range tests {
+		for _, op := range []string{"capture", "void"} {
+			t.Run(op+" "+tt.name, func(t *testing.T) {
+				var path string
+				ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					path = r.URL.Path
+					w.WriteHeader(tt.status)
+					_, _ = w.Write([]byte(tt.body))
+				}))
+				defer ts.Close()
+				a := mustNew(t, ts.URL)
+				var (
+					c   psp.Charge
+					err error
+				)
+				if op == "capture" {
+					c, err = a.Capture(t.Context(), psp.CaptureRequest{OrderID: "cap_1", MerchantOrderID: "ord_1", ChargeReference: "fake_ch_1", Amount: 40, Currency: "KRW"})
+				} else {
+					c, err = a.Void(t.Context(), psp.VoidRequest{OrderID: "vod_1", MerchantOrderID: "ord_1", ChargeReference: "fake_ch_1", Reason: "duplicate"})
+				}
+				if path != "/v1/"+op+"s" {
+					t.Fatalf("sent to %s", path)
+				}
+				if tt.class == 0 {
+					if err != nil || !c.Equal(tt.want) {
+						t.Fatalf("got %+v, %v; want %+v", c, err, tt.want)
+					}
+					return
+				}
+				if class, ok := psp.ClassOf(err); !ok || class != tt.class || errors.Is(err, psp.ErrNotFound) {
+					t.Fatalf("got %+v, %v; want class %s", c, err, tt.class)
+				}
+				if tt.is != nil && !errors.Is(err, tt.is) {
+					t.Fatalf("err = %v, want %v", err, tt.is)
+				}
+			})
+		}
+	}
+}
+
+// Manual capture over HTTP: the request carries the capture method, the
+// answer the authorization's deadline, and the admin API lapses it.
+func TestManualCaptureOverHTTP(t *testing.T) {
+	srv, err := fakeserver.New(fakeserver.Options{AuthorizationValidity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	defer srv.Close()
+	a, err := fakeclient.New(fakeclient.Config{BaseURL: ts.URL, AuthorizationValidity: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps := a.Capabilities(); !caps.ManualCapture || caps.AuthorizationValidity != time.Hour {
+		t.Fatalf("Capabilities = %+v", caps)
+	}
+	if caps := mustNew(t, ts.URL).Capabilities(); caps.AuthorizationValidity != fake.DefaultAuthorizationValidity {
+		t.Fatalf("default AuthorizationValidity %v", caps.AuthorizationValidity)
+	}
+	before := time.Now()
+	c, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: "ord_m", Amount: 1000, Currency: "KRW",
+		PaymentMethod: fake.MethodOK, CaptureMethod: psp.CaptureManual})
+	if err != nil || c.Status != psp.Authorized || c.CaptureBefore.Before(before.Add(time.Hour-time.Second)) ||
+		c.CaptureBefore.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("Charge = %+v, %v; want authorized for an hour", c, err)
+	}
+	if l := srv.LedgerSnapshot(); len(l.Authorizations) != 1 || !l.Authorizations[0].CaptureBefore.Equal(c.CaptureBefore) || l.Authorizations[0].Status != "authorized" {
+		t.Fatalf("ledger %+v", l.Authorizations)
+	}
+	res, err := http.Post(ts.URL+"/admin/charges/ord_m/lapse", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if got, err := a.Lookup(t.Context(), "ord_m"); err != nil || got.Status != psp.Voided || !got.CaptureBefore.IsZero() {
+		t.Fatalf("Lookup after the lapse = %+v, %v", got, err)
+	}
+	if l := srv.LedgerSnapshot(); len(l.Authorizations) != 1 || !l.Authorizations[0].Lapsed || len(l.Voids) != 0 {
+		t.Fatalf("ledger after the lapse %+v", l)
 	}
 }

@@ -7,30 +7,45 @@
 //
 // The API:
 //
-//	POST /v1/charges                      {"merchant_order_id","amount","currency","payment_method","description","allow_next_action"}
+//	POST /v1/charges                      {"merchant_order_id","amount","currency","payment_method","description","allow_next_action","capture_method"}
 //	                                      201 new charge, 200 the same order id again (deduplicated),
-//	                                      409 same order id with another amount or currency,
+//	                                      409 same order id with another amount, currency or capture method,
 //	                                      400 a request the PSP can never accept (Rejected; the code says why)
 //	GET  /v1/charges/{merchant_order_id}  200 the charge, 404 none
 //	POST /v1/refunds                      {"refund_order_id","merchant_order_id","charge_reference","amount","currency","reason"}
 //	                                      201 new refund, 200 a repeat or a declined refund, 409, 400
 //	GET  /v1/refunds/{refund_order_id}    200 the refund, 404 none (?charge_reference= narrows it)
+//	POST /v1/captures                     {"capture_order_id","merchant_order_id","charge_reference","amount","currency"}
+//	                                      201 the charge, captured by this call; 200 the charge as it stands
+//	                                      (a repeat, or a charge no longer capturable); 409 the capture order
+//	                                      id used with another amount or charge; 400 (more than authorized,
+//	                                      no such charge, …)
+//	POST /v1/voids                        {"void_order_id","merchant_order_id","charge_reference","reason"}
+//	                                      201 the charge, voided by this call; 200 as it stands; 409; 400
 //	GET  /3ds/{reference}                 the 3-D Secure page a pending pm_card_3ds charge redirects to:
 //	                                      visiting it passes the check (the charge succeeds);
 //	                                      ?result=failed fails it (declined, authentication_failed)
 //	POST /admin/charges/{merchant_order_id}/settle {"status":"succeeded"|"declined","decline_code"}
 //	                                      finishes a pending charge (a deposit arrived, 3-D Secure done);
 //	                                      200 the charge, 409 not_pending
-//	GET  /admin/ledger                    every charge and refund
-//	POST /admin/reset                     forget charges, refunds and counters (fault settings stay)
+//	POST /admin/charges/{merchant_order_id}/lapse
+//	                                      an authorization lapses now, as at its capture_before:
+//	                                      200 the charge (voided), 409 not_authorized
+//	GET  /admin/ledger                    every charge, refund, authorization, capture and void
+//	POST /admin/reset                     forget the ledger and counters (fault settings stay)
 //	GET  /admin/faults, PUT /admin/faults the fault settings (Faults)
 //	GET  /admin/stats                     calls received and faults injected
 //	GET  /healthz
 //
 // Errors are {"error":{"code","message"}}. A charge is {"merchant_order_id",
 // "reference","status","decline_code","code","amount","currency",
-// "next_action":{"type","url","client_secret"}}, status one of succeeded,
-// declined, pending. Payment methods behave as in package fake:
+// "next_action":{"type","url","client_secret"},"amount_captured",
+// "capture_before"}, status one of succeeded, declined, pending, and for a
+// charge with "capture_method":"manual" authorized (capture_before, RFC
+// 3339, says until when) and voided; amount_captured is what a succeeded
+// charge took. Captures and voids behave as in package fake: one capture
+// per authorization, at most its amount (the rest is released). Payment
+// methods behave as in package fake:
 // pm_card_ok succeeds; pm_card_declined, pm_card_insufficient_funds and
 // pm_card_lost are declined; pm_card_3ds is pending with a redirect to
 // /3ds/{reference} when allow_next_action is true (declined
@@ -39,13 +54,14 @@
 // is declined as invalid_payment_method. The currencies taken are package
 // fake's defaults (fake.Currencies).
 //
-// Faults apply to the two POSTs. Each request first waits a random latency,
-// then draws at most one fault: error_before_charge answers 503
-// {"code":"not_processed"} without acting; the three "after charge" faults
-// record the charge (or refund) exactly as without the fault and then lose
-// the answer: error_after_charge answers 500, timeout_after_charge holds the
-// answer until the client gives up (or HoldMax passes) and then drops the
-// connection, drop_connection_after_charge resets the connection at once.
+// Faults apply to the four POSTs of /v1 (charges, refunds, captures, voids).
+// Each request first waits a random latency, then draws at most one fault:
+// error_before_charge answers 503 {"code":"not_processed"} without acting;
+// the three "after charge" faults act (record the charge, refund, capture or
+// void) exactly as without the fault and then lose the answer:
+// error_after_charge answers 500, timeout_after_charge holds the answer until
+// the client gives up (or HoldMax passes) and then drops the connection,
+// drop_connection_after_charge resets the connection at once.
 package fakeserver
 
 import (
@@ -55,6 +71,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -67,7 +84,7 @@ import (
 )
 
 // Faults is how often the server misbehaves. Rates are probabilities per
-// POST, in [0, 1], adding up to at most 1.
+// POST (charge, refund, capture or void), in [0, 1], adding up to at most 1.
 type Faults struct {
 	Latency                   Latency `json:"latency_ms"`
 	ErrorBeforeCharge         float64 `json:"error_before_charge"`
@@ -146,16 +163,52 @@ type Options struct {
 	// OnHold, when set, is called each time timeout_after_charge starts
 	// holding an answer, after the charge was recorded: tests give up then.
 	OnHold func()
+	// AuthorizationValidity is how long an authorization stays capturable;
+	// fake.DefaultAuthorizationValidity (7 days) when zero.
+	AuthorizationValidity time.Duration
 }
 
 // Stats counts what the server received and did.
 type Stats struct {
-	ChargeCalls int            `json:"charge_calls"`
-	RefundCalls int            `json:"refund_calls"`
-	LookupCalls int            `json:"lookup_calls"`
-	Injected    map[string]int `json:"injected"`
-	// InjectedRefunds is the part of Injected drawn by refund calls.
-	InjectedRefunds map[string]int `json:"injected_refunds"`
+	ChargeCalls  int            `json:"charge_calls"`
+	RefundCalls  int            `json:"refund_calls"`
+	CaptureCalls int            `json:"capture_calls"`
+	VoidCalls    int            `json:"void_calls"`
+	LookupCalls  int            `json:"lookup_calls"`
+	Injected     map[string]int `json:"injected"`
+	// InjectedRefunds, InjectedCaptures and InjectedVoids are the parts of
+	// Injected drawn by refund, capture and void calls.
+	InjectedRefunds  map[string]int `json:"injected_refunds"`
+	InjectedCaptures map[string]int `json:"injected_captures"`
+	InjectedVoids    map[string]int `json:"injected_voids"`
+}
+
+func newStats() Stats {
+	return Stats{Injected: map[string]int{}, InjectedRefunds: map[string]int{},
+		InjectedCaptures: map[string]int{}, InjectedVoids: map[string]int{}}
+}
+
+// kind is the kind of money movement a POST asks for.
+type kind int
+
+const (
+	kindCharge kind = iota
+	kindRefund
+	kindCapture
+	kindVoid
+)
+
+// injected is where the faults a kind of call drew are counted apart.
+func (st *Stats) injected(k kind) map[string]int {
+	switch k {
+	case kindRefund:
+		return st.InjectedRefunds
+	case kindCapture:
+		return st.InjectedCaptures
+	case kindVoid:
+		return st.InjectedVoids
+	}
+	return nil
 }
 
 // Server is the fake PSP's HTTP handler. Close it to release held answers.
@@ -179,19 +232,22 @@ func New(opts Options) (*Server, error) {
 	if err := opts.Faults.Validate(); err != nil {
 		return nil, err
 	}
+	if v := opts.AuthorizationValidity; v < 0 || (v > 0 && v < time.Second) {
+		return nil, fmt.Errorf("authorization validity must be at least 1s, got %v", v)
+	}
 	seed := opts.Seed
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
 	s := &Server{
-		psp:     fake.New(),
+		psp:     fake.New(fake.WithAuthorizationValidity(opts.AuthorizationValidity)),
 		holdMax: opts.HoldMax,
 		log:     opts.Logger,
 		onHold:  opts.OnHold,
 		closing: make(chan struct{}),
 		faults:  opts.Faults,
 		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		stats:   Stats{Injected: map[string]int{}, InjectedRefunds: map[string]int{}},
+		stats:   newStats(),
 	}
 	if s.holdMax <= 0 {
 		s.holdMax = time.Minute
@@ -204,8 +260,11 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /v1/charges/{id}", s.getCharge)
 	mux.HandleFunc("POST /v1/refunds", s.createRefund)
 	mux.HandleFunc("GET /v1/refunds/{id}", s.getRefund)
+	mux.HandleFunc("POST /v1/captures", s.createCapture)
+	mux.HandleFunc("POST /v1/voids", s.createVoid)
 	mux.HandleFunc("GET /3ds/{reference}", s.threeDS)
 	mux.HandleFunc("POST /admin/charges/{id}/settle", s.settle)
+	mux.HandleFunc("POST /admin/charges/{id}/lapse", s.lapse)
 	mux.HandleFunc("GET /admin/ledger", s.ledger)
 	mux.HandleFunc("POST /admin/reset", s.reset)
 	mux.HandleFunc("GET /admin/faults", s.getFaults)
@@ -251,14 +310,10 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Injected = make(map[string]int, len(s.stats.Injected))
-	for k, v := range s.stats.Injected {
-		st.Injected[k] = v
-	}
-	st.InjectedRefunds = make(map[string]int, len(s.stats.InjectedRefunds))
-	for k, v := range s.stats.InjectedRefunds {
-		st.InjectedRefunds[k] = v
-	}
+	st.Injected = maps.Clone(s.stats.Injected)
+	st.InjectedRefunds = maps.Clone(s.stats.InjectedRefunds)
+	st.InjectedCaptures = maps.Clone(s.stats.InjectedCaptures)
+	st.InjectedVoids = maps.Clone(s.stats.InjectedVoids)
 	return st
 }
 
@@ -272,6 +327,10 @@ type Charge struct {
 	Amount          int64       `json:"amount"`
 	Currency        string      `json:"currency"`
 	NextAction      *NextAction `json:"next_action,omitempty"`
+	// AmountCaptured is what a succeeded charge took.
+	AmountCaptured int64 `json:"amount_captured,omitempty"`
+	// CaptureBefore is when an authorized charge stops being capturable.
+	CaptureBefore *time.Time `json:"capture_before,omitempty"`
 }
 
 // NextAction is what a front end does to let a pending charge go on.
@@ -293,10 +352,47 @@ type Refund struct {
 	Currency        string `json:"currency"`
 }
 
-// Ledger is every charge and refund the server made, in creation order.
+// Capture is a capture as the ledger shows it: money taken from an
+// authorization.
+type Capture struct {
+	CaptureOrderID  string `json:"capture_order_id"`
+	MerchantOrderID string `json:"merchant_order_id"`
+	ChargeReference string `json:"charge_reference"`
+	Reference       string `json:"reference"`
+	Amount          int64  `json:"amount"`
+	Currency        string `json:"currency"`
+}
+
+// Void is an authorization (or a pending manual charge) released by a void.
+type Void struct {
+	VoidOrderID     string `json:"void_order_id"`
+	MerchantOrderID string `json:"merchant_order_id"`
+	ChargeReference string `json:"charge_reference"`
+	Reason          string `json:"reason,omitempty"`
+}
+
+// Authorization is a charge that was authorized, as it stands now: status
+// authorized, succeeded (captured), or voided (by a void, or lapsed).
+type Authorization struct {
+	MerchantOrderID string    `json:"merchant_order_id"`
+	Reference       string    `json:"reference"`
+	Status          string    `json:"status"`
+	Amount          int64     `json:"amount"`
+	AmountCaptured  int64     `json:"amount_captured"`
+	Currency        string    `json:"currency"`
+	CaptureBefore   time.Time `json:"capture_before"`
+	// Lapsed says it was voided by its capture_before passing.
+	Lapsed bool `json:"lapsed,omitempty"`
+}
+
+// Ledger is every charge, refund, authorization, capture and void the
+// server made, in creation order. An authorization is also in Charges.
 type Ledger struct {
-	Charges []Charge `json:"charges"`
-	Refunds []Refund `json:"refunds"`
+	Charges        []Charge        `json:"charges"`
+	Refunds        []Refund        `json:"refunds"`
+	Authorizations []Authorization `json:"authorizations"`
+	Captures       []Capture       `json:"captures"`
+	Voids          []Void          `json:"voids"`
 }
 
 // ChargeRequest is the body of POST /v1/charges.
@@ -307,6 +403,25 @@ type ChargeRequest struct {
 	PaymentMethod   string `json:"payment_method"`
 	Description     string `json:"description,omitempty"`
 	AllowNextAction bool   `json:"allow_next_action,omitempty"`
+	// CaptureMethod is "automatic" (the default) or "manual".
+	CaptureMethod string `json:"capture_method,omitempty"`
+}
+
+// CaptureRequest is the body of POST /v1/captures.
+type CaptureRequest struct {
+	CaptureOrderID  string `json:"capture_order_id"`
+	MerchantOrderID string `json:"merchant_order_id"`
+	ChargeReference string `json:"charge_reference"`
+	Amount          int64  `json:"amount"`
+	Currency        string `json:"currency"`
+}
+
+// VoidRequest is the body of POST /v1/voids.
+type VoidRequest struct {
+	VoidOrderID     string `json:"void_order_id"`
+	MerchantOrderID string `json:"merchant_order_id"`
+	ChargeReference string `json:"charge_reference"`
+	Reason          string `json:"reason,omitempty"`
 }
 
 // SettleRequest is the body of POST /admin/charges/{merchant_order_id}/settle.
@@ -340,17 +455,32 @@ const (
 	CodeNotFound       = "not_found"
 	CodeNotProcessed   = "not_processed"
 	CodeNotPending     = "not_pending"
+	CodeNotAuthorized  = "not_authorized"
 	CodeInternal       = "internal_error"
 )
 
-// LedgerSnapshot returns every charge and refund made.
+// LedgerSnapshot returns every charge, refund, authorization, capture and
+// void made.
 func (s *Server) LedgerSnapshot() Ledger {
-	l := Ledger{Charges: []Charge{}, Refunds: []Refund{}}
+	l := Ledger{Charges: []Charge{}, Refunds: []Refund{}, Authorizations: []Authorization{}, Captures: []Capture{}, Voids: []Void{}}
 	for _, c := range s.psp.Charges() {
 		l.Charges = append(l.Charges, fromCharge(c, ""))
 	}
 	for _, r := range s.psp.Refunds() {
 		l.Refunds = append(l.Refunds, fromRefund(r))
+	}
+	for _, a := range s.psp.Authorizations() {
+		l.Authorizations = append(l.Authorizations, Authorization{MerchantOrderID: a.Charge.MerchantOrderID,
+			Reference: a.Charge.Reference, Status: string(a.Charge.Status), Amount: a.Charge.Amount,
+			AmountCaptured: a.Charge.AmountCaptured, Currency: a.Charge.Currency, CaptureBefore: a.CaptureBefore, Lapsed: a.Lapsed})
+	}
+	for _, c := range s.psp.Captures() {
+		l.Captures = append(l.Captures, Capture{CaptureOrderID: c.OrderID, MerchantOrderID: c.MerchantOrderID,
+			ChargeReference: c.ChargeReference, Reference: c.Reference, Amount: c.Amount, Currency: c.Currency})
+	}
+	for _, v := range s.psp.Voids() {
+		l.Voids = append(l.Voids, Void{VoidOrderID: v.OrderID, MerchantOrderID: v.MerchantOrderID,
+			ChargeReference: v.ChargeReference, Reason: v.Reason})
 	}
 	return l
 }
@@ -361,10 +491,11 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	s.moneyCall(w, r, false, func() (int, any) {
+	s.moneyCall(w, r, kindCharge, func() (int, any) {
 		c, created, err := s.psp.ChargeCreated(context.Background(), psp.ChargeRequest{
 			MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
 			PaymentMethod: req.PaymentMethod, Description: req.Description, AllowNextAction: req.AllowNextAction,
+			CaptureMethod: psp.CaptureMethod(req.CaptureMethod),
 		})
 		if err != nil {
 			return refusal(err)
@@ -382,7 +513,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	s.moneyCall(w, r, true, func() (int, any) {
+	s.moneyCall(w, r, kindRefund, func() (int, any) {
 		rf, created, err := s.psp.RefundCreated(context.Background(), psp.RefundRequest{
 			RefundOrderID: req.RefundOrderID, MerchantOrderID: req.MerchantOrderID,
 			ChargeReference: req.ChargeReference, Amount: req.Amount, Currency: req.Currency, Reason: req.Reason,
@@ -397,9 +528,49 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// moneyCall runs act, which moves money (a refund when refund is set),
-// under the fault settings.
-func (s *Server) moneyCall(w http.ResponseWriter, r *http.Request, refund bool, act func() (int, any)) {
+func (s *Server) createCapture(w http.ResponseWriter, r *http.Request) {
+	s.count(func(st *Stats) { st.CaptureCalls++ })
+	var req CaptureRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.moneyCall(w, r, kindCapture, func() (int, any) {
+		c, created, err := s.psp.CaptureCreated(context.Background(), psp.CaptureRequest{
+			OrderID: req.CaptureOrderID, MerchantOrderID: req.MerchantOrderID, ChargeReference: req.ChargeReference,
+			Amount: req.Amount, Currency: req.Currency,
+		})
+		return commanded(r, c, created, err)
+	})
+}
+
+func (s *Server) createVoid(w http.ResponseWriter, r *http.Request) {
+	s.count(func(st *Stats) { st.VoidCalls++ })
+	var req VoidRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.moneyCall(w, r, kindVoid, func() (int, any) {
+		c, created, err := s.psp.VoidCreated(context.Background(), psp.VoidRequest{
+			OrderID: req.VoidOrderID, MerchantOrderID: req.MerchantOrderID, ChargeReference: req.ChargeReference, Reason: req.Reason,
+		})
+		return commanded(r, c, created, err)
+	})
+}
+
+// commanded answers a capture or void: 201 when this call acted, 200 with
+// the charge as it stands otherwise.
+func commanded(r *http.Request, c psp.Charge, created bool, err error) (int, any) {
+	switch {
+	case err != nil:
+		return refusal(err)
+	case created:
+		return http.StatusCreated, fromCharge(c, origin(r))
+	}
+	return http.StatusOK, fromCharge(c, origin(r))
+}
+
+// moneyCall runs act, which moves money (a k), under the fault settings.
+func (s *Server) moneyCall(w http.ResponseWriter, r *http.Request, k kind, act func() (int, any)) {
 	f, latency := s.draw()
 	if latency > 0 {
 		// The PSP works on the request whether or not the client still waits.
@@ -413,8 +584,8 @@ func (s *Server) moneyCall(w http.ResponseWriter, r *http.Request, refund bool, 
 	if f != noFault {
 		s.count(func(st *Stats) {
 			st.Injected[faultNames[f]]++
-			if refund {
-				st.InjectedRefunds[faultNames[f]]++
+			if part := st.injected(k); part != nil {
+				part[faultNames[f]]++
 			}
 		})
 		s.log.Info("fakepsp: injecting fault", "fault", faultNames[f], "path", r.URL.Path)
@@ -533,6 +704,16 @@ func (s *Server) settle(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, fromCharge(c, origin(r)))
 }
 
+// lapse makes an authorization lapse now, as its capture_before passing would.
+func (s *Server) lapse(w http.ResponseWriter, r *http.Request) {
+	c, err := s.psp.Lapse(r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusConflict, CodeNotAuthorized, "no authorized charge for this merchant order id")
+		return
+	}
+	writeJSON(w, http.StatusOK, fromCharge(c, origin(r)))
+}
+
 func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
 	s.count(func(st *Stats) { st.LookupCalls++ })
 	id := r.PathValue("id")
@@ -558,7 +739,7 @@ func (s *Server) ledger(w http.ResponseWriter, r *http.Request) {
 func (s *Server) reset(w http.ResponseWriter, r *http.Request) {
 	s.psp.Reset()
 	s.mu.Lock()
-	s.stats = Stats{Injected: map[string]int{}, InjectedRefunds: map[string]int{}}
+	s.stats = newStats()
 	s.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -611,7 +792,11 @@ func origin(r *http.Request) string {
 // fromCharge renders c; a next action's path is made absolute on base.
 func fromCharge(c psp.Charge, base string) Charge {
 	out := Charge{MerchantOrderID: c.MerchantOrderID, Reference: c.Reference, Status: string(c.Status),
-		DeclineCode: c.DeclineCode, Code: c.Code, Amount: c.Amount, Currency: c.Currency}
+		DeclineCode: c.DeclineCode, Code: c.Code, Amount: c.Amount, Currency: c.Currency, AmountCaptured: c.AmountCaptured}
+	if !c.CaptureBefore.IsZero() {
+		cb := c.CaptureBefore.UTC()
+		out.CaptureBefore = &cb
+	}
 	if na := c.NextAction; na != nil {
 		out.NextAction = &NextAction{Type: na.Type, URL: na.URL, ClientSecret: na.ClientSecret}
 		if strings.HasPrefix(na.URL, "/") {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/psp/fake/fakeserver"
 )
@@ -392,5 +393,150 @@ func TestRefundFaultKinds(t *testing.T) {
 				t.Fatalf("stats %+v after a refund under %s", st, tt.name)
 			}
 		})
+	}
+}
+
+// Authorize, capture and void over the API, and the ledger they leave.
+func TestCaptureAPI(t *testing.T) {
+	e := newEnv(t, fakeserver.Options{})
+	manual := func(order string) string {
+		b, _ := json.Marshal(fakeserver.ChargeRequest{MerchantOrderID: order, Amount: 1000, Currency: "KRW",
+			PaymentMethod: "pm_card_ok", CaptureMethod: "manual"})
+		return string(b)
+	}
+	capture := func(id, order, ref string, amount int) string {
+		b, _ := json.Marshal(fakeserver.CaptureRequest{CaptureOrderID: id, MerchantOrderID: order, ChargeReference: ref,
+			Amount: int64(amount), Currency: "KRW"})
+		return string(b)
+	}
+	void := func(id, order, ref string) string {
+		b, _ := json.Marshal(fakeserver.VoidRequest{VoidOrderID: id, MerchantOrderID: order, ChargeReference: ref, Reason: "duplicate"})
+		return string(b)
+	}
+	steps := []struct {
+		name, method, path, body string
+		status                   int
+		contains                 string
+	}{
+		{"authorize", "POST", "/v1/charges", manual("ord_1"), 201, `"status":"authorized"`},
+		{"authorize again", "POST", "/v1/charges", manual("ord_1"), 200, `"capture_before":"`},
+		{"same order taken at once", "POST", "/v1/charges", charge("ord_1", "pm_card_ok", 1000), 409, `"code":"order_id_reused"`},
+		{"bad capture method", "POST", "/v1/charges", strings.Replace(manual("ord_x"), "manual", "later", 1), 400, `"code":"invalid_request"`},
+		{"capture too much", "POST", "/v1/captures", capture("cap_1", "ord_1", "fake_ch_1", 1001), 400, `"code":"invalid_request"`},
+		{"capture no such charge", "POST", "/v1/captures", capture("cap_1", "ord_1", "fake_ch_9", 400), 400, `"code":"invalid_request"`},
+		{"capture", "POST", "/v1/captures", capture("cap_1", "ord_1", "fake_ch_1", 400), 201, `"status":"succeeded","amount":1000,"currency":"KRW","amount_captured":400`},
+		{"capture repeat", "POST", "/v1/captures", capture("cap_1", "ord_1", "fake_ch_1", 400), 200, `"amount_captured":400`},
+		{"capture reused", "POST", "/v1/captures", capture("cap_1", "ord_1", "fake_ch_1", 401), 409, `"code":"order_id_reused"`},
+		{"another capture takes nothing", "POST", "/v1/captures", capture("cap_2", "ord_1", "fake_ch_1", 100), 200, `"amount_captured":400`},
+		{"void of a capture", "POST", "/v1/voids", void("vod_1", "ord_1", "fake_ch_1"), 200, `"status":"succeeded"`},
+		{"lookup captured", "GET", "/v1/charges/ord_1", "", 200, `"amount_captured":400`},
+		{"refund more than captured", "POST", "/v1/refunds", `{"refund_order_id":"rfd_1","merchant_order_id":"ord_1","charge_reference":"fake_ch_1","amount":401,"currency":"KRW"}`, 200, `"decline_code":"amount_exceeds_refundable"`},
+		{"authorize another", "POST", "/v1/charges", manual("ord_2"), 201, `"reference":"fake_ch_3"`},
+		{"void", "POST", "/v1/voids", void("vod_2", "ord_2", "fake_ch_3"), 201, `"status":"voided"`},
+		{"void repeat", "POST", "/v1/voids", void("vod_2", "ord_2", "fake_ch_3"), 200, `"status":"voided"`},
+		{"capture of a void", "POST", "/v1/captures", capture("cap_3", "ord_2", "fake_ch_3", 1000), 200, `"status":"voided"`},
+		{"authorize a third", "POST", "/v1/charges", manual("ord_3"), 201, `"reference":"fake_ch_4"`},
+		{"lapse", "POST", "/admin/charges/ord_3/lapse", "", 200, `"status":"voided"`},
+		{"lapse again", "POST", "/admin/charges/ord_3/lapse", "", 409, `"code":"not_authorized"`},
+		{"capture unknown field", "POST", "/v1/captures", `{"capture_order_id":"cap_4","final":true}`, 400, `"code":"invalid_request"`},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			status, body := e.mustCall(st.method, st.path, st.body)
+			if status != st.status || !strings.Contains(body, st.contains) {
+				t.Fatalf("%s %s = %d %s; want %d containing %s", st.method, st.path, status, body, st.status, st.contains)
+			}
+		})
+	}
+	status, body := e.mustCall("GET", "/admin/ledger", "")
+	var l fakeserver.Ledger
+	if err := json.Unmarshal([]byte(body), &l); err != nil || status != 200 {
+		t.Fatalf("ledger: %d %s %v", status, body, err)
+	}
+	want := []fakeserver.Authorization{
+		{MerchantOrderID: "ord_1", Reference: "fake_ch_1", Status: "succeeded", Amount: 1000, AmountCaptured: 400, Currency: "KRW"},
+		{MerchantOrderID: "ord_2", Reference: "fake_ch_3", Status: "voided", Amount: 1000, Currency: "KRW"},
+		{MerchantOrderID: "ord_3", Reference: "fake_ch_4", Status: "voided", Amount: 1000, Currency: "KRW", Lapsed: true},
+	}
+	if len(l.Authorizations) != len(want) {
+		t.Fatalf("authorizations %+v, want %+v", l.Authorizations, want)
+	}
+	for i, a := range l.Authorizations {
+		if a.CaptureBefore.IsZero() {
+			t.Errorf("authorization %d has no capture_before", i)
+		}
+		a.CaptureBefore = time.Time{}
+		if a != want[i] {
+			t.Errorf("authorization %d = %+v, want %+v", i, a, want[i])
+		}
+	}
+	if len(l.Captures) != 1 || l.Captures[0].CaptureOrderID != "cap_1" || l.Captures[0].Amount != 400 || l.Captures[0].Reference == "" ||
+		len(l.Voids) != 1 || l.Voids[0] != (fakeserver.Void{VoidOrderID: "vod_2", MerchantOrderID: "ord_2", ChargeReference: "fake_ch_3", Reason: "duplicate"}) {
+		t.Fatalf("captures %+v, voids %+v", l.Captures, l.Voids)
+	}
+	if st := e.srv.Stats(); st.CaptureCalls != 8 || st.VoidCalls != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+	if status, _ := e.mustCall("POST", "/admin/reset", ""); status != http.StatusNoContent {
+		t.Fatalf("reset: %d", status)
+	}
+	if l := e.srv.LedgerSnapshot(); len(l.Authorizations)+len(l.Captures)+len(l.Voids) != 0 {
+		t.Fatalf("ledger after reset: %+v", l)
+	}
+}
+
+// Captures and voids draw the same faults as charges: the "after" kinds act
+// first, and Stats counts what each kind drew apart.
+func TestCommandFaultKinds(t *testing.T) {
+	tests := []struct {
+		name   string
+		faults fakeserver.Faults
+		status int // 0: the connection is dropped
+		acted  bool
+	}{
+		{"error_before_charge", fakeserver.Faults{ErrorBeforeCharge: 1}, 503, false},
+		{"error_after_charge", fakeserver.Faults{ErrorAfterCharge: 1}, 500, true},
+		{"drop_connection_after_charge", fakeserver.Faults{DropConnectionAfterCharge: 1}, 0, true},
+		{"timeout_after_charge", fakeserver.Faults{TimeoutAfterCharge: 1}, 0, true},
+	}
+	for _, tt := range tests {
+		for _, op := range []string{"capture", "void"} {
+			t.Run(op+"_"+tt.name, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				e := newEnv(t, fakeserver.Options{OnHold: cancel})
+				if status, body := e.mustCall("POST", "/v1/charges",
+					`{"merchant_order_id":"ord_1","amount":1000,"currency":"KRW","payment_method":"pm_card_ok","capture_method":"manual"}`); status != 201 {
+					t.Fatalf("authorize = %d %s", status, body)
+				}
+				if err := e.srv.SetFaults(tt.faults); err != nil {
+					t.Fatal(err)
+				}
+				path, body := "/v1/captures", `{"capture_order_id":"cap_1","merchant_order_id":"ord_1","charge_reference":"fake_ch_1","amount":1000,"currency":"KRW"}`
+				if op == "void" {
+					path, body = "/v1/voids", `{"void_order_id":"vod_1","merchant_order_id":"ord_1","charge_reference":"fake_ch_1"}`
+				}
+				status, answer, err := e.call(ctx, "POST", path, body)
+				if tt.status == 0 && err == nil || tt.status != 0 && (err != nil || status != tt.status) {
+					t.Fatalf("got %d %s %v, want %d (0: a dropped connection)", status, answer, err, tt.status)
+				}
+				l := e.srv.LedgerSnapshot()
+				made := len(l.Captures)
+				if op == "void" {
+					made = len(l.Voids)
+				}
+				if want := map[bool]int{false: 0, true: 1}[tt.acted]; made != want {
+					t.Fatalf("ledger has %d %ss, want %d: %+v", made, op, want, l)
+				}
+				st := e.srv.Stats()
+				part := st.InjectedCaptures
+				if op == "void" {
+					part = st.InjectedVoids
+				}
+				if part[tt.name] != 1 || st.Injected[tt.name] != 1 || len(st.InjectedRefunds) != 0 {
+					t.Fatalf("stats %+v after a %s under %s", st, op, tt.name)
+				}
+			})
+		}
 	}
 }
