@@ -65,12 +65,16 @@ func (e *env) fuzzDoAs(t testing.TB, apiKey, method, target string, hdr http.Hea
 	return response{status: x.status, header: x.header, body: x.body}
 }
 
-// state is everything a request may change: a checksum of each table the
-// API writes, and the PSP's calls.
+// state is everything a request may change: a checksum of each table of
+// the database (but the migrations'), and the PSP's calls.
 func (e *env) state(t *testing.T) string {
 	t.Helper()
-	rows, err := e.db.QueryContext(t.Context(), `CHECKSUM TABLE payments, idempotency_keys, payment_resolutions,
-		refunds, refund_resolutions, events, event_log, webhook_endpoints, webhook_deliveries`)
+	var tables []string
+	if err := e.db.SelectContext(t.Context(), &tables, `SELECT TABLE_NAME FROM information_schema.TABLES
+		WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> 'schema_migrations' ORDER BY TABLE_NAME`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := e.db.QueryContext(t.Context(), `CHECKSUM TABLE `+strings.Join(tables, ", "))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +91,8 @@ func (e *env) state(t *testing.T) string {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(&b, "PSP charge calls %d, refund calls %d", e.psp.ChargeCalls(), e.psp.RefundCalls())
+	fmt.Fprintf(&b, "PSP charge calls %d, refund calls %d, captures %d, voids %d",
+		e.psp.ChargeCalls(), e.psp.RefundCalls(), len(e.psp.Captures()), len(e.psp.Voids()))
 	return b.String()
 }
 
@@ -239,6 +244,156 @@ func FuzzConfirmBody(f *testing.F) {
 		}
 		if want.Amount != nil && *want.Amount != 1000 || want.OrderID != nil && *want.OrderID != sent[0].MerchantOrderID {
 			t.Fatalf("body %q charged %s although it checks another amount or order", body, id)
+		}
+	})
+}
+
+// authorized is a payment of 1000 KRW authorized for a manual capture.
+func (e *env) authorized(t *testing.T, k *keys) payments.View {
+	t.Helper()
+	res := e.fuzzDo(t, http.MethodPost, "/payments", idem(k.next("auth")),
+		[]byte(`{"amount": 1000, "currency": "KRW", "payment_method": "pm_card_ok", "capture_method": "manual"}`))
+	var p payments.View
+	if err := json.Unmarshal(res.body, &p); err != nil || res.status != http.StatusCreated || p.Status != payments.RequiresCapture {
+		t.Fatalf("authorization: %d %s", res.status, res.body)
+	}
+	return p
+}
+
+// FuzzCaptureBody: POST /payments/{id}/capture of an authorization. A
+// body refused with a 400 changes nothing; any other refusal captures
+// nothing; an accepted one captures once what it asks (its
+// amount_to_capture, or the whole authorization without one).
+func FuzzCaptureBody(f *testing.F) {
+	for _, b := range []string{
+		`{}`, `{"amount_to_capture": 400}`, `{"amount_to_capture": 1000}`, `{"amount_to_capture": 1001}`,
+		`{"amount_to_capture": 0}`, `{"amount_to_capture": -1}`, `{"amount_to_capture": null}`, `{"amount_to_capture": 4e2}`,
+		`{"amount_to_capture": "400"}`, `{"amount_to_capture": 1, "amount_to_capture": 2}`, `{"Amount_To_Capture": 1}`,
+		`{"amount": 400}`, `{} {}`, `null`, ``,
+	} {
+		f.Add([]byte(b))
+	}
+	var mu sync.Mutex
+	var captured []psp.CaptureRequest
+	e := newEnv(f)
+	e.psp.SetCaptureHook(func(_ context.Context, req psp.CaptureRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		captured = append(captured, req)
+	})
+	var k keys
+	var pay payments.View
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if pay.ID == "" {
+			pay = e.authorized(t, &k)
+		}
+		before := e.state(t)
+		mu.Lock()
+		calls := len(captured)
+		mu.Unlock()
+		res := e.fuzzDo(t, http.MethodPost, "/payments/"+pay.ID+"/capture", idem(k.next("capture")), body)
+		mu.Lock()
+		sent := captured[calls:]
+		mu.Unlock()
+		switch {
+		case res.status == http.StatusBadRequest:
+			if after := e.state(t); after != before {
+				t.Fatalf("refused body %q changed the state:\n%s\n%s", body, before, after)
+			}
+			return
+		case len(sent) == 0:
+			if res.status < 300 {
+				t.Fatalf("body %q answered %d without a capture: %s", body, res.status, res.body)
+			}
+			return // refused by the flow (409, 422): nothing captured
+		}
+		id := pay.ID
+		pay = payments.View{}
+		var want struct {
+			AmountToCapture *int64 `json:"amount_to_capture"`
+		}
+		if err := json.Unmarshal(body, &want); err != nil {
+			t.Fatalf("body %q, which encoding/json refuses, captured %s", body, id)
+		}
+		amount := int64(1000)
+		if want.AmountToCapture != nil {
+			amount = *want.AmountToCapture
+		}
+		var got payments.View
+		if err := json.Unmarshal(res.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(sent) != 1 || sent[0].Amount != amount || got.AmountCaptured == nil || *got.AmountCaptured != amount {
+			t.Fatalf("body %q: captures sent %+v, answer %d %s; want one of %d", body, sent, res.status, res.body, amount)
+		}
+	})
+}
+
+// FuzzCancelBody: POST /payments/{id}/cancel of an authorization. A body
+// refused with a 400 changes nothing; an accepted one voids the
+// authorization once, with the reason it gives (requested_by_customer
+// without one).
+func FuzzCancelBody(f *testing.F) {
+	for _, b := range []string{
+		`{}`, `{"cancellation_reason": "duplicate"}`, `{"cancellation_reason": "fraudulent"}`, `{"cancellation_reason": "abandoned"}`,
+		`{"cancellation_reason": "authorization_expired"}`, `{"cancellation_reason": "Duplicate"}`, `{"cancellation_reason": null}`,
+		`{"cancellation_reason": 1}`, `{"cancellation_reason": "duplicate", "cancellation_reason": "fraudulent"}`,
+		`{"Cancellation_Reason": "duplicate"}`, `{"reason": "duplicate"}`, `null`, ``,
+	} {
+		f.Add([]byte(b))
+	}
+	var mu sync.Mutex
+	var voided []psp.VoidRequest
+	e := newEnv(f)
+	e.psp.SetVoidHook(func(_ context.Context, req psp.VoidRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		voided = append(voided, req)
+	})
+	var k keys
+	var pay payments.View
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if pay.ID == "" {
+			pay = e.authorized(t, &k)
+		}
+		before := e.state(t)
+		mu.Lock()
+		calls := len(voided)
+		mu.Unlock()
+		res := e.fuzzDo(t, http.MethodPost, "/payments/"+pay.ID+"/cancel", idem(k.next("cancel")), body)
+		mu.Lock()
+		sent := voided[calls:]
+		mu.Unlock()
+		switch {
+		case res.status == http.StatusBadRequest:
+			if after := e.state(t); after != before {
+				t.Fatalf("refused body %q changed the state:\n%s\n%s", body, before, after)
+			}
+			return
+		case len(sent) == 0:
+			if res.status < 300 {
+				t.Fatalf("body %q answered %d without a void: %s", body, res.status, res.body)
+			}
+			return
+		}
+		id := pay.ID
+		pay = payments.View{}
+		var want struct {
+			CancellationReason *string `json:"cancellation_reason"`
+		}
+		if err := json.Unmarshal(body, &want); err != nil {
+			t.Fatalf("body %q, which encoding/json refuses, canceled %s", body, id)
+		}
+		reason := payments.CancelRequestedByCustomer
+		if want.CancellationReason != nil {
+			reason = *want.CancellationReason
+		}
+		var got payments.View
+		if err := json.Unmarshal(res.body, &got); err != nil {
+			t.Fatal(err)
+		}
+		if len(sent) != 1 || sent[0].Reason != reason || got.Status != payments.Canceled || deref(got.CancellationReason) != reason {
+			t.Fatalf("body %q: voids sent %+v, answer %d %s; want one, %s", body, sent, res.status, res.body, reason)
 		}
 	})
 }

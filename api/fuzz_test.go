@@ -38,6 +38,7 @@ func FuzzParseCreate(f *testing.F) {
 		{"k", "{\"description\": \"\\u0000\"}"},
 		{"k", `{"amount": 1000, "currency": "KRW", "confirm": false}`},
 		{"k", `{"amount": 1000, "currency": "KRW", "payment_method": "pm", "metadata": null}`},
+		{"k", `{"amount": 1000, "currency": "KRW", "payment_method": "pm", "capture_method": "manual"}`},
 	} {
 		f.Add(seed.key, []byte(seed.body))
 	}
@@ -77,6 +78,9 @@ func FuzzParseCreate(f *testing.F) {
 		}
 		if req.ConfirmLater {
 			fields["confirm"] = false
+		}
+		if req.CaptureMethod != "" {
+			fields["capture_method"] = string(req.CaptureMethod)
 		}
 		again, err := json.Marshal(fields)
 		if err != nil {

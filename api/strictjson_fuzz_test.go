@@ -21,6 +21,8 @@ var bodyTypes = []func() any{
 	func() any { return new(confirmBody) },
 	func() any { return new(createEndpointBody) },
 	func() any { return new(rotateBody) },
+	func() any { return new(captureBody) },
+	func() any { return new(cancelBody) },
 }
 
 // FuzzStrictJSON: a body decodeRaw accepts means one thing. It is one JSON
@@ -53,6 +55,8 @@ func FuzzStrictJSON(f *testing.F) {
 		{4, `{"grace_period_seconds": 3600}`},
 		{4, `[]`},
 		{4, ``},
+		{5, `{"amount_to_capture": 400}`},
+		{6, `{"cancellation_reason": "duplicate", "Cancellation_reason": "fraudulent"}`},
 	} {
 		f.Add(seed.kind, []byte(seed.body))
 	}
