@@ -21,14 +21,17 @@ import (
 	"gateway/psp/stripe/stripetest"
 )
 
-// fuzzStripe is a Stripe adapter with webhooks over the fake, holding a
-// succeeded and a refunded PaymentIntent; events are signed notifications
-// about them.
+// fuzzNow is the fuzz targets' time now, on the adapter's clock.
+var fuzzNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// fuzzStripe is a Stripe adapter with webhooks over the fake, its clock
+// at fuzzNow, holding a succeeded and a refunded PaymentIntent; events are
+// notifications about them.
 func fuzzStripe(f *testing.F) (a *stripe.Adapter, fake *stripetest.Server, events [][]byte) {
 	fake = stripetest.New(key)
 	ts := httptest.NewServer(fake)
 	f.Cleanup(ts.Close)
-	a, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: ts.URL, WebhookSecret: whsec})
+	a, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: ts.URL, WebhookSecret: whsec, Now: func() time.Time { return fuzzNow }})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -65,7 +68,7 @@ func FuzzStripeSignedBody(f *testing.F) {
 		i := int(at) % (len(body) + 1)
 		j := min(i+int(cut), len(body))
 		altered := append(append(append([]byte{}, body[:i]...), insert...), body[j:]...)
-		header := signed(body, whsec, time.Now())
+		header := signed(body, whsec, fuzzNow)
 		before := len(fake.Requests())
 		_, err := a.ReadNotice(t.Context(), header, altered)
 		if !bytes.Equal(altered, body) {
@@ -85,14 +88,16 @@ func FuzzStripeSignedBody(f *testing.F) {
 
 // FuzzStripeSignatureHeader: whatever the Stripe-Signature header holds,
 // a notification is read only when the header carries, for a timestamp it
-// names that is at most five minutes old, the body's HMAC-SHA256 under
-// the endpoint's secret; any other header is refused before Stripe is
-// asked anything. In the fuzzed header, {t} stands for the time now and
-// {v1} for the body's signature at that time.
+// names within five minutes of now, the body's HMAC-SHA256 under the
+// endpoint's secret; any other header is refused before Stripe is asked
+// anything. In the fuzzed header, {t} stands for the time now and {v1}
+// for the body's signature at that time; {t+1h}, {v1+1h}, {t-1h} and
+// {v1-1h} for an hour later and earlier.
 func FuzzStripeSignatureHeader(f *testing.F) {
 	a, fake, events := fuzzStripe(f)
 	for _, h := range []string{
-		"t={t},v1={v1}", "t={t},v1={v1},v0=00", "t={t},v1=00,v1={v1}", "v1={v1},t={t}", "t={t}, v1={v1}",
+		"t={t},v1={v1}", "t={t},v1={v1},v0=00", "t={t+1h},v1={v1+1h}", "t={t-1h},v1={v1-1h}",
+		"t={t},t={t+1h},v1={v1+1h}", "t={t+1h},t={t},v1={v1+1h},v1={v1}", "t={t},v1=00,v1={v1}", "v1={v1},t={t}", "t={t}, v1={v1}",
 		"t={t},v1={V1}", "t=0,v1={v1}", "t={t},t=0,v1={v1}", "t=0,t={t},v1={v1}", "t={t},v1={v1}x", "t={t}",
 		"t={t},v1=", "t={t},v1={v1},=", "t={t}=,v1={v1}", "", "t=-{t},v1={v1}", "t=+{t},v1={v1}", "t=0{t},v1={v1}",
 	} {
@@ -101,14 +106,19 @@ func FuzzStripeSignatureHeader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, template string, which uint8) {
 		body := events[int(which)%len(events)]
-		now := time.Now()
-		ts := strconv.FormatInt(now.Unix(), 10)
-		sig := hex.EncodeToString(signature(ts, body))
-		header := strings.NewReplacer("{t}", ts, "{v1}", sig, "{V1}", strings.ToUpper(sig)).Replace(template)
+		stamp := func(d time.Duration) (string, string) {
+			ts := strconv.FormatInt(fuzzNow.Add(d).Unix(), 10)
+			return ts, hex.EncodeToString(signature(ts, body))
+		}
+		ts, sig := stamp(0)
+		later, laterSig := stamp(time.Hour)
+		earlier, earlierSig := stamp(-time.Hour)
+		header := strings.NewReplacer("{t}", ts, "{v1}", sig, "{V1}", strings.ToUpper(sig),
+			"{t+1h}", later, "{v1+1h}", laterSig, "{t-1h}", earlier, "{v1-1h}", earlierSig).Replace(template)
 		before := len(fake.Requests())
 		_, err := a.ReadNotice(t.Context(), http.Header{"Stripe-Signature": {header}}, body)
 		if err == nil || !errors.Is(err, psp.ErrUnverified) {
-			if !carriesSignature(header, body, now) {
+			if !carriesSignature(header, body, fuzzNow) {
 				t.Fatalf("header %q verified, though it carries no fresh signature of the body (%v)", header, err)
 			}
 			return
@@ -126,9 +136,9 @@ func signature(ts string, body []byte) []byte {
 	return m.Sum(nil)
 }
 
-// carriesSignature reports whether header names a timestamp at most five
-// minutes before now (in any decimal spelling: 0042 is 42) and, among its
-// v1 values, the body's signature at it.
+// carriesSignature reports whether header names a timestamp within five
+// minutes of now (in any decimal spelling: 0042 is 42) and, among its v1
+// values, the body's signature at it.
 func carriesSignature(header string, body []byte, now time.Time) bool {
 	var stamps []string
 	var sigs [][]byte
@@ -145,7 +155,7 @@ func carriesSignature(header string, body []byte, now time.Time) bool {
 	}
 	for _, ts := range stamps {
 		at, err := strconv.ParseInt(ts, 10, 64)
-		if err != nil || now.Sub(time.Unix(at, 0)) > 5*time.Minute {
+		if err != nil || at < now.Unix()-300 || at > now.Unix()+300 {
 			continue
 		}
 		for _, s := range sigs {
