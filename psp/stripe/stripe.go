@@ -22,6 +22,22 @@
 //     to show), so not found is not authoritative: the gateway relies on the
 //     idempotency key to charge again safely. A search result for another
 //     order id is Unknown (psp.ErrMismatch), never skipped.
+//   - A charge with CaptureManual also sends capture_method=manual and
+//     expand[]=latest_charge: Stripe authorizes the card (requires_capture
+//     → Authorized) and the expanded charge's
+//     payment_method_details.card.capture_before says until when (lookups
+//     expand it too). Capture is POST /v1/payment_intents/{id}/capture with
+//     amount_to_capture (in Stripe's units), metadata[capture_order_id] and
+//     Idempotency-Key "gw-capture-<capture order id>"; Void is POST
+//     /v1/payment_intents/{id}/cancel with the gateway's reason where
+//     Stripe has one (duplicate, fraudulent, requested_by_customer,
+//     abandoned; authorization_expired is abandoned) and Idempotency-Key
+//     "gw-void-<void order id>". Stripe captures a PaymentIntent once and
+//     releases the rest; it refuses to capture or cancel one that cannot be
+//     (payment_intent_unexpected_state), and the adapter then answers with
+//     the PaymentIntent as it stands, retrieved. A succeeded PaymentIntent's
+//     amount_received is AmountCaptured; a manual one canceled without a
+//     decline (voided, or its authorization expired) is Voided.
 //   - Refund first lists the PaymentIntent's refunds for one whose
 //     metadata[refund_order_id] is the refund order id, and returns it if
 //     found: a refund retried after Stripe forgot its idempotency key (24
@@ -31,12 +47,15 @@
 //     PaymentIntent's refunds (a list, not a search: consistent).
 //
 // Outcomes (https://docs.stripe.com/error-codes, /error-handling,
-// /declines/codes): a PaymentIntent that succeeded → Succeeded; processing
-// or requires_action → Pending; 402 card_error, or a PaymentIntent back in
+// /declines/codes, /payments/place-a-hold-on-a-payment-method): a
+// PaymentIntent that succeeded → Succeeded; requires_capture → Authorized
+// (Unknown, psp.ErrMismatch, for a charge asked to take the money at once);
+// processing or requires_action → Pending; 402 card_error, or a PaymentIntent back in
 // requires_payment_method with a last_payment_error → Declined, Code the
 // decline_code (or the error code when there is none) and DeclineCode the
 // same, or card_declined for generic_decline, once the PaymentIntent is
-// canceled at Stripe (see settled); canceled → Declined; 400
+// canceled at Stripe (see settled); canceled → Declined, or Voided for a
+// manual-capture one canceled without a decline; 400
 // idempotency_error → NotProcessed wrapping psp.ErrOrderConflict; other
 // invalid_request_error answers (amount_too_small, a currency Stripe does
 // not take, invalid parameters) → Rejected with Stripe's code; 401 and 403
@@ -136,7 +155,10 @@ type Adapter struct {
 	now        func() time.Time
 }
 
-var _ psp.Adapter = (*Adapter)(nil)
+var (
+	_ psp.Adapter  = (*Adapter)(nil)
+	_ psp.Capturer = (*Adapter)(nil)
+)
 
 const (
 	// maxOrderIDLen keeps "gw-charge-" + the order id within Stripe's
@@ -144,11 +166,21 @@ const (
 	maxOrderIDLen = 200
 	// dedupeWindow is how long Stripe keeps an idempotency key.
 	dedupeWindow = 24 * time.Hour
+	// authorizationValidity is how long Stripe holds an online card
+	// payment's authorization (Visa, Mastercard, American Express and
+	// Discover, customer-initiated), for an answer whose capture_before
+	// was not read.
+	authorizationValidity = 7 * 24 * time.Hour
 	// maxMetadataValue is Stripe's limit on a metadata value.
 	maxMetadataValue = 500
 	// metadata keys the adapter writes and searches.
-	metaOrderID  = "merchant_order_id"
-	metaRefundID = "refund_order_id"
+	metaOrderID   = "merchant_order_id"
+	metaRefundID  = "refund_order_id"
+	metaCaptureID = "capture_order_id"
+	// expandCharge makes Stripe answer with the PaymentIntent's latest
+	// charge as an object: its capture_before is an authorization's
+	// deadline.
+	expandCharge = "latest_charge"
 )
 
 // orderIDPattern keeps ids safe to quote in a search query.
@@ -194,15 +226,17 @@ func New(cfg Config) (*Adapter, error) {
 // not modify it.
 func (a *Adapter) Capabilities() psp.Capabilities {
 	return psp.Capabilities{
-		Name:                "stripe",
-		AuthoritativeLookup: false,
-		CreationWindow:      a.window,
-		DedupesOrderID:      true,
-		DedupeWindow:        dedupeWindow,
-		MaxOrderIDLen:       maxOrderIDLen,
-		Account:             a.account,
-		Currencies:          a.currencies,
-		Checkout:            psp.Checkout{Client: psp.ClientStripeJS, PublishableKey: a.publicKey, ResultField: psp.ResultPaymentMethod},
+		Name:                  "stripe",
+		AuthoritativeLookup:   false,
+		CreationWindow:        a.window,
+		DedupesOrderID:        true,
+		DedupeWindow:          dedupeWindow,
+		MaxOrderIDLen:         maxOrderIDLen,
+		Account:               a.account,
+		Currencies:            a.currencies,
+		Checkout:              psp.Checkout{Client: psp.ClientStripeJS, PublishableKey: a.publicKey, ResultField: psp.ResultPaymentMethod},
+		ManualCapture:         true,
+		AuthorizationValidity: authorizationValidity,
 	}
 }
 
@@ -240,6 +274,14 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
 		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
 	}
+	manual := false
+	switch req.CaptureMethod {
+	case "", psp.CaptureAutomatic:
+	case psp.CaptureManual:
+		manual = true
+	default:
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: fmt.Errorf("capture method %q", req.CaptureMethod)}
+	}
 	amount, err := a.toStripe(req.Amount, req.Currency)
 	if err != nil {
 		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
@@ -261,6 +303,10 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 	if req.Description != "" {
 		params.Description = sdk.String(truncate(req.Description, 1000))
 	}
+	if manual {
+		params.CaptureMethod = sdk.String(string(sdk.PaymentIntentCaptureMethodManual))
+		params.AddExpand(expandCharge)
+	}
 	params.SetIdempotencyKey("gw-charge-" + req.MerchantOrderID)
 	pi, err := a.sc.V1PaymentIntents.Create(ctx, params)
 	if err != nil {
@@ -272,6 +318,10 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 	}
 	if err := psp.MatchCharge(op, req, c); err != nil {
 		return psp.Charge{}, err
+	}
+	if c.Status == psp.Authorized && !manual {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: asked to take order %q at once, Stripe only authorized payment intent %s", psp.ErrMismatch, req.MerchantOrderID, pi.ID)}
 	}
 	return c, nil
 }
@@ -407,7 +457,7 @@ func (a *Adapter) settled(ctx context.Context, op string, pi *sdk.PaymentIntent)
 		}
 		return a.toCharge(op, canceled)
 	case errors.As(err, &se) && se.Code == sdk.ErrorCodePaymentIntentUnexpectedState:
-		now, rerr := a.sc.V1PaymentIntents.Retrieve(ctx, pi.ID, nil)
+		now, rerr := a.retrieve(ctx, pi.ID)
 		if rerr != nil {
 			return psp.Charge{}, lookupFailure(op, rerr)
 		}
@@ -431,6 +481,12 @@ func (a *Adapter) toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error)
 	switch pi.Status {
 	case sdk.PaymentIntentStatusSucceeded:
 		c.Status = psp.Succeeded
+		if c.AmountCaptured, err = a.received(op, pi, amount); err != nil {
+			return psp.Charge{}, err
+		}
+	case sdk.PaymentIntentStatusRequiresCapture:
+		c.Status = psp.Authorized
+		c.CaptureBefore = captureBefore(pi)
 	case sdk.PaymentIntentStatusRequiresPaymentMethod:
 		// Declined, but payable still: only settled's cancel makes it an answer.
 		if pi.LastPaymentError == nil {
@@ -438,6 +494,12 @@ func (a *Adapter) toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error)
 		}
 		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("payment intent %s was declined but can still be paid", pi.ID)}
 	case sdk.PaymentIntentStatusCanceled:
+		if pi.CaptureMethod == sdk.PaymentIntentCaptureMethodManual && pi.LastPaymentError == nil {
+			// Released before any capture: by a void, or when the
+			// authorization expired (cancellation_reason automatic).
+			c.Status = psp.Voided
+			break
+		}
 		c.Status, c.DeclineCode, c.Code = psp.Declined, "canceled", "canceled"
 		if pi.CancellationReason != "" {
 			c.Code = string(pi.CancellationReason)
@@ -451,10 +513,45 @@ func (a *Adapter) toCharge(op string, pi *sdk.PaymentIntent) (psp.Charge, error)
 		c.Status, c.NextAction = psp.Pending, nextAction(pi)
 	case sdk.PaymentIntentStatusProcessing:
 		c.Status = psp.Pending
-	default: // requires_capture, requires_confirmation
+	default: // requires_confirmation
 		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("payment intent %s is %s", pi.ID, pi.Status)}
 	}
 	return c, nil
+}
+
+// received is what a succeeded PaymentIntent took, in ISO units: its
+// amount_received, or its whole amount when Stripe did not say.
+func (a *Adapter) received(op string, pi *sdk.PaymentIntent, amount int64) (int64, error) {
+	if pi.AmountReceived == 0 {
+		return amount, nil
+	}
+	got, _, err := a.fromStripe(op, pi.AmountReceived, pi.Currency)
+	if err != nil {
+		return 0, err
+	}
+	if got > amount {
+		return 0, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: payment intent %s of %d received %d", psp.ErrMismatch, pi.ID, pi.Amount, pi.AmountReceived)}
+	}
+	return got, nil
+}
+
+// captureBefore is when pi's authorization expires, as its latest charge
+// says when it was expanded; zero otherwise.
+func captureBefore(pi *sdk.PaymentIntent) time.Time {
+	ch := pi.LatestCharge
+	if ch == nil || ch.PaymentMethodDetails == nil || ch.PaymentMethodDetails.Card == nil || ch.PaymentMethodDetails.Card.CaptureBefore <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(ch.PaymentMethodDetails.Card.CaptureBefore, 0).UTC()
+}
+
+// retrieve reads the PaymentIntent id as it stands, its latest charge
+// expanded.
+func (a *Adapter) retrieve(ctx context.Context, id string) (*sdk.PaymentIntent, error) {
+	params := &sdk.PaymentIntentRetrieveParams{}
+	params.AddExpand(expandCharge)
+	return a.sc.V1PaymentIntents.Retrieve(ctx, id, params)
 }
 
 // nextAction is what Stripe.js needs to continue pi: the client secret, and
@@ -483,6 +580,7 @@ func (a *Adapter) Lookup(ctx context.Context, merchantOrderID string) (psp.Charg
 	params := &sdk.PaymentIntentSearchParams{SearchParams: sdk.SearchParams{
 		Query: fmt.Sprintf("metadata['%s']:'%s'", metaOrderID, merchantOrderID),
 	}}
+	params.AddExpand("data." + expandCharge)
 	var found []*sdk.PaymentIntent
 	for pi, err := range a.sc.V1PaymentIntents.Search(ctx, params) {
 		if err != nil {
@@ -684,6 +782,96 @@ func (a *Adapter) listRefunds(ctx context.Context, op, pi string, visit func(*sd
 		}
 	}
 	return nil
+}
+
+// cancellationReasons maps the gateway's void reasons onto Stripe's
+// (https://docs.stripe.com/api/payment_intents/cancel); another reason is
+// not sent.
+var cancellationReasons = map[string]sdk.PaymentIntentCancellationReason{
+	"duplicate":             sdk.PaymentIntentCancellationReasonDuplicate,
+	"fraudulent":            sdk.PaymentIntentCancellationReasonFraudulent,
+	"requested_by_customer": sdk.PaymentIntentCancellationReasonRequestedByCustomer,
+	"abandoned":             sdk.PaymentIntentCancellationReasonAbandoned,
+	"authorization_expired": sdk.PaymentIntentCancellationReasonAbandoned,
+}
+
+// Capture implements psp.Capturer.
+func (a *Adapter) Capture(ctx context.Context, req psp.CaptureRequest) (psp.Charge, error) {
+	const op = "capture"
+	if err := validCommand(req.OrderID, req.MerchantOrderID, req.ChargeReference); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	if err := a.Capabilities().Check(req.Amount, req.Currency); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	amount, err := a.toStripe(req.Amount, req.Currency)
+	if err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	params := &sdk.PaymentIntentCaptureParams{AmountToCapture: sdk.Int64(amount)}
+	// Stripe keeps which capture took the money, for the record.
+	params.AddMetadata(metaCaptureID, req.OrderID)
+	params.AddExpand(expandCharge)
+	params.SetIdempotencyKey("gw-capture-" + req.OrderID)
+	pi, err := a.sc.V1PaymentIntents.Capture(ctx, req.ChargeReference, params)
+	return a.commanded(ctx, op, req.MerchantOrderID, req.ChargeReference, req.Currency, pi, err)
+}
+
+// Void implements psp.Capturer.
+func (a *Adapter) Void(ctx context.Context, req psp.VoidRequest) (psp.Charge, error) {
+	const op = "void"
+	if err := validCommand(req.OrderID, req.MerchantOrderID, req.ChargeReference); err != nil {
+		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
+	}
+	params := &sdk.PaymentIntentCancelParams{}
+	if r, ok := cancellationReasons[req.Reason]; ok {
+		params.CancellationReason = sdk.String(string(r))
+	}
+	params.SetIdempotencyKey("gw-void-" + req.OrderID)
+	pi, err := a.sc.V1PaymentIntents.Cancel(ctx, req.ChargeReference, params)
+	return a.commanded(ctx, op, req.MerchantOrderID, req.ChargeReference, "", pi, err)
+}
+
+// referencePattern is what a PaymentIntent id looks like; anything else
+// would not name one in a URL path.
+var referencePattern = regexp.MustCompile(`^[A-Za-z0-9_]{1,255}$`)
+
+func validCommand(orderID, merchantOrderID, reference string) error {
+	if !orderIDPattern.MatchString(orderID) || merchantOrderID == "" || !referencePattern.MatchString(reference) {
+		return fmt.Errorf("order id %q must be 1–%d characters of [A-Za-z0-9_-], with the charge's order id and payment intent", orderID, maxOrderIDLen)
+	}
+	return nil
+}
+
+// commanded reads Stripe's answer to a capture or cancel of the
+// PaymentIntent reference: the PaymentIntent, or, when Stripe refused
+// because the PaymentIntent can no longer be captured or canceled, the
+// PaymentIntent as it stands. Either must be the charge asked about.
+func (a *Adapter) commanded(ctx context.Context, op, orderID, reference, currency string, pi *sdk.PaymentIntent, err error) (psp.Charge, error) {
+	var se *sdk.Error
+	switch {
+	case err == nil:
+	case !errors.As(err, &se):
+		return psp.Charge{}, psp.TransportError(op, err)
+	case se.Code == sdk.ErrorCodePaymentIntentUnexpectedState:
+		// Stripe did nothing: captured already, canceled, or never
+		// authorized. The answer is what it is now.
+		if pi, err = a.retrieve(ctx, reference); err != nil {
+			return psp.Charge{}, lookupFailure(op, err)
+		}
+	default:
+		return psp.Charge{}, classify(op, se)
+	}
+	c, err := a.settled(ctx, op, pi)
+	if err != nil {
+		return psp.Charge{}, err
+	}
+	if c.MerchantOrderID != orderID || c.Reference != reference || (currency != "" && c.Currency != currency) {
+		return psp.Charge{}, &psp.Error{Class: psp.Unknown, Op: op,
+			Err: fmt.Errorf("%w: asked about payment intent %s of order %q in %s, Stripe answered %s of order %q in %s",
+				psp.ErrMismatch, reference, orderID, currency, c.Reference, c.MerchantOrderID, c.Currency)}
+	}
+	return c, nil
 }
 
 func truncate(s string, n int) string {

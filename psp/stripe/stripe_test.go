@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/payments"
 	"gateway/psp"
@@ -77,6 +78,11 @@ func opOf(r *http.Request) psptest.Op {
 		return psptest.OpCharge
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
 		return psptest.OpRefund
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/capture"):
+		return psptest.OpCapture
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/cancel") && strings.HasPrefix(r.Header.Get("Idempotency-Key"), "gw-void-"):
+		// A void, not the cancel that makes a decline final.
+		return psptest.OpVoid
 	case r.URL.Path == "/v1/payment_intents/search":
 		return psptest.OpLookup
 	case r.URL.Path == "/v1/refunds":
@@ -90,8 +96,13 @@ type backend struct {
 	fake *stripetest.Server
 }
 
-func (b backend) Charges(orderID string) int  { return b.fake.Charges(orderID) }
-func (b backend) Refunds(refundID string) int { return b.fake.RefundCount(refundID) }
+var _ psptest.Lapser = backend{}
+
+func (b backend) Charges(orderID string) int    { return b.fake.Charges(orderID) }
+func (b backend) Refunds(refundID string) int   { return b.fake.RefundCount(refundID) }
+func (b backend) Captures(captureID string) int { return b.fake.Captures(captureID) }
+func (b backend) Voids(voidID string) int       { return b.fake.CancelsWithKey("gw-void-" + voidID) }
+func (b backend) Lapse(orderID string)          { b.fake.Lapse(orderID) }
 func (b backend) Settle(orderID string, o psptest.Outcome) {
 	b.fake.Authenticate(orderID, o == psptest.Success)
 }
@@ -183,7 +194,8 @@ func TestCreateAnswers(t *testing.T) {
 		{"edge html", 502, `<html>Bad Gateway</html>`, "", psp.Unknown, nil},
 		{"4xx unreadable", 400, `<html>Bad Request</html>`, "", psp.Unknown, nil},
 		{"200 unreadable", 200, `{"id":`, "", psp.Unknown, nil},
-		{"requires capture", 200, strings.Replace(pi, `"succeeded"`, `"requires_capture"`, 1), "", psp.Unknown, nil},
+		{"authorized only", 200, strings.Replace(pi, `"succeeded"`, `"requires_capture"`, 1), "", psp.Unknown, psp.ErrMismatch},
+		{"received more than charged", 200, strings.Replace(pi, `"amount":15000`, `"amount":15000,"amount_received":15001`, 1), "", psp.Unknown, psp.ErrMismatch},
 		{"another order", 200, strings.Replace(pi, order, "ord_000000000000000000000002", 1), "", psp.Unknown, psp.ErrMismatch},
 		{"another amount", 200, strings.Replace(pi, "15000", "15001", 1), "", psp.Unknown, psp.ErrMismatch},
 		{"another currency", 200, strings.Replace(pi, "krw", "jpy", 1), "", psp.Unknown, psp.ErrMismatch},
@@ -346,7 +358,8 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("log line leaks the key or hides its kind: %s", b.String())
 	}
 	caps := mustNew(t, "http://127.0.0.1:1").Capabilities()
-	if caps.Name != "stripe" || caps.AuthoritativeLookup || !caps.DedupesOrderID || caps.DedupeWindow == 0 || caps.Account != "" {
+	if caps.Name != "stripe" || caps.AuthoritativeLookup || !caps.DedupesOrderID || caps.DedupeWindow == 0 || caps.Account != "" ||
+		!caps.ManualCapture || caps.AuthorizationValidity != 7*24*time.Hour {
 		t.Fatalf("Capabilities = %+v", caps)
 	}
 	labelled, err := stripe.New(stripe.Config{SecretKey: key, BaseURL: "http://127.0.0.1:1", Account: "acct_1Fake"})
@@ -636,6 +649,224 @@ func TestADeclineIsFinalAtStripe(t *testing.T) {
 			}
 			if err != nil || c.Status != tt.want {
 				t.Fatalf("Charge = %+v, %v; want %s", c, err, tt.want)
+			}
+		})
+	}
+}
+
+// Manual capture sends what Stripe documents: capture_method=manual with
+// the latest charge expanded, a capture of amount_to_capture in Stripe's
+// units under its own key and metadata, a cancel with Stripe's reason.
+func TestCaptureRequestShape(t *testing.T) {
+	fake := stripetest.New(key)
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	a := mustNew(t, ts.URL)
+	const order = "ord_000000000000000000000001"
+	auth, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 1000, Currency: "ISK",
+		PaymentMethod: "pm_card_visa", CaptureMethod: psp.CaptureManual})
+	if err != nil || auth.Status != psp.Authorized {
+		t.Fatalf("Charge = %+v, %v", auth, err)
+	}
+	create := fake.Requests()[0]
+	if create.PostForm.Get("capture_method") != "manual" || create.PostForm.Get("expand[0]") != "latest_charge" {
+		t.Errorf("create form %v, want capture_method=manual and the latest charge expanded", create.PostForm)
+	}
+	if _, err := a.Capture(t.Context(), psp.CaptureRequest{OrderID: "cap_1", MerchantOrderID: order, ChargeReference: auth.Reference,
+		Amount: 600, Currency: "ISK"}); err != nil {
+		t.Fatal(err)
+	}
+	capture := fake.Requests()[1]
+	want := map[string]string{"amount_to_capture": "60000", "metadata[capture_order_id]": "cap_1", "expand[0]": "latest_charge"}
+	for k, v := range want {
+		if got := capture.PostForm.Get(k); got != v {
+			t.Errorf("capture form %s = %q, want %q", k, got, v)
+		}
+	}
+	if capture.URL.Path != "/v1/payment_intents/"+auth.Reference+"/capture" || capture.Header.Get("Idempotency-Key") != "gw-capture-cap_1" {
+		t.Errorf("capture sent to %s with key %q", capture.URL.Path, capture.Header.Get("Idempotency-Key"))
+	}
+
+	reasons := []struct{ gateway, stripe string }{
+		{"duplicate", "duplicate"}, {"fraudulent", "fraudulent"}, {"requested_by_customer", "requested_by_customer"},
+		{"abandoned", "abandoned"}, {"authorization_expired", "abandoned"}, {"something else", ""}, {"", ""},
+	}
+	for i, tt := range reasons {
+		order := fmt.Sprintf("ord_%024d", i+2)
+		auth, err := a.Charge(t.Context(), psp.ChargeRequest{MerchantOrderID: order, Amount: 1000, Currency: "KRW",
+			PaymentMethod: "pm_card_visa", CaptureMethod: psp.CaptureManual})
+		if err != nil {
+			t.Fatal(err)
+		}
+		void := fmt.Sprintf("vod_%d", i)
+		v, err := a.Void(t.Context(), psp.VoidRequest{OrderID: void, MerchantOrderID: order, ChargeReference: auth.Reference, Reason: tt.gateway})
+		if err != nil || v.Status != psp.Voided {
+			t.Fatalf("Void(%q) = %+v, %v", tt.gateway, v, err)
+		}
+		requests := fake.Requests()
+		cancel := requests[len(requests)-1]
+		_, sent := cancel.PostForm["cancellation_reason"]
+		if cancel.PostForm.Get("cancellation_reason") != tt.stripe || sent != (tt.stripe != "") ||
+			cancel.Header.Get("Idempotency-Key") != "gw-void-"+void || cancel.URL.Path != "/v1/payment_intents/"+auth.Reference+"/cancel" {
+			t.Errorf("void with reason %q sent %s %v key %q; want cancellation_reason %q", tt.gateway, cancel.URL.Path, cancel.PostForm,
+				cancel.Header.Get("Idempotency-Key"), tt.stripe)
+		}
+	}
+	before := len(fake.Requests())
+	for _, bad := range []psp.CaptureRequest{
+		{OrderID: "", MerchantOrderID: order, ChargeReference: auth.Reference, Amount: 600, Currency: "ISK"},
+		{OrderID: "cap 2", MerchantOrderID: order, ChargeReference: auth.Reference, Amount: 600, Currency: "ISK"},
+		{OrderID: "cap_2", MerchantOrderID: order, ChargeReference: "../refunds", Amount: 600, Currency: "ISK"},
+		{OrderID: "cap_2", MerchantOrderID: order, ChargeReference: auth.Reference, Amount: 1550, Currency: "MGA"}, // not whole ariary at Stripe
+	} {
+		_, err := a.Capture(t.Context(), bad)
+		if class, _ := psp.ClassOf(err); class != psp.Rejected {
+			t.Errorf("Capture(%+v) = %v, want Rejected without sending", bad, err)
+		}
+	}
+	if _, err := a.Void(t.Context(), psp.VoidRequest{OrderID: "vod_x", MerchantOrderID: order}); err == nil {
+		t.Error("a void without a payment intent was sent")
+	}
+	if n := len(fake.Requests()); n != before {
+		t.Fatalf("%d refused requests were sent", n-before)
+	}
+}
+
+// Each answer to a capture or cancel lands in its outcome class; a refusal
+// because the PaymentIntent has moved on is answered with it as it stands.
+func TestCommandAnswers(t *testing.T) {
+	const order = "ord_000000000000000000000001"
+	pi := func(status, extra string) string {
+		return `{"id":"pi_1","object":"payment_intent","amount":15000,"currency":"krw","status":"` + status + `","capture_method":"manual",` +
+			`"metadata":{"merchant_order_id":"` + order + `"}` + extra + `}`
+	}
+	unexpected := `{"error":{"type":"invalid_request_error","code":"payment_intent_unexpected_state","message":"status of canceled"}}`
+	tests := []struct {
+		name           string
+		status         int
+		body           string
+		now            string // what a retrieval answers; "" fails it with a 500
+		want           psp.ChargeStatus
+		captured       int64
+		class          psp.Class
+		is             error
+		noRetrieveSent bool
+	}{
+		{"captured", 200, pi("succeeded", `,"amount_received":6000`), "", psp.Succeeded, 6000, 0, nil, true},
+		{"voided", 200, pi("canceled", `,"cancellation_reason":"requested_by_customer"`), "", psp.Voided, 0, 0, nil, true},
+		{"captured already", 400, unexpected, pi("succeeded", `,"amount_received":15000`), psp.Succeeded, 15000, 0, nil, false},
+		{"voided already", 400, unexpected, pi("canceled", ``), psp.Voided, 0, 0, nil, false},
+		{"expired", 400, unexpected, pi("canceled", `,"cancellation_reason":"automatic"`), psp.Voided, 0, 0, nil, false},
+		{"never authorized", 400, unexpected, pi("requires_action", `,"next_action":{"type":"use_stripe_sdk"}`), psp.Pending, 0, 0, nil, false},
+		{"moved on, and the retrieval failed", 400, unexpected, "", "", 0, psp.Unknown, nil, false},
+		{"no such payment intent", 404, `{"error":{"type":"invalid_request_error","code":"resource_missing","message":"No such payment_intent"}}`, "", "", 0, psp.Rejected, nil, true},
+		{"more than capturable", 400, `{"error":{"type":"invalid_request_error","code":"amount_too_large","param":"amount_to_capture","message":"too large"}}`, "", "", 0, psp.Rejected, nil, true},
+		{"key reused", 400, `{"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters"}}`, "", "", 0, psp.NotProcessed, psp.ErrOrderConflict, true},
+		{"rate limited", 429, `{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`, "", "", 0, psp.NotProcessed, nil, true},
+		{"api error", 500, `{"error":{"type":"api_error","message":"An unknown error occurred"}}`, "", "", 0, psp.Unknown, nil, true},
+		{"another order", 200, strings.Replace(pi("succeeded", ""), order, "ord_000000000000000000000002", 1), "", "", 0, psp.Unknown, psp.ErrMismatch, true},
+		{"received more than authorized", 200, pi("succeeded", `,"amount_received":15001`), "", "", 0, psp.Unknown, psp.ErrMismatch, true},
+	}
+	for _, tt := range tests {
+		for _, op := range []string{"capture", "void"} {
+			t.Run(op+" "+tt.name, func(t *testing.T) {
+				retrieved := false
+				ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "application/json")
+					if r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/pi_1" {
+						retrieved = true
+						if r.URL.Query().Get("expand[0]") != "latest_charge" {
+							t.Errorf("retrieved without the latest charge expanded: %s", r.URL.RawQuery)
+						}
+						if tt.now == "" {
+							w.WriteHeader(500)
+							_, _ = io.WriteString(w, `{"error":{"type":"api_error","message":"An unknown error occurred"}}`)
+							return
+						}
+						_, _ = io.WriteString(w, tt.now)
+						return
+					}
+					if want := "/v1/payment_intents/pi_1/" + map[string]string{"capture": "capture", "void": "cancel"}[op]; r.URL.Path != want {
+						t.Errorf("sent to %s, want %s", r.URL.Path, want)
+					}
+					w.WriteHeader(tt.status)
+					_, _ = io.WriteString(w, tt.body)
+				}))
+				defer ts.Close()
+				a := mustNew(t, ts.URL)
+				var (
+					c   psp.Charge
+					err error
+				)
+				if op == "capture" {
+					c, err = a.Capture(t.Context(), psp.CaptureRequest{OrderID: "cap_1", MerchantOrderID: order, ChargeReference: "pi_1", Amount: 6000, Currency: "KRW"})
+				} else {
+					c, err = a.Void(t.Context(), psp.VoidRequest{OrderID: "vod_1", MerchantOrderID: order, ChargeReference: "pi_1", Reason: "duplicate"})
+				}
+				if retrieved == tt.noRetrieveSent {
+					t.Errorf("retrieved: %v, want %v", retrieved, !tt.noRetrieveSent)
+				}
+				if tt.class != 0 {
+					if class, ok := psp.ClassOf(err); !ok || class != tt.class {
+						t.Fatalf("got %+v, %v; want class %s", c, err, tt.class)
+					}
+					if tt.is != nil && !errors.Is(err, tt.is) {
+						t.Fatalf("err = %v, want %v", err, tt.is)
+					}
+					return
+				}
+				if err != nil || c.Status != tt.want || c.AmountCaptured != tt.captured || c.Reference != "pi_1" || c.MerchantOrderID != order {
+					t.Fatalf("got %+v, %v; want %s with %d captured", c, err, tt.want, tt.captured)
+				}
+			})
+		}
+	}
+}
+
+// How a manual PaymentIntent reads: an authorization with its deadline
+// when the latest charge is expanded, voided when canceled without a
+// decline, declined when its decline made it canceled.
+func TestAuthorizationAnswers(t *testing.T) {
+	const order = "ord_000000000000000000000001"
+	pi := func(status, extra string) string {
+		return `{"object":"search_result","has_more":false,"data":[{"id":"pi_1","amount":15000,"currency":"krw","status":"` + status +
+			`","created":100,"metadata":{"merchant_order_id":"` + order + `"}` + extra + `}]}`
+	}
+	deadline := time.Date(2026, 3, 8, 9, 30, 15, 0, time.UTC)
+	charge := fmt.Sprintf(`,"latest_charge":{"id":"ch_1","object":"charge","payment_method_details":{"type":"card","card":{"capture_before":%d}}}`, deadline.Unix())
+	lpe := `,"last_payment_error":{"type":"card_error","code":"card_declined","decline_code":"insufficient_funds"}`
+	tests := []struct {
+		name string
+		body string
+		want psp.Charge
+	}{
+		{"authorized", pi("requires_capture", `,"capture_method":"manual","amount_capturable":15000`+charge),
+			psp.Charge{Status: psp.Authorized, CaptureBefore: deadline}},
+		{"authorized, charge not expanded", pi("requires_capture", `,"capture_method":"manual","latest_charge":"ch_1"`),
+			psp.Charge{Status: psp.Authorized}},
+		{"captured in part", pi("succeeded", `,"capture_method":"manual","amount_received":5000`+charge),
+			psp.Charge{Status: psp.Succeeded, AmountCaptured: 5000}},
+		{"taken at once", pi("succeeded", `,"amount_received":15000`), psp.Charge{Status: psp.Succeeded, AmountCaptured: 15000}},
+		{"voided", pi("canceled", `,"capture_method":"manual","cancellation_reason":"duplicate"`+charge), psp.Charge{Status: psp.Voided}},
+		{"expired", pi("canceled", `,"capture_method":"manual","cancellation_reason":"automatic"`), psp.Charge{Status: psp.Voided}},
+		{"declined, manual", pi("canceled", `,"capture_method":"manual","cancellation_reason":"abandoned"`+lpe),
+			psp.Charge{Status: psp.Declined, DeclineCode: psp.DeclineInsufficientFunds, Code: "insufficient_funds"}},
+		{"canceled, automatic", pi("canceled", `,"capture_method":"automatic","cancellation_reason":"duplicate"`),
+			psp.Charge{Status: psp.Declined, DeclineCode: "canceled", Code: "duplicate"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("expand[0]") != "data.latest_charge" {
+					t.Errorf("searched without the latest charge expanded: %s", r.URL.RawQuery)
+				}
+				_, _ = io.WriteString(w, tt.body)
+			}))
+			defer ts.Close()
+			c, err := mustNew(t, ts.URL).Lookup(t.Context(), order)
+			tt.want.MerchantOrderID, tt.want.Reference, tt.want.Amount, tt.want.Currency = order, "pi_1", 15000, "KRW"
+			if err != nil || !c.Equal(tt.want) {
+				t.Fatalf("Lookup = %+v, %v; want %+v", c, err, tt.want)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +76,45 @@ func TestStripeMock(t *testing.T) {
 		t.Fatalf("Charge(declined) = %+v, %v", c, err)
 	}
 
+	// Manual capture: an authorization captured in part and refunded, one
+	// voided, and the two refusals the adapter answers by retrieving.
+	held := psp.ChargeRequest{MerchantOrderID: "ord_000000000000000000000007", Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_visa",
+		CaptureMethod: psp.CaptureManual}
+	auth, err := a.Charge(ctx, held)
+	if err != nil || auth.Status != psp.Authorized || auth.CaptureBefore.IsZero() {
+		t.Fatalf("Charge(manual) = %+v, %v; want authorized, with capture_before", auth, err)
+	}
+	if got, err := a.Lookup(ctx, held.MerchantOrderID); err != nil || !got.Equal(auth) {
+		t.Fatalf("Lookup(authorized) = %+v, %v; want %+v", got, err, auth)
+	}
+	c, err := a.Capture(ctx, psp.CaptureRequest{OrderID: "cap_000000000000000000000007", MerchantOrderID: held.MerchantOrderID,
+		ChargeReference: auth.Reference, Amount: 5000, Currency: "KRW"})
+	if err != nil || c.Status != psp.Succeeded || c.AmountCaptured != 5000 {
+		t.Fatalf("Capture = %+v, %v; want 5000 captured", c, err)
+	}
+	r := psp.RefundRequest{RefundOrderID: "rfd_000000000000000000000007", MerchantOrderID: held.MerchantOrderID,
+		ChargeReference: auth.Reference, Amount: 5000, Currency: "KRW"}
+	if got, err := a.Refund(ctx, r); err != nil || got.Status != psp.RefundSucceeded {
+		t.Fatalf("Refund of the capture = %+v, %v", got, err)
+	}
+	if got, err := a.Void(ctx, psp.VoidRequest{OrderID: "vod_000000000000000000000007", MerchantOrderID: held.MerchantOrderID,
+		ChargeReference: auth.Reference, Reason: "duplicate"}); err != nil || got.Status != psp.Succeeded || got.AmountCaptured != 5000 {
+		t.Fatalf("Void of a captured charge = %+v, %v; want the capture", got, err)
+	}
+	held.MerchantOrderID, held.Currency, held.Amount = "ord_000000000000000000000008", "USD", 2500
+	auth, err = a.Charge(ctx, held)
+	if err != nil || auth.Status != psp.Authorized {
+		t.Fatalf("Charge(manual) = %+v, %v", auth, err)
+	}
+	if got, err := a.Void(ctx, psp.VoidRequest{OrderID: "vod_000000000000000000000008", MerchantOrderID: held.MerchantOrderID,
+		ChargeReference: auth.Reference, Reason: "authorization_expired"}); err != nil || got.Status != psp.Voided {
+		t.Fatalf("Void = %+v, %v; want voided", got, err)
+	}
+	if got, err := a.Capture(ctx, psp.CaptureRequest{OrderID: "cap_000000000000000000000008", MerchantOrderID: held.MerchantOrderID,
+		ChargeReference: auth.Reference, Amount: 2500, Currency: "USD"}); err != nil || got.Status != psp.Voided {
+		t.Fatalf("Capture of a voided charge = %+v, %v; want voided", got, err)
+	}
+
 	shim.mu.Lock()
 	defer shim.mu.Unlock()
 	kinds := map[string]int{}
@@ -84,7 +124,8 @@ func TestStripeMock(t *testing.T) {
 			t.Errorf("stripe-mock refused %s %s: %d %s\nform: %s", x.method, x.path, x.status, x.body, x.form)
 		}
 	}
-	for _, k := range []string{"create payment intent", "search payment intents", "create refund", "list refunds", "cancel payment intent"} {
+	for _, k := range []string{"create payment intent", "search payment intents", "create refund", "list refunds", "cancel payment intent",
+		"capture payment intent", "retrieve payment intent"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s request reached stripe-mock: %v", k, kinds)
 		}
@@ -184,16 +225,27 @@ func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := exchange{method: r.Method, path: r.URL.Path, form: string(raw), status: res.StatusCode, body: body}
 	ok := res.StatusCode == http.StatusOK // a refusal goes back as it is
 	var answer any
+	id, action := piPath(r.URL.Path)
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
 		x.kind = "create payment intent"
 		if ok {
 			answer = s.createPI(body, form)
 		}
-	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/") && strings.HasSuffix(r.URL.Path, "/cancel"):
+	case r.Method == http.MethodPost && action == "cancel":
 		x.kind = "cancel payment intent"
 		if ok {
-			answer = s.cancelPI(body, strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"), "/cancel"), form)
+			answer = s.cancelPI(body, id, form)
+		}
+	case r.Method == http.MethodPost && action == "capture":
+		x.kind = "capture payment intent"
+		if ok {
+			answer = s.capturePI(body, id, form)
+		}
+	case r.Method == http.MethodGet && id != "" && action == "":
+		x.kind = "retrieve payment intent"
+		if ok {
+			answer = s.retrievePI(body, id)
 		}
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
 		x.kind = "search payment intents"
@@ -222,7 +274,60 @@ func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if refusal, ok := answer.(unexpectedState); ok {
+		// stripe-mock accepted the request; Stripe, which keeps state,
+		// would refuse it.
+		stripetest.Error(w, http.StatusBadRequest, "invalid_request_error", "payment_intent_unexpected_state", "", string(refusal))
+		return
+	}
 	_ = json.NewEncoder(w).Encode(answer)
+}
+
+// unexpectedState is the shim's answer, in Stripe's place, to a capture or
+// cancel of a PaymentIntent whose status does not allow it.
+type unexpectedState string
+
+// piPath splits /v1/payment_intents/{id}[/{action}].
+func piPath(path string) (id, action string) {
+	rest, ok := strings.CutPrefix(path, "/v1/payment_intents/")
+	if !ok || rest == "search" {
+		return "", ""
+	}
+	id, action, _ = strings.Cut(rest, "/")
+	return id, action
+}
+
+// captureBefore is an authorization's deadline, a week on.
+func captureBefore() int64 { return time.Now().Add(7 * 24 * time.Hour).Unix() }
+
+// patchCharge gives an expanded latest charge of an authorization its
+// capture_before.
+func patchCharge(m map[string]any) {
+	ch, ok := m["latest_charge"].(map[string]any)
+	if !ok {
+		return
+	}
+	if pmd, ok := ch["payment_method_details"].(map[string]any); ok {
+		if card, ok := pmd["card"].(map[string]any); ok && m["status"] == "requires_capture" {
+			card["capture_before"] = captureBefore()
+		}
+	}
+}
+
+// current is stripe-mock's answer m (a PaymentIntent) made the PaymentIntent
+// was as the shim knows it: its ids, amounts and status. The caller holds mu.
+func (s *mockShim) current(m map[string]any, id string) map[string]any {
+	was, ok := s.pis[id]
+	if !ok {
+		s.t.Errorf("the adapter asked about payment intent %s, which it never created", id)
+		return m
+	}
+	for _, k := range []string{"id", "amount", "currency", "metadata", "last_payment_error", "status", "capture_method",
+		"amount_received", "amount_capturable", "cancellation_reason", "next_action"} {
+		m[k] = was[k]
+	}
+	patchCharge(m)
+	return m
 }
 
 // parse reads stripe-mock's answer as the SDK's type v and as a map to
@@ -255,6 +360,14 @@ func (s *mockShim) createPI(body []byte, form url.Values) any {
 		s.t.Errorf("stripe-mock did not echo amount %s %s: %d %s", form.Get("amount"), form.Get("currency"), pi.Amount, pi.Currency)
 	}
 	m["metadata"], m["status"], m["last_payment_error"], m["next_action"] = stripetest.FormMetadata(form), "succeeded", nil, nil
+	m["amount_received"], m["amount_capturable"], m["capture_method"] = pi.Amount, 0, "automatic"
+	if form.Get("capture_method") == "manual" {
+		m["status"], m["amount_received"], m["amount_capturable"], m["capture_method"] = "requires_capture", 0, pi.Amount, "manual"
+		if _, expanded := m["latest_charge"].(map[string]any); !expanded {
+			s.t.Errorf("stripe-mock did not expand the latest charge of a manual capture: %.300s", body)
+		}
+		patchCharge(m)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.decline[form.Get("metadata[merchant_order_id]")] {
@@ -281,11 +394,56 @@ func (s *mockShim) cancelPI(body []byte, id string, form url.Values) any {
 		s.t.Errorf("the adapter canceled payment intent %s, which it never created", id)
 		return nil
 	}
-	for _, k := range []string{"id", "amount", "currency", "metadata", "last_payment_error"} {
-		m[k] = was[k]
+	switch was["status"] {
+	case "succeeded", "canceled", "processing":
+		return unexpectedState(fmt.Sprintf("You cannot cancel this PaymentIntent because it has a status of %s.", was["status"]))
 	}
-	m["status"], m["cancellation_reason"] = "canceled", form.Get("cancellation_reason")
-	return m
+	was["status"], was["cancellation_reason"], was["amount_capturable"] = "canceled", form.Get("cancellation_reason"), 0
+	return s.current(m, id)
+}
+
+// capturePI checks stripe-mock's answer to a capture and gives it the
+// PaymentIntent it captured, with amount_to_capture received; a
+// PaymentIntent that waits for no capture is refused, as Stripe would.
+func (s *mockShim) capturePI(body []byte, id string, form url.Values) any {
+	var pi sdk.PaymentIntent
+	m := s.parse(body, &pi)
+	if m == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was, ok := s.pis[id]
+	if !ok {
+		s.t.Errorf("the adapter captured payment intent %s, which it never created", id)
+		return nil
+	}
+	if was["status"] != "requires_capture" {
+		return unexpectedState(fmt.Sprintf("This PaymentIntent could not be captured because it has a status of %s.", was["status"]))
+	}
+	amount, err := strconv.ParseInt(form.Get("amount_to_capture"), 10, 64)
+	if err != nil {
+		s.t.Errorf("capture of %s without amount_to_capture: %s", id, form.Encode())
+	}
+	md := was["metadata"].(map[string]any)
+	for k, v := range stripetest.FormMetadata(form) {
+		md[k] = v
+	}
+	was["status"], was["amount_received"], was["amount_capturable"] = "succeeded", amount, 0
+	return s.current(m, id)
+}
+
+// retrievePI checks stripe-mock's answer to a retrieval and gives it the
+// PaymentIntent as the shim knows it.
+func (s *mockShim) retrievePI(body []byte, id string) any {
+	var pi sdk.PaymentIntent
+	m := s.parse(body, &pi)
+	if m == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.current(m, id)
 }
 
 func (s *mockShim) searchPI(body []byte, query string) any {
@@ -302,6 +460,13 @@ func (s *mockShim) searchPI(body []byte, query string) any {
 	pi := data[0].(map[string]any)
 	order := strings.TrimSuffix(strings.TrimPrefix(query, "metadata['merchant_order_id']:'"), "'")
 	pi["metadata"], pi["status"], pi["last_payment_error"], pi["next_action"] = map[string]any{"merchant_order_id": order}, "succeeded", nil, nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, was := range s.pis {
+		if was["metadata"].(map[string]any)["merchant_order_id"] == order {
+			pi = s.current(pi, id)
+		}
+	}
 	m["data"], m["has_more"], m["next_page"] = []any{pi}, false, nil
 	return m
 }

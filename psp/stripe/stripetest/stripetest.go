@@ -18,10 +18,15 @@ import (
 )
 
 // Server reproduces the part of Stripe's API the adapter uses, as
-// documented: form-encoded PaymentIntent creation with confirm=true, search
-// by metadata, retrieval by id, cancellation, refunds and their list, Bearer auth, idempotency keys (a
-// repeat replays the first answer, 5xx included; other parameters are an
-// idempotency_error) and the {"error":{type,code,decline_code,message}} bodies.
+// documented: form-encoded PaymentIntent creation with confirm=true (and
+// capture_method=manual: an authorization, requires_capture, until a
+// capture or cancel, or Lapse), search by metadata, retrieval by id,
+// capture (once, of at most amount_capturable; the rest is released),
+// cancellation, refunds (of what was received) and their list, expansion of
+// latest_charge (its payment_method_details.card.capture_before 7 days on),
+// Bearer auth, idempotency keys (a repeat replays the first answer, 5xx
+// included; other parameters are an idempotency_error) and the
+// {"error":{type,code,decline_code,message}} bodies.
 //
 // Test PaymentMethods behave as Stripe's: pm_card_visa succeeds,
 // pm_card_chargeDeclined is declined (generic_decline),
@@ -37,7 +42,10 @@ type Server struct {
 
 	mu       sync.Mutex
 	pis      map[string]map[string]any // id → PaymentIntent
+	charges  map[string]map[string]any // id → Charge, a PaymentIntent's latest
 	refunds  []map[string]any
+	captures []map[string]any // every capture made: payment_intent, amount, metadata
+	canceled map[string]int   // idempotency key → cancels it made
 	idem     map[string]idemRecord
 	seq      int
 	requests []*http.Request
@@ -60,7 +68,8 @@ type idemRecord struct {
 
 // New returns a Server that accepts the secret key key.
 func New(key string) *Server {
-	return &Server{key: key, pis: map[string]map[string]any{}, idem: map[string]idemRecord{}, indexed: map[string]bool{}}
+	return &Server{key: key, pis: map[string]map[string]any{}, charges: map[string]map[string]any{}, canceled: map[string]int{},
+		idem: map[string]idemRecord{}, indexed: map[string]bool{}}
 }
 
 // ServeHTTP implements http.Handler.
@@ -102,15 +111,19 @@ func (f *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // route answers one request; save says whether Stripe keeps the answer for
 // the idempotency key (not for a request that failed validation).
 func (f *Server) route(r *http.Request) (int, []byte, bool) {
+	expand := expansions(r.Form)
+	id, action := piPath(r.URL.Path)
 	switch {
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents":
-		return f.createPI(r.PostForm)
-	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/") && strings.HasSuffix(r.URL.Path, "/cancel"):
-		return f.cancel(strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"), "/cancel"), r.PostForm.Get("cancellation_reason"))
+		return f.createPI(r.PostForm, expand)
+	case r.Method == http.MethodPost && action == "cancel":
+		return f.cancel(id, r.PostForm.Get("cancellation_reason"), r.Header.Get("Idempotency-Key"), expand)
+	case r.Method == http.MethodPost && action == "capture":
+		return f.capture(id, r.PostForm, expand)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents/search":
-		return f.search(r.Form.Get("query"))
-	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/payment_intents/"):
-		return f.retrieve(strings.TrimPrefix(r.URL.Path, "/v1/payment_intents/"))
+		return f.search(r.Form.Get("query"), expand)
+	case r.Method == http.MethodGet && id != "" && action == "":
+		return f.retrieve(id, expand)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
 		return f.createRefund(r.PostForm)
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
@@ -119,6 +132,56 @@ func (f *Server) route(r *http.Request) (int, []byte, bool) {
 	s, b := errorBody(404, "invalid_request_error", "", "", "Unrecognized request URL")
 	return s, b, false
 }
+
+// piPath splits /v1/payment_intents/{id}[/{action}].
+func piPath(path string) (id, action string) {
+	rest, ok := strings.CutPrefix(path, "/v1/payment_intents/")
+	if !ok || rest == "search" {
+		return "", ""
+	}
+	id, action, _ = strings.Cut(rest, "/")
+	return id, action
+}
+
+// expansions reads the expand[] fields of a request (expand[0]=…, as the
+// SDK writes them, or expand[]=…).
+func expansions(form url.Values) map[string]bool {
+	ex := map[string]bool{}
+	for k, v := range form {
+		if strings.HasPrefix(k, "expand[") {
+			for _, f := range v {
+				ex[f] = true
+			}
+		}
+	}
+	return ex
+}
+
+// render is pi as answered: its latest charge expanded into the charge
+// object when asked (prefix "data." in a search).
+func (f *Server) render(pi map[string]any, expand map[string]bool, prefix string) map[string]any {
+	if !expand[prefix+"latest_charge"] {
+		return pi
+	}
+	ch, ok := f.charges[fmt.Sprint(pi["latest_charge"])]
+	if !ok {
+		return pi
+	}
+	out := make(map[string]any, len(pi))
+	for k, v := range pi {
+		out[k] = v
+	}
+	out["latest_charge"] = ch
+	return out
+}
+
+func (f *Server) marshal(pi map[string]any, expand map[string]bool) []byte {
+	b, _ := json.Marshal(f.render(pi, expand, ""))
+	return b
+}
+
+// authorizationValidity is how long an authorization stays capturable.
+const authorizationValidity = 7 * 24 * time.Hour
 
 // FormMetadata reads the metadata[…] fields of a form-encoded request.
 func FormMetadata(form url.Values) map[string]any {
@@ -131,7 +194,7 @@ func FormMetadata(form url.Values) map[string]any {
 	return md
 }
 
-func (f *Server) createPI(form url.Values) (int, []byte, bool) {
+func (f *Server) createPI(form url.Values, expand map[string]bool) (int, []byte, bool) {
 	amount, err := strconv.ParseInt(form.Get("amount"), 10, 64)
 	if err != nil || amount <= 0 || form.Get("currency") == "" || form.Get("currency") != strings.ToLower(form.Get("currency")) {
 		s, b := errorBody(400, "invalid_request_error", "parameter_invalid_integer", "amount", "Invalid amount or currency")
@@ -169,14 +232,32 @@ func (f *Server) createPI(form url.Values) (int, []byte, bool) {
 		s, b := errorBody(400, "invalid_request_error", "resource_missing", "payment_method", "No such PaymentMethod: '"+pm+"'")
 		return s, b, false
 	}
+	manual := false
+	switch form.Get("capture_method") {
+	case "", "automatic":
+	case "manual":
+		manual = true
+	default:
+		s, b := errorBody(400, "invalid_request_error", "parameter_invalid_string", "capture_method", "Invalid capture_method")
+		return s, b, false
+	}
 	f.seq++
+	created := time.Now().Unix() + int64(f.seq)
 	pi := map[string]any{
 		"id": fmt.Sprintf("pi_%d", f.seq), "object": "payment_intent", "amount": amount, "currency": form.Get("currency"),
-		"created": time.Now().Unix() + int64(f.seq), "metadata": FormMetadata(form), "description": form.Get("description"),
+		"created": created, "metadata": FormMetadata(form), "description": form.Get("description"),
 		"payment_method": pm, "latest_charge": fmt.Sprintf("ch_%d", f.seq), "last_payment_error": nil, "status": "succeeded",
-		"amount_refunded": int64(0),
+		"amount_refunded": int64(0), "amount_received": amount, "amount_capturable": int64(0), "capture_method": "automatic",
+	}
+	ch := map[string]any{"id": pi["latest_charge"], "object": "charge", "amount": amount, "currency": form.Get("currency"),
+		"payment_intent": pi["id"], "captured": true, "amount_captured": amount,
+		"payment_method_details": map[string]any{"type": "card", "card": map[string]any{"brand": "visa"}}}
+	if manual {
+		pi["capture_method"] = "manual"
+		f.authorize(pi, ch, created)
 	}
 	f.pis[pi["id"].(string)] = pi
+	f.charges[ch["id"].(string)] = ch
 	if !f.searchLag {
 		f.indexed[pi["id"].(string)] = true
 	}
@@ -187,21 +268,20 @@ func (f *Server) createPI(form url.Values) (int, []byte, bool) {
 	}
 	pi["client_secret"] = pi["id"].(string) + "_secret_fake"
 	if needsAction && !errorOnAction {
-		pi["status"] = "requires_action"
+		pi["status"], pi["amount_received"], pi["amount_capturable"] = "requires_action", int64(0), int64(0)
 		pi["next_action"] = map[string]any{"type": "use_stripe_sdk", "use_stripe_sdk": map[string]any{"type": "three_d_secure_redirect"}}
-		b, _ := json.Marshal(pi)
-		return 200, b, true
+		return 200, f.marshal(pi, expand), true
 	}
 	code := "card_declined"
 	if needsAction {
 		code, declineCode, message = "authentication_required", "authentication_required", "Your card was declined. This transaction requires authentication."
 	}
 	if declineCode == "" {
-		b, _ := json.Marshal(pi)
-		return 200, b, true
+		return 200, f.marshal(pi, expand), true
 	}
 	lpe := map[string]any{"type": "card_error", "code": code, "decline_code": declineCode, "message": message, "charge": pi["latest_charge"]}
 	pi["status"], pi["last_payment_error"] = "requires_payment_method", lpe
+	pi["amount_received"], pi["amount_capturable"] = int64(0), int64(0)
 	e := map[string]any{}
 	for k, v := range lpe {
 		e[k] = v
@@ -211,9 +291,95 @@ func (f *Server) createPI(form url.Values) (int, []byte, bool) {
 	return 402, b, true
 }
 
+// authorize makes pi an authorization of its whole amount, capturable until
+// a week after at.
+func (f *Server) authorize(pi, ch map[string]any, at int64) {
+	pi["status"], pi["amount_received"], pi["amount_capturable"] = "requires_capture", int64(0), pi["amount"]
+	ch["captured"], ch["amount_captured"] = false, int64(0)
+	ch["payment_method_details"].(map[string]any)["card"].(map[string]any)["capture_before"] = at + int64(authorizationValidity/time.Second)
+}
+
+// capture captures a PaymentIntent in requires_capture once, as Stripe
+// does: amount_to_capture (all of amount_capturable when absent) is
+// received, the rest released; any other status answers
+// payment_intent_unexpected_state.
+func (f *Server) capture(id string, form url.Values, expand map[string]bool) (int, []byte, bool) {
+	pi, ok := f.pis[id]
+	if !ok {
+		s, b := errorBody(404, "invalid_request_error", "resource_missing", "intent", "No such payment_intent: '"+id+"'")
+		return s, b, false
+	}
+	if pi["status"] != "requires_capture" {
+		s, b := errorBody(400, "invalid_request_error", "payment_intent_unexpected_state", "",
+			fmt.Sprintf("This PaymentIntent could not be captured because it has a status of %s. Only a PaymentIntent with one of the following statuses may be captured: requires_capture.", pi["status"]))
+		return s, b, true
+	}
+	capturable := pi["amount_capturable"].(int64)
+	amount := capturable
+	if v := form.Get("amount_to_capture"); v != "" {
+		var err error
+		if amount, err = strconv.ParseInt(v, 10, 64); err != nil || amount <= 0 {
+			s, b := errorBody(400, "invalid_request_error", "parameter_invalid_integer", "amount_to_capture", "Invalid integer: "+v)
+			return s, b, false
+		}
+	}
+	if amount > capturable {
+		s, b := errorBody(400, "invalid_request_error", "amount_too_large", "amount_to_capture",
+			fmt.Sprintf("The amount to capture (%d) must be less than or equal to the amount capturable (%d).", amount, capturable))
+		return s, b, false
+	}
+	md := pi["metadata"].(map[string]any)
+	for k, v := range FormMetadata(form) {
+		md[k] = v
+	}
+	pi["status"], pi["amount_received"], pi["amount_capturable"] = "succeeded", amount, int64(0)
+	ch := f.charges[pi["latest_charge"].(string)]
+	ch["captured"], ch["amount_captured"] = true, amount
+	f.captures = append(f.captures, map[string]any{"payment_intent": id, "amount": amount, "metadata": FormMetadata(form)})
+	return 200, f.marshal(pi, expand), true
+}
+
+// Lapse lets the authorization of the order's PaymentIntent expire, as
+// Stripe does at capture_before: it is canceled, cancellation_reason
+// automatic.
+func (f *Server) Lapse(orderID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pi := range f.pis {
+		if pi["metadata"].(map[string]any)["merchant_order_id"] == orderID && pi["status"] == "requires_capture" {
+			pi["status"], pi["cancellation_reason"], pi["amount_capturable"] = "canceled", "automatic", int64(0)
+			pi["canceled_at"] = time.Now().Unix()
+			return
+		}
+	}
+	panic("no payment intent of " + orderID + " waits for its capture")
+}
+
+// Captures counts the captures made with metadata[capture_order_id]
+// captureOrderID.
+func (f *Server) Captures(captureOrderID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.captures {
+		if c["metadata"].(map[string]any)["capture_order_id"] == captureOrderID {
+			n++
+		}
+	}
+	return n
+}
+
+// CancelsWithKey counts the PaymentIntents canceled by requests with the
+// Idempotency-Key key (a replayed answer cancels nothing).
+func (f *Server) CancelsWithKey(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.canceled[key]
+}
+
 // cancel cancels a PaymentIntent that has not succeeded, as Stripe does: a
 // succeeded, processing or canceled one answers payment_intent_unexpected_state.
-func (f *Server) cancel(id, reason string) (int, []byte, bool) {
+func (f *Server) cancel(id, reason, key string, expand map[string]bool) (int, []byte, bool) {
 	pi, ok := f.pis[id]
 	if !ok {
 		s, b := errorBody(404, "invalid_request_error", "resource_missing", "intent", "No such payment_intent: '"+id+"'")
@@ -227,10 +393,11 @@ func (f *Server) cancel(id, reason string) (int, []byte, bool) {
 		return s, b, true
 	}
 	f.cancels++
+	f.canceled[key]++
 	pi["status"], pi["cancellation_reason"], pi["canceled_at"] = "canceled", reason, time.Now().Unix()
+	pi["amount_capturable"] = int64(0)
 	delete(pi, "next_action")
-	b, _ := json.Marshal(pi)
-	return 200, b, true
+	return 200, f.marshal(pi, expand), true
 }
 
 // PayAgain is a browser that holds a declined PaymentIntent's client secret
@@ -241,7 +408,7 @@ func (f *Server) PayAgain(orderID string) bool {
 	defer f.mu.Unlock()
 	for _, pi := range f.pis {
 		if pi["metadata"].(map[string]any)["merchant_order_id"] == orderID && pi["status"] == "requires_payment_method" {
-			pi["status"], pi["last_payment_error"] = "succeeded", nil
+			pi["status"], pi["last_payment_error"], pi["amount_received"] = "succeeded", nil, pi["amount"]
 			return true
 		}
 	}
@@ -257,6 +424,7 @@ func (f *Server) Contradict(orderID string) {
 	for _, pi := range f.pis {
 		if pi["metadata"].(map[string]any)["merchant_order_id"] == orderID {
 			pi["status"], pi["last_payment_error"], pi["cancellation_reason"] = "succeeded", nil, nil
+			pi["amount_received"], pi["amount_capturable"] = pi["amount"], int64(0)
 			return
 		}
 	}
@@ -270,19 +438,18 @@ func (f *Server) Cancels() int {
 	return f.cancels
 }
 
-func (f *Server) retrieve(id string) (int, []byte, bool) {
+func (f *Server) retrieve(id string, expand map[string]bool) (int, []byte, bool) {
 	pi, ok := f.pis[id]
 	if !ok {
 		s, b := errorBody(404, "invalid_request_error", "resource_missing", "intent", "No such payment_intent: '"+id+"'")
 		return s, b, false
 	}
-	b, _ := json.Marshal(pi)
-	return 200, b, false
+	return 200, f.marshal(pi, expand), false
 }
 
 var searchQuery = regexp.MustCompile(`^metadata\['([a-z_]+)'\]:'([^']*)'$`)
 
-func (f *Server) search(query string) (int, []byte, bool) {
+func (f *Server) search(query string, expand map[string]bool) (int, []byte, bool) {
 	m := searchQuery.FindStringSubmatch(query)
 	if m == nil {
 		s, b := errorBody(400, "invalid_request_error", "", "query", "Invalid search query")
@@ -292,7 +459,7 @@ func (f *Server) search(query string) (int, []byte, bool) {
 	for _, id := range f.sortedIDs() {
 		pi := f.pis[id]
 		if f.indexed[id] && pi["metadata"].(map[string]any)[m[1]] == m[2] {
-			data = append(data, pi)
+			data = append(data, f.render(pi, expand, "data."))
 		}
 	}
 	b, _ := json.Marshal(map[string]any{"object": "search_result", "data": data, "has_more": false, "next_page": nil,
@@ -319,7 +486,7 @@ func (f *Server) createRefund(form url.Values) (int, []byte, bool) {
 		s, b := errorBody(400, "invalid_request_error", "", "", "This PaymentIntent does not have a successful charge to refund.")
 		return s, b, true
 	}
-	left := pi["amount"].(int64) - pi["amount_refunded"].(int64)
+	left := pi["amount_received"].(int64) - pi["amount_refunded"].(int64)
 	amount := left
 	if v := form.Get("amount"); v != "" {
 		amount, _ = strconv.ParseInt(v, 10, 64)
@@ -398,8 +565,12 @@ func (f *Server) Authenticate(orderID string, passed bool) {
 			continue
 		}
 		delete(pi, "next_action")
-		pi["status"] = "succeeded"
+		pi["status"], pi["amount_received"] = "succeeded", pi["amount"]
+		if pi["capture_method"] == "manual" {
+			f.authorize(pi, f.charges[pi["latest_charge"].(string)], time.Now().Unix())
+		}
 		if !passed {
+			pi["amount_received"], pi["amount_capturable"] = int64(0), int64(0)
 			pi["status"] = "requires_payment_method"
 			pi["last_payment_error"] = map[string]any{"type": "card_error", "code": "payment_intent_authentication_failure",
 				"message": "We are unable to authenticate your payment method."}
