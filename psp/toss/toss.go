@@ -189,6 +189,9 @@ func (a *Adapter) Capabilities() psp.Capabilities {
 		Account:             a.account,
 		Currencies:          []psp.Currency{{Code: currency, ISOExponent: 0, Exponent: 0, Min: minAmount}},
 		Checkout:            psp.Checkout{Client: psp.ClientTossWidget, PublishableKey: a.clientKey, ResultField: psp.ResultPaymentKey},
+		// The adapter's confirm takes the money at once: it cannot authorize
+		// now and capture later, and is no psp.Capturer.
+		ManualCapture: false,
 	}
 }
 

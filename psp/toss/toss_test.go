@@ -444,6 +444,18 @@ func TestConfig(t *testing.T) {
 	}
 }
 
+// Toss takes the money when a payment is confirmed: the adapter says it
+// cannot capture later, so that the gateway refuses manual capture for it.
+func TestNoManualCapture(t *testing.T) {
+	var a psp.Adapter = mustNew(t, "http://127.0.0.1:1")
+	if caps := a.Capabilities(); caps.ManualCapture || caps.AuthorizationValidity != 0 {
+		t.Fatalf("Capabilities = %+v, want no manual capture", caps)
+	}
+	if _, ok := a.(psp.Capturer); ok {
+		t.Fatal("the Toss adapter is a psp.Capturer but does not declare ManualCapture")
+	}
+}
+
 // A 4xx with a code the adapter does not know is a refusal, believed only
 // once the order is seen to hold no approved payment.
 func TestUnknownCodeIsCheckedBeforeItIsBelieved(t *testing.T) {
