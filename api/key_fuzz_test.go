@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -14,10 +15,12 @@ import (
 )
 
 // FuzzKeyHeader: the key of a request, read from its header block as the
-// HTTP server parses it, is its one Idempotency-Key field's value, byte
-// for byte, when that value is 1–255 visible ASCII characters. Anything
-// else (no field, two, an empty or overlong value, a byte outside visible
-// ASCII) is refused with CodeInvalidKey, whatever else the block holds.
+// HTTP server parses it, is what its one Idempotency-Key field names (the
+// value byte for byte, or the content of a quoted Structured Field
+// string), when that is 1–255 visible ASCII characters. Anything else (no
+// field, two, an empty or overlong key, a byte outside visible ASCII,
+// malformed quoting) is refused with CodeInvalidKey, whatever else the
+// block holds.
 func FuzzKeyHeader(f *testing.F) {
 	for _, h := range []string{
 		"Idempotency-Key: 550e8400-e29b-41d4-a716-446655440000",
@@ -33,6 +36,13 @@ func FuzzKeyHeader(f *testing.F) {
 		"X-Idempotency-Key: k",
 		"Idempotency-Key : k",
 		"Idempotency-Key: a,b",
+		"Idempotency-Key: \"8e03978e-40d5-43e8-bc93-6894a57f9324\"",
+		"Idempotency-Key: \"a\\\"b\\\\c\"",
+		"Idempotency-Key: \"a\\b\"",
+		"Idempotency-Key: \"abc",
+		"Idempotency-Key: \"abc\";p=1",
+		"Idempotency-Key: \"a\", \"b\"",
+		"Idempotency-Key: \"\"",
 		"",
 	} {
 		f.Add(h)
@@ -46,7 +56,11 @@ func FuzzKeyHeader(f *testing.F) {
 			return // the server answers 400 before any handler runs
 		}
 		values := r.Header.Values("Idempotency-Key")
-		want := len(values) == 1 && idemkeys.ValidateKey(values[0]) == nil
+		named, quotedOK := "", false
+		if len(values) == 1 {
+			named, quotedOK = namedKey(values[0])
+		}
+		want := len(values) == 1 && quotedOK && idemkeys.ValidateKey(named) == nil
 		c := e.NewContext(r, httptest.NewRecorder())
 		key, err := s.idempotencyKey(c, "")
 		if err == nil && idemkeys.ValidateKey(key) != nil {
@@ -55,8 +69,8 @@ func FuzzKeyHeader(f *testing.F) {
 		switch {
 		case err == nil && !want:
 			t.Fatalf("header %q: key %q accepted from fields %q", header, key, values)
-		case err == nil && key != values[0]:
-			t.Fatalf("header %q: key %q, the field holds %q", header, key, values[0])
+		case err == nil && key != named:
+			t.Fatalf("header %q: key %q, the field names %q", header, key, named)
 		case err != nil && want:
 			t.Fatalf("header %q: field %q refused: %v", header, values[0], err)
 		case err != nil && errs.CodeOf(err) != errs.CodeInvalidKey:
@@ -68,4 +82,22 @@ func FuzzKeyHeader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// sfStringField is an RFC 8941 String as a whole field value: visible
+// ASCII and spaces, \" and \\ the only escapes.
+var sfStringField = regexp.MustCompile(`^"((?:[ !#-\[\]-~]|\\["\\])*)"$`)
+
+// namedKey is the key a field value names, written apart from the code
+// under test: the value, or a quoted one's unescaped content; ok is false
+// for malformed quoting.
+func namedKey(v string) (string, bool) {
+	if !strings.HasPrefix(v, `"`) {
+		return v, true
+	}
+	m := sfStringField.FindStringSubmatch(v)
+	if m == nil {
+		return "", false
+	}
+	return regexp.MustCompile(`\\(.)`).ReplaceAllString(m[1], "$1"), true
 }

@@ -133,17 +133,23 @@ func answer(c echo.Context, out payments.Outcome) error {
 	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
 }
 
-// idempotencyKey reads the request's one Idempotency-Key header (its
-// validity is the flow's to judge); hint ends the refusal's advice.
+// idempotencyKey reads the key of the request's one Idempotency-Key field,
+// bare or a quoted Structured Field String (idemkey.go); its validity is
+// the flow's to judge. hint ends the refusal's advice.
 func (s *Server) idempotencyKey(c echo.Context, hint string) (string, error) {
-	key, present := c.Request().Header["Idempotency-Key"]
-	if !present || len(key) != 1 {
+	fields, present := c.Request().Header["Idempotency-Key"]
+	if !present || len(fields) != 1 {
 		if !present {
 			s.obs.MissingKey()
 		}
 		return "", &errs.Error{Code: errs.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (" + hint + ")"}
 	}
-	return key[0], nil
+	key, err := keyOfField(fields[0])
+	if err != nil {
+		return "", &errs.Error{Code: errs.CodeInvalidKey, Message: "invalid Idempotency-Key: " + err.Error() +
+			`; send the key bare (8e03978e-…) or as a Structured Field string ("8e03978e-…")`}
+	}
+	return key, nil
 }
 
 // parseCreate turns the request into the command, or a 4xx *errs.Error

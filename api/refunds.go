@@ -38,19 +38,16 @@ type createRefundBody struct {
 }
 
 func (s *Server) handleCreateRefund(c echo.Context) error {
-	key, present := c.Request().Header["Idempotency-Key"]
-	if !present || len(key) != 1 {
-		if !present {
-			s.obs.MissingKey()
-		}
-		return &errs.Error{Code: errs.CodeInvalidKey, Message: "send exactly one Idempotency-Key header, 1 to 255 visible ASCII characters (a UUID is a good choice)"}
+	key, err := s.idempotencyKey(c, "a UUID is a good choice")
+	if err != nil {
+		return err
 	}
 	var body createRefundBody
 	if err := s.decodeBody(c, &body); err != nil {
 		return err
 	}
 	req := payments.RefundRequest{
-		MerchantID: merchantOf(c).ID, PaymentID: c.Param("id"), IdempotencyKey: key[0],
+		MerchantID: merchantOf(c).ID, PaymentID: c.Param("id"), IdempotencyKey: key,
 		Amount: body.Amount, Metadata: body.Metadata,
 	}
 	if body.Reason != nil {

@@ -23,7 +23,7 @@ type logKeysCmd struct {
 type keysHashCmd struct {
 	Merchant   string `name:"merchant" required:"" placeholder:"mer_…" help:"the merchant whose key it is"`
 	Endpoint   string `name:"endpoint" default:"POST /payments" placeholder:"\"METHOD PATH\"" help:"the endpoint the key was sent to: POST /payments, POST /payments/{id}/refunds or POST /payments/{id}/confirm, as the logs scope them"`
-	Key        string `arg:"" name:"key" help:"the idempotency key, as the client sent it"`
+	Key        string `arg:"" name:"key" help:"the idempotency key, as the client sent it (without the quotes of a Structured Field string)"`
 	HashSecret string `name:"log-hash-secret" env:"GATEWAY_LOG_HASH_SECRET" hidden:"" secret:"" help:"the replicas' log hash secret"`
 }
 
