@@ -28,20 +28,7 @@ import (
 func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decide func(payments.Payment, time.Time) (payments.PaymentChange, error)) (_ payments.Payment, err error) {
 	defer errs.Wrap(&err, "Store.ClaimConfirm(%s)", c.PaymentID)
 	var out payments.Payment
-	ref := c.Ref
-	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		var now time.Time
-		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
-			return err
-		}
-		if err := claimKey(ctx, tx, ref, c.Fingerprint, c.PaymentID, c.Token, now, c.Lease); err != nil {
-			return err
-		}
-		locked, err := lockPayment(ctx, tx, `merchant_id = ? AND id = ?`, ref.MerchantID, c.PaymentID)
-		if err != nil {
-			return err
-		}
-		seq := locked.seq
+	err = s.claimOnPayment(ctx, c.Ref, c.Fingerprint, c.Token, c.Lease, c.PaymentID, func(tx *sqlx.Tx, locked lockedPayment, now time.Time) error {
 		ch, err := decide(locked.Payment, now)
 		if err != nil {
 			return err
@@ -50,32 +37,64 @@ func (s *Store) ClaimConfirm(ctx context.Context, c payments.ConfirmClaim, decid
 		res, err := tx.ExecContext(ctx, `
 UPDATE payments SET status = ?, payment_method = ?, confirm_key = ?, review_after = NULL, event_seq = ?, updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
-			string(p.Status), p.PaymentMethod, p.ConfirmKey, seq+1, p.UpdatedAt, p.MerchantID, p.ID)
+			string(p.Status), p.PaymentMethod, p.ConfirmKey, locked.seq+1, p.UpdatedAt, p.MerchantID, p.ID)
 		if err := exactlyOne(res, err); err != nil {
 			// The row is locked and was read in requires_confirmation.
 			return fmt.Errorf("confirm moved no payment row: %w", err)
 		}
-		if err := insertEvent(ctx, tx, *ch.Event, seq+1); err != nil {
+		if err := insertEvent(ctx, tx, *ch.Event, locked.seq+1); err != nil {
 			return err
 		}
 		out = p
 		return nil
 	})
+	return out, err
+}
+
+// claimOnPayment is the claim of a command on an existing payment (a
+// confirm, a capture, a void), in one short transaction on the database's
+// clock: the command's key first (of two racing claims of one key, the
+// loser stops at its INSERT), then the payment under its row lock, then
+// write with both. Its error is what the caller learns: idemkeys.ErrExists
+// (the key is claimed: read it; also a conflict that outlasted its retries,
+// on Galera), errs.ErrNotFound (no such payment for the merchant), the
+// domain's refusal (nothing stored, the key stays free), or a write of
+// unknown fate.
+func (s *Store) claimOnPayment(ctx context.Context, ref idemkeys.Ref, fp [32]byte, token idemkeys.Token, lease time.Duration, paymentID string,
+	write func(tx *sqlx.Tx, locked lockedPayment, now time.Time) error) error {
+	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		var now time.Time
+		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
+			return err
+		}
+		if err := claimKey(ctx, tx, ref, fp, paymentID, token, now, lease); err != nil {
+			return err
+		}
+		locked, err := lockPayment(ctx, tx, `merchant_id = ? AND id = ?`, ref.MerchantID, paymentID)
+		if err != nil {
+			return err
+		}
+		return write(tx, locked, now.Truncate(time.Microsecond))
+	})
+	return claimed(err)
+}
+
+// claimed maps a claim transaction's error to what its caller learns (see
+// claimOnPayment).
+func claimed(err error) error {
 	var pe *errs.Error
 	switch {
-	case err == nil:
-		return out, nil
-	case errors.Is(err, idemkeys.ErrExists), errors.Is(err, errs.ErrNotFound):
-		return payments.Payment{}, err
+	case err == nil, errors.Is(err, idemkeys.ErrExists), errors.Is(err, errs.ErrNotFound):
+		return err
 	case errors.As(err, &pe):
-		return payments.Payment{}, pe
+		return pe
 	case errors.Is(err, ErrRetryable):
 		// Still conflicting after the retries (Galera: another node's claim
-		// of this key, or another confirm of this payment, won): the caller
+		// of this key, or another command on this payment, won): the caller
 		// reads the key, and claims again if it is not there.
-		return payments.Payment{}, fmt.Errorf("%w: %v", idemkeys.ErrExists, err)
+		return fmt.Errorf("%w: %v", idemkeys.ErrExists, err)
 	}
-	return payments.Payment{}, writeErr(err)
+	return writeErr(err)
 }
 
 // lockedPayment is a payment read under its row lock, with its event

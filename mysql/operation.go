@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -28,20 +27,8 @@ import (
 func (s *Store) ClaimOperation(ctx context.Context, c payments.OperationClaim, decide func(payments.Payment, time.Time) (payments.PaymentChange, error)) (_ payments.Payment, err error) {
 	defer errs.Wrap(&err, "Store.ClaimOperation(%s)", c.PaymentID)
 	var out payments.Payment
-	ref := c.Ref
-	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		var now time.Time
-		if err := tx.GetContext(ctx, &now, `SELECT NOW(6)`); err != nil {
-			return err
-		}
-		if err := claimKey(ctx, tx, ref, c.Fingerprint, c.PaymentID, c.Token, now, c.Lease); err != nil {
-			return err
-		}
-		locked, err := lockPayment(ctx, tx, `merchant_id = ? AND id = ?`, ref.MerchantID, c.PaymentID)
-		if err != nil {
-			return err
-		}
-		ch, err := decide(locked.Payment, now.Truncate(time.Microsecond))
+	err = s.claimOnPayment(ctx, c.Ref, c.Fingerprint, c.Token, c.Lease, c.PaymentID, func(tx *sqlx.Tx, locked lockedPayment, now time.Time) error {
+		ch, err := decide(locked.Payment, now)
 		if err != nil {
 			return err
 		}
@@ -61,7 +48,7 @@ WHERE merchant_id = ? AND id = ? AND status = ?`,
 				}
 			}
 			out = p
-			return completeKey(ctx, tx, ref, c.Token, p.ID, *ch.Answer)
+			return completeKey(ctx, tx, c.Ref, c.Token, p.ID, *ch.Answer)
 		}
 		op := p.Operation
 		res, err := tx.ExecContext(ctx, `
@@ -75,18 +62,7 @@ WHERE merchant_id = ? AND id = ? AND op_kind IS NULL`,
 		out = p
 		return nil
 	})
-	var pe *errs.Error
-	switch {
-	case err == nil:
-		return out, nil
-	case errors.Is(err, idemkeys.ErrExists), errors.Is(err, errs.ErrNotFound):
-		return payments.Payment{}, err
-	case errors.As(err, &pe):
-		return payments.Payment{}, pe
-	case errors.Is(err, ErrRetryable):
-		return payments.Payment{}, fmt.Errorf("%w: %v", idemkeys.ErrExists, err)
-	}
-	return payments.Payment{}, writeErr(err)
+	return out, err
 }
 
 // SettleOperation implements payments.FlowStore with one short transaction

@@ -250,6 +250,12 @@ func ApplyOperation(p Payment, c psp.Charge) (Payment, error) {
 		}
 		p.Operation = nil
 	case psp.Declined:
+		if op.Kind == OpVoid {
+			// A charge waiting for its customer, canceled at its PSP (or
+			// refused first): nothing moved, and the merchant asked this.
+			p.Status, p.CancellationReason, p.NextAction, p.Operation = Canceled, op.Reason, nil, nil
+			break
+		}
 		p.Status, p.DeclineCode, p.PSPCode, p.NextAction, p.Operation = Declined, c.DeclineCode, c.Code, nil, nil
 	default:
 		return p, fmt.Errorf("%w: %q", ErrChargeUnreadable, c.Status)
