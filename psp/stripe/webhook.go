@@ -133,7 +133,7 @@ func (a *Adapter) checkTimestamp(sig string) error {
 // such intent, one the gateway did not create, a state it cannot read); err
 // is a failure to ask.
 func (a *Adapter) currentCharge(ctx context.Context, op, pi string) (c psp.Charge, why string, err error) {
-	got, err := a.sc.V1PaymentIntents.Retrieve(ctx, pi, nil)
+	got, err := a.retrieve(ctx, pi) // with its latest charge: an authorization's capture_before
 	if err != nil {
 		var se *sdk.Error
 		if errors.As(err, &se) && se.Code == sdk.ErrorCodeResourceMissing {
