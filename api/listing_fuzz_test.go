@@ -18,7 +18,8 @@ import (
 // around it). A page answered is of A's objects only, its cursor names one
 // of A's objects of that listing, and the page is exactly the objects
 // after (or before) that one in A's whole listing; B's ids, and anything
-// naming no object of A's listing, are refused.
+// naming no object of A's listing, are refused; and the refunds listing
+// of B's payment is answered as that of a payment nobody has.
 func FuzzListCursor(f *testing.F) {
 	e := newEnv(f)
 	_, bKey := e.newMerchant("Other merchant")
@@ -96,14 +97,16 @@ func FuzzListCursor(f *testing.F) {
 			n = payments.DefaultPageSize
 		}
 		res := e.fuzzDo(t, http.MethodGet, path+"?"+q.Encode(), nil, nil)
-		if res.status != http.StatusOK {
-			if other && res.status != http.StatusNotFound {
-				t.Fatalf("%s of another merchant's payment: %d %s", path, res.status, res.body)
+		if other {
+			// Another merchant's payment is answered as one that does not exist.
+			none := e.fuzzDo(t, http.MethodGet, "/payments/"+noPayment+"/refunds?"+q.Encode(), nil, nil)
+			if res.status != none.status || problemType(res.body) != problemType(none.body) {
+				t.Fatalf("%s?%s: %d %s; for a payment nobody has: %d %s", path, q.Encode(), res.status, res.body, none.status, none.body)
 			}
 			return
 		}
-		if other {
-			t.Fatalf("%s of another merchant's payment answered a page: %s", path, res.body)
+		if res.status != http.StatusOK {
+			return
 		}
 		var page struct {
 			Data []struct {
@@ -131,6 +134,18 @@ func FuzzListCursor(f *testing.F) {
 			t.Fatalf("%s?%s: page %q (has_more %v), want %q (%v)", path, q.Encode(), got, page.HasMore, want, more)
 		}
 	})
+}
+
+// noPayment is a well-formed payment id that no merchant has.
+const noPayment = "pay_00000000000000000000000000"
+
+// problemType is a problem answer's type, "" for any other body.
+func problemType(body []byte) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(body, &p)
+	return p.Type
 }
 
 // listIDs is the whole listing at path, as the merchant of apiKey reads it.
