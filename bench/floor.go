@@ -29,8 +29,8 @@ INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
 	floorPaymentIns = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
-    payment_method, description, metadata, psp, expires_at, client_secret_hash, event_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
+    payment_method, description, metadata, psp, expires_at, client_secret_hash, capture_method, event_seq, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 	floorEventIns = `
 INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
@@ -44,16 +44,18 @@ UPDATE payments
 SET status = ?, psp_reference = ?, decline_code = ?, psp_code = ?, review_reason = ?,
     review_since = IF(? IN ('requires_review', 'requires_action'), NOW(6), NULL),
     review_after = CASE ? WHEN 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND
-                          WHEN 'requires_action' THEN NOW(6) + INTERVAL ? MICROSECOND END,
-    next_action = ?, event_seq = LAST_INSERT_ID(event_seq + 1), updated_at = NOW(6)
+                          WHEN 'requires_action' THEN IF(review_after IS NULL, NOW(6) + INTERVAL ? MICROSECOND, NOW(6)) END,
+    next_action = ?, amount_captured = ?, capture_before = ?, cancellation_reason = ?,
+    event_seq = LAST_INSERT_ID(event_seq + 1), updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 	floorPaymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, amount, amount_reserved, amount_refunded, currency,
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
-    client_secret_hash, created_at, updated_at`
+    client_secret_hash, capture_method, amount_captured, capture_before, cancellation_reason,
+    op_kind, op_key, op_amount, op_reason, created_at, updated_at`
 	floorPaymentLock = `SELECT ` + floorPaymentColumns + `, event_seq, NOW(6) AS db_now FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`
 	floorMoveAmounts = `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved + ?
-WHERE merchant_id = ? AND id = ?`
+WHERE merchant_id = ? AND id = ? AND amount_reserved + ? <= IF(capture_method = 'manual', amount_captured, amount)`
 	floorRefundIns = `
 INSERT INTO refunds (merchant_id, id, payment_id, idem_key, refund_order_id, status, amount, currency,
     reason, metadata, psp, event_seq, created_at, updated_at)
@@ -104,7 +106,7 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 		}
 		if _, err := tx.ExecContext(ctx, floorPaymentIns, merchantID, id, key, order, string(payments.Processing),
 			int64(12500), "USD", "pm_card_ok", "Order "+key, `{"channel":"web","order":"`+key+`"}`,
-			sql.NullString{String: "fake", Valid: true}, sql.NullTime{}, []byte(nil), now, now); err != nil {
+			sql.NullString{String: "fake", Valid: true}, sql.NullTime{}, []byte(nil), string(payments.CaptureAutomatic), now, now); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
@@ -126,6 +128,7 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 		seq, err := bumpedSeq(tx.ExecContext(ctx, floorSettle,
 			status, "fake_ch_"+id[4:20], sql.NullString{}, sql.NullString{}, sql.NullString{},
 			status, status, payments.ReviewFirstLook.Microseconds(), payments.ActionFirstLook.Microseconds(), sql.NullString{},
+			int64(0), sql.NullTime{}, sql.NullString{},
 			merchantID, id))
 		if err != nil {
 			return err
@@ -172,7 +175,7 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 		if !found {
 			return fmt.Errorf("payment %s not found", paymentID)
 		}
-		if _, err := tx.ExecContext(ctx, floorMoveAmounts, int64(0), int64(refundAmount), merchantID, paymentID); err != nil {
+		if err := affectedN(1)(tx.ExecContext(ctx, floorMoveAmounts, int64(0), int64(refundAmount), merchantID, paymentID, int64(refundAmount))); err != nil {
 			return err
 		}
 		if _, err = tx.ExecContext(ctx, floorRefundIns, merchantID, id, paymentID, key, order, string(payments.RefundPending),
@@ -203,7 +206,7 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 			string(payments.RefundEventType(payments.RefundSucceeded)), payments.ObjectRefund, id, seq, data); err != nil {
 			return err
 		}
-		return affectedN(1)(tx.ExecContext(ctx, floorMoveAmounts, int64(refundAmount), int64(0), merchantID, paymentID))
+		return affectedN(1)(tx.ExecContext(ctx, floorMoveAmounts, int64(refundAmount), int64(0), merchantID, paymentID, int64(0)))
 	})
 	if err != nil {
 		return fmt.Errorf("floor refund settle: %w", err)
