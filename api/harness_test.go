@@ -21,6 +21,7 @@ import (
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
+	"gateway/review"
 )
 
 func TestMain(m *testing.M) { mysqltest.Main(m) }
@@ -148,8 +149,8 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	return e
 }
 
-func (e *env) admin() *payments.Admin {
-	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
+func (e *env) admin() *review.Admin {
+	return review.New(e.store, review.Config{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
 }
 
 func (e *env) merchantAdmin() *merchants.Admin { return merchants.NewAdmin(e.store, e.clock.Now) }

@@ -15,6 +15,7 @@ import (
 
 	"gateway/api"
 	"gateway/mysql"
+	"gateway/notices"
 	"gateway/payments"
 	"gateway/psp/toss"
 	"gateway/psp/toss/tosstest"
@@ -46,7 +47,7 @@ func TestTossNotificationFloodCostsTossLittle(t *testing.T) {
 		s.adapter = a
 		s.notices = func(st *mysql.Store) api.NoticeReceiver {
 			store = st
-			return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": {PSP: "toss", Reader: a}}, payments.NoticeConfig{Logger: log})
+			return notices.New(st, map[string]notices.Source{"toss": {PSP: "toss", Reader: a}}, notices.Config{Logger: log})
 		}
 		s.api = func(o *api.Options) {
 			o.Now = func() time.Time { return time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC) }

@@ -12,7 +12,7 @@ import (
 )
 
 // NoticeReceiver settles payments and refunds from a PSP's notifications;
-// payments.Notices is one. Receive's nil acknowledges the notification; its
+// notices.Notices is one. Receive's nil acknowledges the notification; its
 // errors are *errs.Error (CodeNotFound, CodeNoticeRejected,
 // CodeUnavailable: the PSP sends it again).
 type NoticeReceiver interface {

@@ -14,6 +14,7 @@ import (
 
 	"gateway/api"
 	"gateway/mysql"
+	"gateway/notices"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
@@ -59,7 +60,7 @@ func newStripeEnv(t *testing.T, payPSP psp.Adapter) *stripeEnv {
 			s.adapter = payPSP
 		}
 		s.notices = func(st *mysql.Store) api.NoticeReceiver {
-			return payments.NewNotices(st, map[string]payments.NoticeSource{"stripe": {PSP: "stripe", Reader: a}}, payments.NoticeConfig{})
+			return notices.New(st, map[string]notices.Source{"stripe": {PSP: "stripe", Reader: a}}, notices.Config{})
 		}
 	})
 	return &stripeEnv{env: e, stripe: fake, adapter: a}
@@ -343,7 +344,7 @@ func TestTossNotificationSettlesDeposit(t *testing.T) {
 	e := newEnv(t, func(s *envSetup) {
 		s.adapter = a
 		s.notices = func(st *mysql.Store) api.NoticeReceiver {
-			return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": {PSP: "toss", Reader: a}}, payments.NoticeConfig{})
+			return notices.New(st, map[string]notices.Source{"toss": {PSP: "toss", Reader: a}}, notices.Config{})
 		}
 	})
 	v := e.createLater("k", `{"amount": 15000, "currency": "KRW", "confirm": false}`)
@@ -393,7 +394,7 @@ func (s *stubReader) say(n psp.Notice) {
 	s.notice = n
 }
 
-// contradictions counts what payments.Notices reports.
+// contradictions counts what notices.Notices reports.
 type contradictions struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -427,8 +428,8 @@ func TestNotificationContradictingAFailedRefundIsReviewed(t *testing.T) {
 			var e *env
 			e = newEnv(t, func(s *envSetup) {
 				s.notices = func(st *mysql.Store) api.NoticeReceiver {
-					src := payments.NoticeSource{PSP: payments.PSPName(fake.New().Capabilities()), Reader: reader}
-					return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": src}, payments.NoticeConfig{Observer: seen})
+					src := notices.Source{PSP: payments.PSPName(fake.New().Capabilities()), Reader: reader}
+					return notices.New(st, map[string]notices.Source{"toss": src}, notices.Config{Observer: seen})
 				}
 			})
 			pay := decodeView(t, e.post("p", okBody).body) // 1000 KRW
@@ -489,8 +490,8 @@ func TestANotificationDuringTheChargeMakesTheActionLookDueAtOnce(t *testing.T) {
 	var e *env
 	e = newEnv(t, func(s *envSetup) {
 		s.notices = func(st *mysql.Store) api.NoticeReceiver {
-			src := payments.NoticeSource{PSP: payments.PSPName(fake.New().Capabilities()), Reader: reader}
-			return payments.NewNotices(st, map[string]payments.NoticeSource{"toss": src}, payments.NoticeConfig{})
+			src := notices.Source{PSP: payments.PSPName(fake.New().Capabilities()), Reader: reader}
+			return notices.New(st, map[string]notices.Source{"toss": src}, notices.Config{})
 		}
 	})
 	v := e.createLater("k", laterBody)

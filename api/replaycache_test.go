@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gateway/payments"
+	"gateway/review"
 )
 
 // With the replay cache on, replays answer the stored bytes, a different body
@@ -71,7 +72,7 @@ func TestAForcedCorrectionIsReplayedWithinTheCacheTTL(t *testing.T) {
 	if err := e.db.Get(&id, `SELECT id FROM payments`); err != nil {
 		t.Fatal(err)
 	}
-	adm := payments.NewAdmin(e.store, payments.AdminConfig{PSPs: payments.OnePSP(e.psp)})
+	adm := review.New(e.store, review.Config{PSPs: payments.OnePSP(e.psp)})
 	if _, err := adm.Resolve(context.Background(), payments.Resolution{PaymentID: id, To: payments.Succeeded,
 		Reason: "paid by bank transfer", Actor: "ops", Force: true}); err != nil {
 		t.Fatal(err)

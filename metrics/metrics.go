@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"gateway/notices"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/reconcile"
@@ -49,9 +50,9 @@ type Metrics struct {
 }
 
 var (
-	_ payments.Observer       = (*Metrics)(nil)
-	_ payments.NoticeObserver = (*Metrics)(nil)
-	_ reconcile.Observer      = (*Metrics)(nil)
+	_ payments.Observer  = (*Metrics)(nil)
+	_ notices.Observer   = (*Metrics)(nil)
+	_ reconcile.Observer = (*Metrics)(nil)
 )
 
 // New creates the collectors and registers them with reg.
@@ -235,7 +236,7 @@ func (m *Metrics) PassDone(b payments.Backlog) {
 	m.lastPass.SetToCurrentTime()
 }
 
-// Contradicted implements payments.NoticeObserver.
+// Contradicted implements notices.Observer.
 func (m *Metrics) Contradicted(kind payments.Kind, review bool) {
 	action := "none"
 	if review {

@@ -5,7 +5,7 @@
  * queue) and a PSP whose money may move after the gateway answered that
  * none did (a charge landing past its creation window, a refund carried
  * out late). The subject is one payment, or with -DREFUND=1 one refund.
- * Go: payments/notice.go (Notices.payment, contradicted, settleAction;
+ * Go: notices/notices.go (Notices.payment, contradicted, settleAction;
  * Notices.refundOf, refundContradicted), payments.ApplyCharge and
  * ApplyRefund, mysql/refund.go movePayment; the adapters' ReadNotice
  * (psp/stripe/webhook.go, psp/toss/webhook.go).

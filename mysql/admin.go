@@ -12,9 +12,10 @@ import (
 	"gateway/idemkeys"
 	"gateway/merchants"
 	"gateway/payments"
+	"gateway/review"
 )
 
-// The reads of merchant and ops administration (payments.AdminStore). They
+// The reads of merchant and ops administration (review.Store). They
 // look across merchants, as an operator does; none of them is on a request's
 // path.
 
@@ -48,9 +49,9 @@ ORDER BY m.created_at, m.id`
 	return out, nil
 }
 
-// FindPayments implements payments.AdminStore. A status or a merchant lets
+// FindPayments implements review.Store. A status or a merchant lets
 // the query use an index (payments_status, the primary key).
-func (s *Store) FindPayments(ctx context.Context, f payments.PaymentFilter) (_ []payments.Payment, err error) {
+func (s *Store) FindPayments(ctx context.Context, f review.PaymentFilter) (_ []payments.Payment, err error) {
 	defer errs.Wrap(&err, "Store.FindPayments")
 	var (
 		conds []string
@@ -86,14 +87,14 @@ func (s *Store) FindPayments(ctx context.Context, f payments.PaymentFilter) (_ [
 	return out, nil
 }
 
-// PaymentRecord implements payments.AdminStore.
-func (s *Store) PaymentRecord(ctx context.Context, id string) (_ payments.PaymentRecord, err error) {
+// PaymentRecord implements review.Store.
+func (s *Store) PaymentRecord(ctx context.Context, id string) (_ review.PaymentRecord, err error) {
 	defer errs.Wrap(&err, "Store.PaymentRecord")
 	p, err := s.PaymentByID(ctx, id)
 	if err != nil {
-		return payments.PaymentRecord{}, err
+		return review.PaymentRecord{}, err
 	}
-	rec := payments.PaymentRecord{Payment: p}
+	rec := review.PaymentRecord{Payment: p}
 	const history = `
 SELECT id, from_status, to_status, psp_reference, reason, actor, created_at
 FROM payment_resolutions WHERE merchant_id = ? AND payment_id = ?
@@ -108,10 +109,10 @@ ORDER BY created_at, id`
 		CreatedAt    time.Time      `db:"created_at"`
 	}
 	if err := s.db.SelectContext(ctx, &rows, history, p.MerchantID, p.ID); err != nil {
-		return payments.PaymentRecord{}, fmt.Errorf("resolutions: %w", Classify(err))
+		return review.PaymentRecord{}, fmt.Errorf("resolutions: %w", Classify(err))
 	}
 	for _, r := range rows {
-		rec.Resolutions = append(rec.Resolutions, payments.ResolutionRecord{
+		rec.Resolutions = append(rec.Resolutions, review.ResolutionRecord{
 			ID: r.ID, From: payments.Status(r.From), To: payments.Status(r.To), PSPReference: r.PSPReference.String,
 			Reason: r.Reason, Actor: r.Actor, At: r.CreatedAt,
 		})
@@ -121,13 +122,13 @@ ORDER BY created_at, id`
 	case err == nil:
 		rec.Key = &key
 	case !errors.Is(err, idemkeys.ErrNotFound):
-		return payments.PaymentRecord{}, fmt.Errorf("key: %w", err)
+		return review.PaymentRecord{}, fmt.Errorf("key: %w", err)
 	}
 	return rec, nil
 }
 
-// FindRefunds implements payments.AdminStore.
-func (s *Store) FindRefunds(ctx context.Context, f payments.RefundFilter) (_ []payments.Refund, err error) {
+// FindRefunds implements review.Store.
+func (s *Store) FindRefunds(ctx context.Context, f review.RefundFilter) (_ []payments.Refund, err error) {
 	defer errs.Wrap(&err, "Store.FindRefunds")
 	var (
 		conds []string

@@ -177,7 +177,7 @@ WHERE merchant_id = ? AND id = ? AND status = 'requires_confirmation'`,
 	return out, nil
 }
 
-// PaymentsByOrder implements payments.NoticeStore: the payments with a
+// PaymentsByOrder implements notices.Store: the payments with a
 // merchant order id, whatever their merchant (a PSP knows order ids only;
 // they are unique per merchant and, being hashes of the merchant, in
 // practice across merchants).
@@ -190,7 +190,7 @@ func (s *Store) PaymentsByOrder(ctx context.Context, orderID string) (_ []paymen
 	return paymentsOf(rows)
 }
 
-// RefundsByOrder implements payments.NoticeStore: the refunds with a
+// RefundsByOrder implements notices.Store: the refunds with a
 // refund order id, whatever their merchant.
 func (s *Store) RefundsByOrder(ctx context.Context, refundOrderID string) (_ []payments.Refund, err error) {
 	defer errs.Wrap(&err, "Store.RefundsByOrder")
@@ -209,7 +209,7 @@ func (s *Store) RefundsByOrder(ctx context.Context, refundOrderID string) (_ []p
 	return out, nil
 }
 
-// HastenKey implements payments.NoticeStore: the reconciler's next look at
+// HastenKey implements notices.Store: the reconciler's next look at
 // an unfinished key becomes due now. The lease, its token and its holder
 // are left alone (the reconciler claims only expired leases), and a
 // completed key is not touched. It reports whether the key was in progress.
@@ -225,7 +225,7 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS'`
 	return n > 0, nil
 }
 
-// HastenLook implements payments.NoticeStore: the reconciler's next look
+// HastenLook implements notices.Store: the reconciler's next look
 // at a payment in requires_review or requires_action becomes due now. A
 // look running meanwhile loses its mark (its writes are fenced) and the
 // next pass looks afresh. A payment still processing (its key held) is
@@ -244,7 +244,7 @@ WHERE merchant_id = ? AND id = ?
 	return nil
 }
 
-// HastenRefundCheck implements payments.NoticeStore: the refund queue's
+// HastenRefundCheck implements notices.Store: the refund queue's
 // next look at a refund pending at its PSP or in review becomes due now.
 func (s *Store) HastenRefundCheck(ctx context.Context, r payments.Refund) (err error) {
 	defer errs.Wrap(&err, "Store.HastenRefundCheck")

@@ -376,7 +376,7 @@ WHERE merchant_id = ? AND id = ? AND status = ? AND review_after = ?`
 	return nil
 }
 
-// Resolve implements payments.AdminStore and reconcile.Store: decide turns
+// Resolve implements review.Store and reconcile.Store: decide turns
 // the payment locked at the database's time into its change; the payment,
 // its event, its outcome key's answer and res in the audit table are
 // written as the change says, all in one transaction.

@@ -162,7 +162,7 @@ func (s *Store) Refund(ctx context.Context, merchantID, id string) (payments.Ref
 	return s.getRefund(ctx, `SELECT `+refundColumns+` FROM refunds WHERE merchant_id = ? AND id = ?`, merchantID, id)
 }
 
-// RefundByID implements payments.AdminStore: ops name refunds by id alone.
+// RefundByID implements review.Store: ops name refunds by id alone.
 func (s *Store) RefundByID(ctx context.Context, id string) (payments.Refund, error) {
 	return s.getRefund(ctx, `SELECT `+refundColumns+` FROM refunds WHERE id = ?`, id)
 }
@@ -220,7 +220,7 @@ WHERE merchant_id = ? AND id = ? AND status = 'pending'`
 	return settleErr(err)
 }
 
-// ResolveRefund implements payments.AdminStore and reconcile.Store: decide
+// ResolveRefund implements review.Store and reconcile.Store: decide
 // turns the refund locked with its payment (at the database's time) into
 // its change; the payment's amounts, the refund, its event, its key's
 // answer and res in the audit table are written as the change says, all in

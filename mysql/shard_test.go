@@ -20,6 +20,7 @@ import (
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
 	"gateway/payments"
+	"gateway/review"
 )
 
 // The gateway is meant to move to Vitess, sharded by merchant, without a
@@ -630,11 +631,11 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	sc.must(err, "Merchant")
 	_, err = s.Merchant(ctx, "mer_missing")
 	sc.mustIs(err, errs.ErrNotFound, "Merchant of an unknown id")
-	_, err = s.FindPayments(ctx, payments.PaymentFilter{Status: payments.RequiresReview, Since: time.Now().Add(-time.Hour), Limit: 10})
+	_, err = s.FindPayments(ctx, review.PaymentFilter{Status: payments.RequiresReview, Since: time.Now().Add(-time.Hour), Limit: 10})
 	sc.must(err, "FindPayments")
 	_, err = s.PaymentRecord(ctx, p4.ID)
 	sc.must(err, "PaymentRecord")
-	_, err = s.FindRefunds(ctx, payments.RefundFilter{Status: payments.RefundRequiresReview, Limit: 10})
+	_, err = s.FindRefunds(ctx, review.RefundFilter{Status: payments.RefundRequiresReview, Limit: 10})
 	sc.must(err, "FindRefunds")
 
 	// Merchants' listings, with every filter and both cursors.

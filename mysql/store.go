@@ -2,7 +2,7 @@
 // statement of a payment's and an idempotency key's life (key.go), of the
 // reconciler and the review queue (reconcile.go), of merchants and their API
 // keys (this file). It implements the small interfaces its consumers declare
-// (payments.FlowStore, merchants.AuthStore, payments.AdminStore,
+// (payments.FlowStore, merchants.AuthStore, review.Store,
 // reconcile.Store); MySQL error numbers never leave it.
 package mysql
 
@@ -19,7 +19,9 @@ import (
 
 	"gateway/errs"
 	"gateway/merchants"
+	"gateway/notices"
 	"gateway/payments"
+	"gateway/review"
 )
 
 // Store runs every method in its own short transaction on a pool.
@@ -52,11 +54,11 @@ func (s *Store) CausalReads(ctx context.Context) error {
 }
 
 var (
-	_ payments.FlowStore   = (*Store)(nil)
-	_ merchants.AuthStore  = (*Store)(nil)
-	_ payments.AdminStore  = (*Store)(nil)
-	_ payments.ListStore   = (*Store)(nil)
-	_ payments.NoticeStore = (*Store)(nil)
+	_ payments.FlowStore  = (*Store)(nil)
+	_ merchants.AuthStore = (*Store)(nil)
+	_ review.Store        = (*Store)(nil)
+	_ payments.ListStore  = (*Store)(nil)
+	_ notices.Store       = (*Store)(nil)
 )
 
 type paymentRow struct {
@@ -212,7 +214,7 @@ func (s *Store) PaymentByKey(ctx context.Context, merchantID, key string) (payme
 	return s.getPayment(ctx, q, merchantID, key)
 }
 
-// PaymentByID implements payments.AdminStore: ops name payments by id alone.
+// PaymentByID implements review.Store: ops name payments by id alone.
 func (s *Store) PaymentByID(ctx context.Context, id string) (payments.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE id = ?`
 	return s.getPayment(ctx, q, id)

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"gateway/idemkeys"
@@ -47,6 +48,18 @@ const (
 	// expired, or an authorization voided or lapsed (CancellationReason).
 	Canceled Status = "canceled"
 )
+
+// Statuses lists every status in the order of a payment's life.
+var Statuses = []Status{RequiresConfirmation, Processing, RequiresAction, RequiresCapture, Succeeded, Declined, Failed, Canceled, RequiresReview}
+
+// StatusNames lists Statuses for messages: "a, b or c".
+func StatusNames() string {
+	names := make([]string, len(Statuses))
+	for i, s := range Statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
 
 // CaptureMethod says when a payment's money is taken: at once
 // (CaptureAutomatic, the default) or by a capture after an authorization

@@ -9,6 +9,7 @@ import (
 
 	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/notices"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
@@ -139,9 +140,9 @@ func TestNotificationRacesTheActionLook(t *testing.T) {
 	}
 	looking, release := make(chan struct{}), make(chan struct{})
 	slow := &blockingLookup{Adapter: e.psp, arrived: looking, release: release}
-	notices := payments.NewNotices(e.store, map[string]payments.NoticeSource{
+	notices := notices.New(e.store, map[string]notices.Source{
 		"fake": {PSP: payments.PSPName(e.psp.Capabilities()), Reader: staticNotice{psp.Notice{ID: "evt_1", Type: "test", Charges: []psp.Charge{c}}}},
-	}, payments.NoticeConfig{})
+	}, notices.Config{})
 	e.advance(payments.ActionFirstLook + time.Second)
 	done := make(chan reconcile.Summary, 1)
 	go func() { done <- runOnce(t, e.reconciler(slow, nil)) }()

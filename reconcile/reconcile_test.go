@@ -24,6 +24,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
+	"gateway/review"
 )
 
 func TestMain(m *testing.M) { mysqltest.Main(m) }
@@ -147,8 +148,8 @@ func (e *env) crash(key string, charged bool) payments.Payment {
 	return p
 }
 
-func (e *env) admin() *payments.Admin {
-	return payments.NewAdmin(e.store, payments.AdminConfig{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
+func (e *env) admin() *review.Admin {
+	return review.New(e.store, review.Config{Now: e.clock.Now, PSPs: payments.OnePSP(e.psp)})
 }
 
 func (e *env) count(q string, args ...any) int {

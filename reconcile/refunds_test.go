@@ -16,6 +16,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
+	"gateway/review"
 )
 
 // The refund tests: the same exactly-once proof as charges, and the
@@ -276,11 +277,11 @@ func TestStaleRefundsAreReconciled(t *testing.T) {
 		t.Fatalf("the pass counts %d refund(s) in review (backlog %+v), want 1", sum.RefundsNeedReview, sum.Backlog)
 	}
 	// Ops look at the PSP (which has none) and fail it; the reservation returns.
-	adm := payments.NewAdmin(e.store, payments.AdminConfig{PSPs: payments.OnePSP(e.psp)})
-	if _, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: reviewID, To: payments.RefundSucceeded, Reason: "x", Actor: "ops"}); errs.CodeOf(err) != errs.CodeConflict {
+	adm := review.New(e.store, review.Config{PSPs: payments.OnePSP(e.psp)})
+	if _, err := adm.ResolveRefund(context.Background(), review.RefundResolution{RefundID: reviewID, To: payments.RefundSucceeded, Reason: "x", Actor: "ops"}); errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("succeeded while the PSP has none: %v", err)
 	}
-	if _, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: reviewID, To: payments.RefundFailed, Reason: "not at the PSP", Actor: "ops"}); err != nil {
+	if _, err := adm.ResolveRefund(context.Background(), review.RefundResolution{RefundID: reviewID, To: payments.RefundFailed, Reason: "not at the PSP", Actor: "ops"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.count(`SELECT COUNT(*) FROM refund_resolutions WHERE refund_id = ? AND actor = 'ops' AND to_status = 'failed'`, reviewID); n != 1 {
@@ -509,8 +510,8 @@ func TestAForcedRefundCorrectionNeverExceedsThePayment(t *testing.T) {
 	if out, err := e.refund(p, "the-rest", nil); err != nil || out.Response.Status != http.StatusCreated {
 		t.Fatalf("refund of the rest: %+v %v", out, err)
 	}
-	adm := payments.NewAdmin(e.store, payments.AdminConfig{PSPs: payments.OnePSP(e.psp)})
-	_, err := adm.ResolveRefund(context.Background(), payments.RefundResolution{RefundID: failed, To: payments.RefundSucceeded,
+	adm := review.New(e.store, review.Config{PSPs: payments.OnePSP(e.psp)})
+	_, err := adm.ResolveRefund(context.Background(), review.RefundResolution{RefundID: failed, To: payments.RefundSucceeded,
 		Reason: "the bank says it was paid", Actor: "ops", Force: true})
 	if errs.CodeOf(err) != errs.CodeConflict {
 		t.Fatalf("forced correction beyond the payment: %v, want a conflict", err)

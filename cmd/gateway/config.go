@@ -14,6 +14,7 @@ import (
 	"gateway/mysql"
 	"gateway/payments"
 	"gateway/reconcile"
+	"gateway/review"
 )
 
 // The configuration is made of groups of flags, each flag also read from its
@@ -44,7 +45,7 @@ func defaultVars() map[string]string {
 		"reconcile_backoff_max":  durationDefault(reconcile.DefaultBackoffMax),
 		"purge_batch":            fmt.Sprint(reconcile.DefaultPurgeBatch),
 		"purge_rest":             fmt.Sprint(reconcile.DefaultPurgeRest),
-		"list_limit_max":         fmt.Sprint(payments.MaxListLimit),
+		"list_limit_max":         fmt.Sprint(review.MaxListLimit),
 		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
 		"replay_cache_bytes":     fmt.Sprint(payments.DefaultReplayCacheBytes),
 		"replay_cache_ttl":       durationDefault(payments.DefaultReplayCacheTTL),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gateway/payments"
+	"gateway/review"
 )
 
 // paymentsCmd is `gateway payments`: what ops look at and decide.
@@ -47,8 +48,8 @@ func (l *paymentsListCmd) check() []error {
 	if l.Status != "" && !slices.Contains(payments.Statuses, payments.Status(l.Status)) {
 		errs = append(errs, fmt.Errorf("--status %q is not a status: use %s", l.Status, payments.StatusNames()))
 	}
-	if l.Limit < 1 || l.Limit > payments.MaxListLimit {
-		errs = append(errs, fmt.Errorf("--limit must be 1 to %d", payments.MaxListLimit))
+	if l.Limit < 1 || l.Limit > review.MaxListLimit {
+		errs = append(errs, fmt.Errorf("--limit must be 1 to %d", review.MaxListLimit))
 	}
 	if _, err := parseSince(l.Since, time.Now()); err != nil {
 		errs = append(errs, err)
@@ -79,8 +80,8 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 func (l *paymentsListCmd) Run(ctx context.Context, a *app, c *paymentsCmd) error {
 	since, _ := parseSince(l.Since, time.Now()) // checked
-	f := payments.PaymentFilter{Status: payments.Status(l.Status), MerchantID: l.Merchant, Since: since, Limit: l.Limit}
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	f := review.PaymentFilter{Status: payments.Status(l.Status), MerchantID: l.Merchant, Since: since, Limit: l.Limit}
+	return withAdmin(ctx, c.DB, review.Config{}, func(adm *review.Admin) error {
 		ps, more, err := adm.Payments(ctx, f)
 		if err != nil {
 			return adminError(err)
@@ -141,7 +142,7 @@ type resolutionJSON struct {
 }
 
 func (s *paymentsShowCmd) Run(ctx context.Context, a *app, c *paymentsCmd) error {
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	return withAdmin(ctx, c.DB, review.Config{}, func(adm *review.Admin) error {
 		rec, err := adm.PaymentRecord(ctx, s.ID)
 		if err != nil {
 			return adminError(err)
@@ -154,7 +155,7 @@ func (s *paymentsShowCmd) Run(ctx context.Context, a *app, c *paymentsCmd) error
 	})
 }
 
-func recordJSON(rec payments.PaymentRecord) any {
+func recordJSON(rec review.PaymentRecord) any {
 	out := struct {
 		Payment     paymentJSON      `json:"payment"`
 		Key         *keyStateJSON    `json:"key"`
@@ -177,7 +178,7 @@ func recordJSON(rec payments.PaymentRecord) any {
 	return out
 }
 
-func printRecord(a *app, rec payments.PaymentRecord) {
+func printRecord(a *app, rec review.PaymentRecord) {
 	p := rec.Payment
 	orNone := func(s string) string {
 		if s == "" {
@@ -211,7 +212,7 @@ func printRecord(a *app, rec payments.PaymentRecord) {
 }
 
 // keyState says in a line where the payment's key stands.
-func keyState(rec payments.PaymentRecord) string {
+func keyState(rec review.PaymentRecord) string {
 	k := rec.Key
 	switch {
 	case k == nil:
@@ -265,8 +266,8 @@ func (r *paymentsResolveCmd) Run(ctx context.Context, a *app, c *paymentsCmd) er
 	if err != nil {
 		return err
 	}
-	cfg := payments.AdminConfig{PSPs: psps, PSPTimeout: r.PSPTimeout}
-	return withAdmin(ctx, c.DB, cfg, func(adm *payments.Admin) error {
+	cfg := review.Config{PSPs: psps, PSPTimeout: r.PSPTimeout}
+	return withAdmin(ctx, c.DB, cfg, func(adm *review.Admin) error {
 		p, err := adm.Resolve(ctx, res)
 		if err != nil {
 			return adminError(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gateway/payments"
+	"gateway/review"
 )
 
 // refundsCmd is `gateway refunds`: what ops look at and decide about refunds.
@@ -48,15 +49,15 @@ func (l *refundsListCmd) check() []error {
 	if l.Status != "" && !slices.Contains(payments.RefundStatuses, l.Status) {
 		errs = append(errs, fmt.Errorf("--status %q is not a refund status: use pending, succeeded, failed or requires_review", l.Status))
 	}
-	if l.Limit < 1 || l.Limit > payments.MaxListLimit {
-		errs = append(errs, fmt.Errorf("--limit must be 1 to %d", payments.MaxListLimit))
+	if l.Limit < 1 || l.Limit > review.MaxListLimit {
+		errs = append(errs, fmt.Errorf("--limit must be 1 to %d", review.MaxListLimit))
 	}
 	return errs
 }
 
 func (l *refundsListCmd) Run(ctx context.Context, a *app, c *refundsCmd) error {
-	f := payments.RefundFilter{Status: payments.RefundStatus(l.Status), MerchantID: l.Merchant, PaymentID: l.Payment, Limit: l.Limit}
-	return withAdmin(ctx, c.DB, payments.AdminConfig{}, func(adm *payments.Admin) error {
+	f := review.RefundFilter{Status: payments.RefundStatus(l.Status), MerchantID: l.Merchant, PaymentID: l.Payment, Limit: l.Limit}
+	return withAdmin(ctx, c.DB, review.Config{}, func(adm *review.Admin) error {
 		rs, more, err := adm.Refunds(ctx, f)
 		if err != nil {
 			return adminError(err)
@@ -122,14 +123,14 @@ func (r *refundsResolveCmd) check() []error {
 }
 
 func (r *refundsResolveCmd) Run(ctx context.Context, a *app, c *refundsCmd) error {
-	res := payments.RefundResolution{RefundID: r.ID, To: payments.RefundStatus(r.As), Reason: r.Reason,
+	res := review.RefundResolution{RefundID: r.ID, To: payments.RefundStatus(r.As), Reason: r.Reason,
 		PSPReference: r.PSPReference, Actor: r.Actor, Force: r.Force}
 	psps, err := newPSPs(r.PSP, noInstrument)
 	if err != nil {
 		return err
 	}
-	cfg := payments.AdminConfig{PSPs: psps, PSPTimeout: r.PSPTimeout}
-	return withAdmin(ctx, c.DB, cfg, func(adm *payments.Admin) error {
+	cfg := review.Config{PSPs: psps, PSPTimeout: r.PSPTimeout}
+	return withAdmin(ctx, c.DB, cfg, func(adm *review.Admin) error {
 		x, err := adm.ResolveRefund(ctx, res)
 		if err != nil {
 			return adminError(err)

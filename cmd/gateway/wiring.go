@@ -19,6 +19,7 @@ import (
 	"gateway/merchants"
 	"gateway/metrics"
 	"gateway/mysql"
+	"gateway/notices"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
@@ -26,6 +27,7 @@ import (
 	"gateway/psp/stripe"
 	"gateway/psp/toss"
 	"gateway/reconcile"
+	"gateway/review"
 )
 
 // The parts every command is built from, each from its group of settings.
@@ -183,8 +185,8 @@ func newService(cfg *serverConfig, st *mysql.Store, psps *payments.PSPs, log *sl
 // them: Stripe's when its webhook signing secret is set, Toss's whenever
 // Toss is configured (its notifications are checked by asking Toss). nil
 // when none is.
-func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logConfig, log *slog.Logger, obs payments.NoticeObserver) (api.NoticeReceiver, error) {
-	sources := map[string]payments.NoticeSource{}
+func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logConfig, log *slog.Logger, obs notices.Observer) (api.NoticeReceiver, error) {
+	sources := map[string]notices.Source{}
 	for _, kind := range []string{"stripe", "toss"} {
 		if (kind == "stripe" && cfg.Checkout.StripeWebhookSecret == "") || (kind == "toss" && cfg.TossSecretKey == "") {
 			continue
@@ -212,12 +214,12 @@ func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logCo
 		if !ok {
 			return nil, fmt.Errorf("the %s adapter reads no notifications", kind)
 		}
-		sources[kind] = payments.NoticeSource{PSP: payments.PSPName(a.Capabilities()), Reader: reader}
+		sources[kind] = notices.Source{PSP: payments.PSPName(a.Capabilities()), Reader: reader}
 	}
 	if len(sources) == 0 {
 		return nil, nil
 	}
-	return payments.NewNotices(st, sources, payments.NoticeConfig{PSPTimeout: timeout, Logger: log, Hasher: lc.hasher(), Observer: obs}), nil
+	return notices.New(st, sources, notices.Config{PSPTimeout: timeout, Logger: log, Hasher: lc.hasher(), Observer: obs}), nil
 }
 
 // newReconciler builds the reconciler; gate, when set, stops it while this
@@ -263,8 +265,8 @@ func startReconciler(schedule string, r *reconcile.Reconciler, log *slog.Logger)
 
 // withAdmin runs fn with ops administration of payments and refunds on the database,
 // for one-shot commands; cfg says which PSPs a decision is checked with.
-func withAdmin(ctx context.Context, dsn dsnConfig, cfg payments.AdminConfig, fn func(*payments.Admin) error) error {
-	return withStore(ctx, dsn, func(st *mysql.Store) error { return fn(payments.NewAdmin(st, cfg)) })
+func withAdmin(ctx context.Context, dsn dsnConfig, cfg review.Config, fn func(*review.Admin) error) error {
+	return withStore(ctx, dsn, func(st *mysql.Store) error { return fn(review.New(st, cfg)) })
 }
 
 // withMerchants runs fn with the administration of merchants on the database,

@@ -1,4 +1,7 @@
-package payments
+// Package review is what an operator decides about payments and refunds:
+// their records, and resolutions (of those in review, or forced
+// corrections), each checked against the PSP's own evidence first.
+package review
 
 import (
 	"context"
@@ -6,42 +9,42 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/payments"
 	"gateway/psp"
 )
 
-// AdminStore is what ops' administration of payments and refunds reads and writes.
-type AdminStore interface {
+// Store is what ops' administration of payments and refunds reads and writes.
+type Store interface {
 	// FindPayments lists up to f.Limit payments matching f across merchants,
 	// oldest first.
-	FindPayments(ctx context.Context, f PaymentFilter) ([]Payment, error)
+	FindPayments(ctx context.Context, f PaymentFilter) ([]payments.Payment, error)
 	// PaymentRecord returns the payment with id, whatever its merchant, with
 	// its resolutions and its key's record (nil once purged). errs.ErrNotFound for
 	// an unknown id.
 	PaymentRecord(ctx context.Context, id string) (PaymentRecord, error)
 	// PaymentByID reads a payment by its id alone; errs.ErrNotFound otherwise.
-	PaymentByID(ctx context.Context, id string) (Payment, error)
+	PaymentByID(ctx context.Context, id string) (payments.Payment, error)
 	// FindRefunds lists refunds across merchants, oldest first, by f.
-	FindRefunds(ctx context.Context, f RefundFilter) ([]Refund, error)
+	FindRefunds(ctx context.Context, f RefundFilter) ([]payments.Refund, error)
 	// RefundByID reads a refund by its id alone; errs.ErrNotFound otherwise.
-	RefundByID(ctx context.Context, id string) (Refund, error)
+	RefundByID(ctx context.Context, id string) (payments.Refund, error)
 	// ResolveRefund applies decide to the refund with id under its and its
 	// payment's row locks, moves the payment's amounts with it, rewrites its
 	// key's answer when it leaves review, and records res in the audit
 	// table, all in one transaction. errs.ErrNotFound for an unknown id.
-	ResolveRefund(ctx context.Context, id string, decide func(before Refund, dbNow time.Time) (RefundChange, error), res Resolution) (Refund, error)
+	ResolveRefund(ctx context.Context, id string, decide func(before payments.Refund, dbNow time.Time) (payments.RefundChange, error), res payments.Resolution) (payments.Refund, error)
 	// Resolve applies decide to the payment with id under a row lock, stores
 	// the result, rewrites its key's stored response and records res in the
 	// audit table, all in one transaction. errs.ErrNotFound for an unknown id.
-	Resolve(ctx context.Context, id string, decide func(before Payment, dbNow time.Time) (PaymentChange, error), res Resolution) (Payment, error)
+	Resolve(ctx context.Context, id string, decide func(before payments.Payment, dbNow time.Time) (payments.PaymentChange, error), res payments.Resolution) (payments.Payment, error)
 }
 
-// AdminConfig tunes administration.
-type AdminConfig struct {
+// Config tunes administration.
+type Config struct {
 	// Now stamps keys and audit rows; time.Now when nil.
 	Now func() time.Time
 	// Logger receives every manual resolution; nil discards.
@@ -50,7 +53,7 @@ type AdminConfig struct {
 	Hasher *idemkeys.Hasher
 	// PSPs are asked before an operator's decision is recorded; a payment
 	// whose PSP is not among them can only be resolved with Force.
-	PSPs *PSPs
+	PSPs *payments.PSPs
 	// PSPTimeout bounds that lookup (DefaultPSPTimeout when zero).
 	PSPTimeout time.Duration
 }
@@ -59,16 +62,16 @@ type AdminConfig struct {
 // merchants, and operators' decisions on payments and refunds nobody could
 // settle. It never charges.
 type Admin struct {
-	store      AdminStore
+	store      Store
 	now        func() time.Time
 	log        *slog.Logger
 	hash       *idemkeys.Hasher
-	psps       *PSPs
+	psps       *payments.PSPs
 	pspTimeout time.Duration
 }
 
-// NewAdmin returns an Admin over store.
-func NewAdmin(store AdminStore, cfg AdminConfig) *Admin {
+// New returns an Admin over store.
+func New(store Store, cfg Config) *Admin {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -79,10 +82,10 @@ func NewAdmin(store AdminStore, cfg AdminConfig) *Admin {
 		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
 	if cfg.PSPs == nil {
-		cfg.PSPs = &PSPs{}
+		cfg.PSPs = &payments.PSPs{}
 	}
 	if cfg.PSPTimeout <= 0 {
-		cfg.PSPTimeout = DefaultPSPTimeout
+		cfg.PSPTimeout = payments.DefaultPSPTimeout
 	}
 	return &Admin{store: store, now: cfg.Now, log: cfg.Logger, hash: cfg.Hasher, psps: cfg.PSPs, pspTimeout: cfg.PSPTimeout}
 }
@@ -96,29 +99,29 @@ func NewAdmin(store AdminStore, cfg AdminConfig) *Admin {
 // why. The decision, the PSP's answer, the operator and the reason are kept
 // in the audit table and logged; the payment's key, if still retained,
 // replays the resolved payment from then on.
-func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
+func (a *Admin) Resolve(ctx context.Context, r payments.Resolution) (payments.Payment, error) {
 	if err := r.Validate(); err != nil {
-		return Payment{}, err
+		return payments.Payment{}, err
 	}
 	current, err := a.store.PaymentByID(ctx, r.PaymentID)
 	if errors.Is(err, errs.ErrNotFound) {
-		return Payment{}, errs.Errorf(errs.CodeNotFound, "no payment %s", r.PaymentID)
+		return payments.Payment{}, errs.Errorf(errs.CodeNotFound, "no payment %s", r.PaymentID)
 	}
 	if err != nil {
-		return Payment{}, errs.Internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
+		return payments.Payment{}, errs.Internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
 	}
 	evidence := a.evidence(ctx, current, r)
 	if evidence.refuse != "" && !r.Force {
-		return Payment{}, errs.Errorf(errs.CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", evidence.refuse)
+		return payments.Payment{}, errs.Errorf(errs.CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", evidence.refuse)
 	}
 	r.Reason = r.Reason + " [PSP: " + evidence.said + "]"
 	if len(r.Reason) > 1000 {
 		r.Reason = r.Reason[:1000]
 	}
-	p, err := a.store.Resolve(ctx, r.PaymentID, ChangePayment(func(p Payment) (Payment, error) {
+	p, err := a.store.Resolve(ctx, r.PaymentID, payments.ChangePayment(func(p payments.Payment) (payments.Payment, error) {
 		r.From = p.Status
 		switch {
-		case p.Status == RequiresReview:
+		case p.Status == payments.RequiresReview:
 		case r.Force && p.Status.Final():
 			// A correction of an earlier outcome, audited like any decision.
 		case p.Status.Final():
@@ -130,27 +133,27 @@ func (a *Admin) Resolve(ctx context.Context, r Resolution) (Payment, error) {
 		switch {
 		case r.PSPReference != "":
 			p.PSPReference = r.PSPReference
-		case r.To == Succeeded && evidence.charge.Reference != "":
+		case r.To == payments.Succeeded && evidence.charge.Reference != "":
 			p.PSPReference = evidence.charge.Reference
 		}
 		p.DeclineCode = ""
-		if r.To == Failed {
-			p.DeclineCode = DeclineNotProcessed
+		if r.To == payments.Failed {
+			p.DeclineCode = payments.DeclineNotProcessed
 		}
 		return p, nil
 	}), r)
 	if errors.Is(err, errs.ErrNotFound) {
-		return Payment{}, errs.Errorf(errs.CodeNotFound, "no payment %s", r.PaymentID)
+		return payments.Payment{}, errs.Errorf(errs.CodeNotFound, "no payment %s", r.PaymentID)
 	}
 	var e *errs.Error
 	if errors.As(err, &e) {
-		return Payment{}, e
+		return payments.Payment{}, e
 	}
 	if err != nil {
-		return Payment{}, errs.Internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
+		return payments.Payment{}, errs.Internal(fmt.Errorf("resolve %s: %w", r.PaymentID, err))
 	}
 	a.log.InfoContext(ctx, "payment resolved by hand", "payment_id", p.ID, a.hash.Attr(idemkeys.Ref{
-		MerchantID: p.MerchantID, Endpoint: EndpointCreatePayment, Key: p.IdempotencyKey,
+		MerchantID: p.MerchantID, Endpoint: payments.EndpointCreatePayment, Key: p.IdempotencyKey,
 	}), "from", string(r.From), "to", string(p.Status), "forced", r.Force, "psp_said", evidence.said,
 		"actor", r.Actor, "reason", r.Reason)
 	return p, nil
@@ -163,7 +166,7 @@ type evidence struct {
 	charge psp.Charge
 }
 
-func (a *Admin) evidence(ctx context.Context, p Payment, r Resolution) evidence {
+func (a *Admin) evidence(ctx context.Context, p payments.Payment, r payments.Resolution) evidence {
 	adapter, ok := a.psps.For(p.PSP)
 	if !ok {
 		e := fmt.Sprintf("not asked: PSP %q is not configured here", p.PSP)
@@ -176,7 +179,7 @@ func (a *Admin) evidence(ctx context.Context, p Payment, r Resolution) evidence 
 	switch {
 	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
 		ev := evidence{said: "no charge for this order"}
-		if r.To == Succeeded {
+		if r.To == payments.Succeeded {
 			ev.refuse = "the PSP says it holds no charge for this payment"
 		}
 		return ev
@@ -187,36 +190,24 @@ func (a *Admin) evidence(ctx context.Context, p Payment, r Resolution) evidence 
 		}
 		return evidence{said: e, refuse: "the PSP gave " + e}
 	}
-	settled, err := ApplyCharge(p, c)
+	settled, err := payments.ApplyCharge(p, c)
 	ev := evidence{charge: c, said: fmt.Sprintf("charge %s %s, %d %s", c.Reference, c.Status, c.Amount, c.Currency)}
 	switch {
 	case err != nil:
 		ev.refuse = "the PSP's answer is unreadable (" + err.Error() + ")"
-	case settled.Status == RequiresReview:
+	case settled.Status == payments.RequiresReview:
 		ev.refuse = settled.ReviewReason
-	case settled.Status == Succeeded && r.To == Failed:
+	case settled.Status == payments.Succeeded && r.To == payments.Failed:
 		ev.refuse = "the PSP holds a successful charge " + c.Reference + " for this payment"
-	case settled.Status == Declined && r.To == Succeeded:
+	case settled.Status == payments.Declined && r.To == payments.Succeeded:
 		ev.refuse = "the PSP declined this payment's charge"
 	}
 	return ev
 }
 
-// Statuses lists every status in the order of a payment's life.
-var Statuses = []Status{RequiresConfirmation, Processing, RequiresAction, RequiresCapture, Succeeded, Declined, Failed, Canceled, RequiresReview}
-
-// StatusNames lists Statuses for messages: "a, b or c".
-func StatusNames() string {
-	names := make([]string, len(Statuses))
-	for i, s := range Statuses {
-		names[i] = string(s)
-	}
-	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
-}
-
 // PaymentFilter selects payments for ops; a zero field selects everything.
 type PaymentFilter struct {
-	Status     Status
+	Status     payments.Status
 	MerchantID string
 	// Since keeps the payments created at or after it.
 	Since time.Time
@@ -230,7 +221,7 @@ const MaxListLimit = 10_000
 // ResolutionRecord is one operator's decision as the audit table keeps it.
 type ResolutionRecord struct {
 	ID           string
-	From, To     Status
+	From, To     payments.Status
 	PSPReference string
 	Reason       string
 	Actor        string
@@ -239,7 +230,7 @@ type ResolutionRecord struct {
 
 // PaymentRecord is a payment with what ops need to judge it.
 type PaymentRecord struct {
-	Payment Payment
+	Payment payments.Payment
 	// Resolutions are the operators' decisions on it, oldest first.
 	Resolutions []ResolutionRecord
 	// Key is the record of the idempotency key that created it; nil once
@@ -249,10 +240,10 @@ type PaymentRecord struct {
 
 // Payments lists payments across merchants, oldest first; more reports
 // that further payments match beyond f.Limit.
-func (a *Admin) Payments(ctx context.Context, f PaymentFilter) (ps []Payment, more bool, err error) {
+func (a *Admin) Payments(ctx context.Context, f PaymentFilter) (ps []payments.Payment, more bool, err error) {
 	var fields []errs.FieldError
-	if f.Status != "" && !slices.Contains(Statuses, f.Status) {
-		fields = append(fields, errs.FieldError{Field: "status", Reason: "must be " + StatusNames()})
+	if f.Status != "" && !slices.Contains(payments.Statuses, f.Status) {
+		fields = append(fields, errs.FieldError{Field: "status", Reason: "must be " + payments.StatusNames()})
 	}
 	if f.Limit < 1 || f.Limit > MaxListLimit {
 		fields = append(fields, errs.FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxListLimit)})
@@ -288,7 +279,7 @@ func (a *Admin) PaymentRecord(ctx context.Context, id string) (PaymentRecord, er
 // RefundResolution is an operator's decision on a refund nobody could settle.
 type RefundResolution struct {
 	RefundID     string
-	To           RefundStatus
+	To           payments.RefundStatus
 	PSPReference string
 	Reason       string
 	Actor        string
@@ -302,37 +293,37 @@ type RefundResolution struct {
 // "failed" is refused while the PSP holds the refund, "succeeded" while the
 // PSP refused it or authoritatively has none. A failed refund gives its
 // reservation back to the payment; a succeeded one counts as refunded.
-func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, error) {
-	res := Resolution{PaymentID: r.RefundID, To: Status(r.To), PSPReference: r.PSPReference, Reason: r.Reason, Actor: r.Actor, Force: r.Force}
-	if r.To != RefundSucceeded && r.To != RefundFailed {
-		return Refund{}, &errs.Error{Code: errs.CodeInvalid, Message: "invalid resolution", Fields: []errs.FieldError{{Field: "as", Reason: "must be succeeded or failed"}}}
+func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (payments.Refund, error) {
+	res := payments.Resolution{PaymentID: r.RefundID, To: payments.Status(r.To), PSPReference: r.PSPReference, Reason: r.Reason, Actor: r.Actor, Force: r.Force}
+	if r.To != payments.RefundSucceeded && r.To != payments.RefundFailed {
+		return payments.Refund{}, &errs.Error{Code: errs.CodeInvalid, Message: "invalid resolution", Fields: []errs.FieldError{{Field: "as", Reason: "must be succeeded or failed"}}}
 	}
-	res.To = Succeeded // validated as a payment decision; the refund's status is r.To
+	res.To = payments.Succeeded // validated as a payment decision; the refund's status is r.To
 	if err := res.Validate(); err != nil {
-		return Refund{}, err
+		return payments.Refund{}, err
 	}
 	current, err := a.store.RefundByID(ctx, r.RefundID)
 	if errors.Is(err, errs.ErrNotFound) {
-		return Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
+		return payments.Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
 	}
 	if err != nil {
-		return Refund{}, errs.Internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
+		return payments.Refund{}, errs.Internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
 	}
 	said, refuse, found := a.refundEvidence(ctx, current, r.To)
 	if refuse != "" && !r.Force {
-		return Refund{}, errs.Errorf(errs.CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", refuse)
+		return payments.Refund{}, errs.Errorf(errs.CodeConflict, "%s; if you are sure, resolve again with --force and say why in --reason", refuse)
 	}
 	res.Reason = r.Reason + " [PSP: " + said + "]"
 	if len(res.Reason) > 1000 {
 		res.Reason = res.Reason[:1000]
 	}
-	var from RefundStatus
-	out, err := a.store.ResolveRefund(ctx, r.RefundID, ChangeRefund(func(x Refund) (Refund, error) {
+	var from payments.RefundStatus
+	out, err := a.store.ResolveRefund(ctx, r.RefundID, payments.ChangeRefund(func(x payments.Refund) (payments.Refund, error) {
 		from = x.Status
 		switch {
-		case x.Status == RefundRequiresReview:
-		case r.Force && (x.Status == RefundSucceeded || x.Status == RefundFailed):
-		case x.Status == RefundSucceeded || x.Status == RefundFailed:
+		case x.Status == payments.RefundRequiresReview:
+		case r.Force && (x.Status == payments.RefundSucceeded || x.Status == payments.RefundFailed):
+		case x.Status == payments.RefundSucceeded || x.Status == payments.RefundFailed:
 			return x, errs.Errorf(errs.CodeConflict, "refund %s is already %s; correcting a settled refund needs --force and a reason", x.ID, x.Status)
 		default:
 			return x, errs.Errorf(errs.CodeConflict, "refund %s is %s: the refund flow or the reconciler is still settling it", x.ID, x.Status)
@@ -341,36 +332,36 @@ func (a *Admin) ResolveRefund(ctx context.Context, r RefundResolution) (Refund, 
 		switch {
 		case r.PSPReference != "":
 			x.PSPReference = r.PSPReference
-		case r.To == RefundSucceeded && found.Reference != "":
+		case r.To == payments.RefundSucceeded && found.Reference != "":
 			x.PSPReference = found.Reference
 		}
 		x.FailureCode = ""
-		if r.To == RefundFailed {
-			x.FailureCode = RefundFailedNotProcessed
+		if r.To == payments.RefundFailed {
+			x.FailureCode = payments.RefundFailedNotProcessed
 		}
 		return x, nil
 	}), res)
 	if errors.Is(err, errs.ErrNotFound) {
-		return Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
+		return payments.Refund{}, errs.Errorf(errs.CodeNotFound, "no refund %s", r.RefundID)
 	}
-	if errors.Is(err, ErrExceedsPayment) {
-		return Refund{}, errs.Errorf(errs.CodeConflict, "refund %s cannot be %s: its payment's other refunds reserve what it would need again; resolve those first", r.RefundID, r.To)
+	if errors.Is(err, payments.ErrExceedsPayment) {
+		return payments.Refund{}, errs.Errorf(errs.CodeConflict, "refund %s cannot be %s: its payment's other refunds reserve what it would need again; resolve those first", r.RefundID, r.To)
 	}
 	var e *errs.Error
 	if errors.As(err, &e) {
-		return Refund{}, e
+		return payments.Refund{}, e
 	}
 	if err != nil {
-		return Refund{}, errs.Internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
+		return payments.Refund{}, errs.Internal(fmt.Errorf("resolve refund %s: %w", r.RefundID, err))
 	}
 	a.log.InfoContext(ctx, "refund resolved by hand", "refund_id", out.ID, "payment_id", out.PaymentID,
-		a.hash.Attr(idemkeys.Ref{MerchantID: out.MerchantID, Endpoint: EndpointCreateRefund, Key: out.IdempotencyKey}),
+		a.hash.Attr(idemkeys.Ref{MerchantID: out.MerchantID, Endpoint: payments.EndpointCreateRefund, Key: out.IdempotencyKey}),
 		"from", string(from), "to", string(out.Status), "forced", r.Force, "psp_said", said, "actor", r.Actor, "reason", r.Reason)
 	return out, nil
 }
 
 // refundEvidence is what the refund's PSP says about a decision.
-func (a *Admin) refundEvidence(ctx context.Context, x Refund, to RefundStatus) (said, refuse string, found psp.Refund) {
+func (a *Admin) refundEvidence(ctx context.Context, x payments.Refund, to payments.RefundStatus) (said, refuse string, found psp.Refund) {
 	adapter, ok := a.psps.For(x.PSP)
 	if !ok {
 		said = fmt.Sprintf("not asked: PSP %q is not configured here", x.PSP)
@@ -385,7 +376,7 @@ func (a *Admin) refundEvidence(ctx context.Context, x Refund, to RefundStatus) (
 	cancel()
 	switch {
 	case errors.Is(err, psp.ErrNotFound) && adapter.Capabilities().AuthoritativeLookup:
-		if to == RefundSucceeded {
+		if to == payments.RefundSucceeded {
 			return "no refund for this order", "the PSP says it holds no such refund", psp.Refund{}
 		}
 		return "no refund for this order", "", psp.Refund{}
@@ -393,16 +384,16 @@ func (a *Admin) refundEvidence(ctx context.Context, x Refund, to RefundStatus) (
 		e := "no authoritative answer: " + err.Error()
 		return e, "the PSP gave " + e, psp.Refund{}
 	}
-	settled, err := ApplyRefund(x, got)
+	settled, err := payments.ApplyRefund(x, got)
 	said = fmt.Sprintf("refund %s %s, %d %s", got.Reference, got.Status, got.Amount, got.Currency)
 	switch {
 	case err != nil:
 		return said, "the PSP's answer is unreadable (" + err.Error() + ")", got
-	case settled.Status == RefundRequiresReview:
+	case settled.Status == payments.RefundRequiresReview:
 		return said, settled.ReviewReason, got
-	case settled.Status == RefundSucceeded && to == RefundFailed, settled.Status == RefundPending && to == RefundFailed:
+	case settled.Status == payments.RefundSucceeded && to == payments.RefundFailed, settled.Status == payments.RefundPending && to == payments.RefundFailed:
 		return said, "the PSP holds this refund (" + string(got.Status) + ")", got
-	case settled.Status == RefundFailed && to == RefundSucceeded:
+	case settled.Status == payments.RefundFailed && to == payments.RefundSucceeded:
 		return said, "the PSP refused this refund", got
 	}
 	return said, "", got
@@ -410,7 +401,7 @@ func (a *Admin) refundEvidence(ctx context.Context, x Refund, to RefundStatus) (
 
 // RefundFilter narrows ops' listing of refunds.
 type RefundFilter struct {
-	Status     RefundStatus
+	Status     payments.RefundStatus
 	MerchantID string
 	PaymentID  string
 	// Limit bounds the listing, 1 … MaxListLimit.
@@ -419,9 +410,9 @@ type RefundFilter struct {
 
 // Refunds lists refunds across merchants, oldest first, for ops; more
 // says whether more match than the limit.
-func (a *Admin) Refunds(ctx context.Context, f RefundFilter) (rs []Refund, more bool, err error) {
+func (a *Admin) Refunds(ctx context.Context, f RefundFilter) (rs []payments.Refund, more bool, err error) {
 	var fields []errs.FieldError
-	if f.Status != "" && !slices.Contains(RefundStatuses, string(f.Status)) {
+	if f.Status != "" && !slices.Contains(payments.RefundStatuses, string(f.Status)) {
 		fields = append(fields, errs.FieldError{Field: "status", Reason: "must be one of pending, succeeded, failed, requires_review"})
 	}
 	if f.Limit < 1 || f.Limit > MaxListLimit {

@@ -1,4 +1,7 @@
-package payments
+// Package notices acts on what a PSP says happened (its notifications,
+// webhooks): it settles payments and refunds sooner than the reconciler
+// polls, by the same rules.
+package notices
 
 import (
 	"context"
@@ -10,6 +13,7 @@ import (
 
 	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/payments"
 	"gateway/psp"
 )
 
@@ -37,41 +41,41 @@ import (
 // notice after a success, as an earlier attempt's may arrive late) moves no
 // money back and changes nothing; it is logged and counted.
 
-// NoticeStore is what settling from a PSP's notification reads and writes.
-type NoticeStore interface {
+// Store is what settling from a PSP's notification reads and writes.
+type Store interface {
 	// PaymentsByOrder reads the payments with a merchant order id (at most
 	// one in practice), whatever their merchant.
-	PaymentsByOrder(ctx context.Context, orderID string) ([]Payment, error)
+	PaymentsByOrder(ctx context.Context, orderID string) ([]payments.Payment, error)
 	// RefundsByOrder reads the refunds with a refund order id.
-	RefundsByOrder(ctx context.Context, refundOrderID string) ([]Refund, error)
+	RefundsByOrder(ctx context.Context, refundOrderID string) ([]payments.Refund, error)
 	// Resolve applies decide to the payment under its row lock, rewrites the
 	// answer of the key that reported its outcome, and writes an audit row,
 	// in one transaction (see AdminStore.Resolve).
-	Resolve(ctx context.Context, id string, decide func(before Payment, dbNow time.Time) (PaymentChange, error), res Resolution) (Payment, error)
+	Resolve(ctx context.Context, id string, decide func(before payments.Payment, dbNow time.Time) (payments.PaymentChange, error), res payments.Resolution) (payments.Payment, error)
 	// ResolveRefund is Resolve for a refund (see AdminStore.ResolveRefund).
-	ResolveRefund(ctx context.Context, id string, decide func(before Refund, dbNow time.Time) (RefundChange, error), res Resolution) (Refund, error)
+	ResolveRefund(ctx context.Context, id string, decide func(before payments.Refund, dbNow time.Time) (payments.RefundChange, error), res payments.Resolution) (payments.Refund, error)
 	// HastenKey makes the reconciler's next look at an unfinished key due
 	// now, leaving its lease alone; false when the key is not in progress.
 	HastenKey(ctx context.Context, ref idemkeys.Ref) (bool, error)
 	// HastenLook makes the next look at a payment in requires_review or
 	// requires_action due now; of a payment still processing, due as soon
 	// as its worker leaves it in requires_action.
-	HastenLook(ctx context.Context, p Payment) error
+	HastenLook(ctx context.Context, p payments.Payment) error
 	// HastenRefundCheck makes the refund queue's next look at a refund
 	// pending at its PSP or in review due now.
-	HastenRefundCheck(ctx context.Context, r Refund) error
+	HastenRefundCheck(ctx context.Context, r payments.Refund) error
 }
 
-// NoticeSource is a PSP the gateway takes notifications from: its reader,
+// Source is a PSP the gateway takes notifications from: its reader,
 // and the name its payments record (PSPName), which a notification's
 // payments must carry.
-type NoticeSource struct {
+type Source struct {
 	PSP    string
 	Reader psp.NoticeReader
 }
 
-// NoticeConfig tunes the receiving of notifications.
-type NoticeConfig struct {
+// Config tunes the receiving of notifications.
+type Config struct {
 	// PSPTimeout bounds the adapter's reading (a fetch from the PSP).
 	PSPTimeout time.Duration
 	// Logger receives what each notification did; nil discards.
@@ -79,35 +83,35 @@ type NoticeConfig struct {
 	// Hasher names keys and merchants in logs.
 	Hasher *idemkeys.Hasher
 	// Observer counts the contradictions; nil counts nothing.
-	Observer NoticeObserver
+	Observer Observer
 }
 
-// NoticeObserver is told when a PSP contradicts the gateway's record.
-type NoticeObserver interface {
+// Observer is told when a PSP contradicts the gateway's record.
+type Observer interface {
 	// Contradicted counts a PSP's report that contradicts a settled subject
 	// of the kind; review says it was sent to requires_review (false: the
 	// report changed nothing, as when it says money did not move).
-	Contradicted(kind Kind, review bool)
+	Contradicted(kind payments.Kind, review bool)
 }
 
-type noNoticeObserver struct{}
+type noObserver struct{}
 
-func (noNoticeObserver) Contradicted(Kind, bool) {}
+func (noObserver) Contradicted(payments.Kind, bool) {}
 
 // Notices settles payments and refunds from their PSPs' notifications.
 type Notices struct {
-	store   NoticeStore
-	sources map[string]NoticeSource
-	cfg     NoticeConfig
+	store   Store
+	sources map[string]Source
+	cfg     Config
 	log     *slog.Logger
 	hash    *idemkeys.Hasher
 }
 
-// NewNotices takes notifications from sources, by the name of the route
+// New takes notifications from sources, by the name of the route
 // they arrive on ("stripe", "toss").
-func NewNotices(store NoticeStore, sources map[string]NoticeSource, cfg NoticeConfig) *Notices {
+func New(store Store, sources map[string]Source, cfg Config) *Notices {
 	if cfg.PSPTimeout <= 0 {
-		cfg.PSPTimeout = DefaultPSPTimeout
+		cfg.PSPTimeout = payments.DefaultPSPTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -116,7 +120,7 @@ func NewNotices(store NoticeStore, sources map[string]NoticeSource, cfg NoticeCo
 		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
 	if cfg.Observer == nil {
-		cfg.Observer = noNoticeObserver{}
+		cfg.Observer = noObserver{}
 	}
 	return &Notices{store: store, sources: sources, cfg: cfg, log: cfg.Logger, hash: cfg.Hasher}
 }
@@ -167,7 +171,7 @@ func (n *Notices) Receive(ctx context.Context, source string, header http.Header
 }
 
 // charge settles, or hastens the settling of, the payment c is the charge of.
-func (n *Notices) charge(ctx context.Context, src NoticeSource, notice psp.Notice, c psp.Charge) error {
+func (n *Notices) charge(ctx context.Context, src Source, notice psp.Notice, c psp.Charge) error {
 	ps, err := n.store.PaymentsByOrder(ctx, c.MerchantOrderID)
 	if err != nil {
 		return err
@@ -183,8 +187,8 @@ func (n *Notices) charge(ctx context.Context, src NoticeSource, notice psp.Notic
 	return errors.Join(failures...)
 }
 
-func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Notice, p Payment, c psp.Charge) error {
-	ref := OutcomeKey(p)
+func (n *Notices) payment(ctx context.Context, src Source, notice psp.Notice, p payments.Payment, c psp.Charge) error {
+	ref := payments.OutcomeKey(p)
 	attrs := []any{n.hash.Attr(ref), "payment_id", p.ID, "psp", src.PSP, "event_id", notice.ID, "status", string(p.Status), "psp_status", string(c.Status)}
 	if p.PSP != src.PSP {
 		// Its lookups go to the PSP it records; another PSP's word on its
@@ -202,9 +206,9 @@ func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Noti
 		return err
 	}
 	switch p.Status {
-	case RequiresAction, RequiresCapture:
+	case payments.RequiresAction, payments.RequiresCapture:
 		return n.settleAction(ctx, notice, p, c, attrs)
-	case Processing:
+	case payments.Processing:
 		// A worker holds its key, or the reconciler will: hasten the look,
 		// and the look at the payment should the worker leave it waiting
 		// for its customer.
@@ -216,54 +220,54 @@ func (n *Notices) payment(ctx context.Context, src NoticeSource, notice psp.Noti
 			n.log.InfoContext(ctx, "PSP notification: the payment's key is looked at now", append(attrs, "in_progress", hastened)...)
 		}
 		return err
-	case RequiresReview:
+	case payments.RequiresReview:
 		// The review queue settles it on its proof; it looks now.
 		if err := n.store.HastenLook(ctx, p); err != nil {
 			return err
 		}
 		n.log.InfoContext(ctx, "PSP notification: the payment in review is looked at now", attrs...)
 		return nil
-	case RequiresConfirmation:
+	case payments.RequiresConfirmation:
 		// Nothing was confirmed through the gateway; a charge can only come
 		// from a confirm, which will find it.
 		n.log.InfoContext(ctx, "PSP notification for a payment not confirmed yet: nothing to do", attrs...)
 		return nil
 	}
-	settled, err := ApplyCharge(p, c)
+	settled, err := payments.ApplyCharge(p, c)
 	switch {
-	case errors.Is(err, ErrChargePending), err == nil && settled.Status == p.Status:
+	case errors.Is(err, payments.ErrChargePending), err == nil && settled.Status == p.Status:
 		n.log.InfoContext(ctx, "PSP notification: the payment is settled already", attrs...)
 		return nil
-	case err == nil && (settled.Status == Succeeded || settled.Status == RequiresReview):
+	case err == nil && (settled.Status == payments.Succeeded || settled.Status == payments.RequiresReview):
 		// The PSP holds a charge the gateway answered did not happen (or
 		// another charge under its order id): the answer is in doubt.
 		return n.contradicted(ctx, notice, p, c, settled, attrs)
 	}
 	// The PSP says money did not move for a payment that took it: no
 	// money moves back for a late or confused report.
-	n.cfg.Observer.Contradicted(KindPayment, false)
+	n.cfg.Observer.Contradicted(payments.KindPayment, false)
 	n.log.ErrorContext(ctx, "PSP notification contradicts a settled payment; nothing changed", attrs...)
 	return nil
 }
 
 // contradicted sends a settled payment the PSP's report contradicts to
 // requires_review, with the PSP's evidence, unless it moved meanwhile.
-func (n *Notices) contradicted(ctx context.Context, notice psp.Notice, p Payment, c psp.Charge, settled Payment, attrs []any) error {
+func (n *Notices) contradicted(ctx context.Context, notice psp.Notice, p payments.Payment, c psp.Charge, settled payments.Payment, attrs []any) error {
 	why := fmt.Sprintf("the PSP reports charge %s %s (%d %s) for a payment recorded %s (notification %s %s)",
 		c.Reference, c.Status, c.Amount, c.Currency, p.Status, notice.Type, notice.ID)
-	if settled.Status == RequiresReview {
+	if settled.Status == payments.RequiresReview {
 		why += ": " + settled.ReviewReason
 	}
-	_, err := n.store.Resolve(ctx, p.ID, ChangePayment(func(now Payment) (Payment, error) {
+	_, err := n.store.Resolve(ctx, p.ID, payments.ChangePayment(func(now payments.Payment) (payments.Payment, error) {
 		if now.Status != p.Status {
 			return now, idemkeys.ErrFenced
 		}
-		now.Status, now.ReviewReason = RequiresReview, truncateReason(why)
+		now.Status, now.ReviewReason = payments.RequiresReview, truncateReason(why)
 		if now.PSPReference == "" {
 			now.PSPReference = c.Reference
 		}
 		return now, nil
-	}), Resolution{PaymentID: p.ID, To: RequiresReview, PSPReference: c.Reference, Reason: truncateReason(why), Actor: noticeActor})
+	}), payments.Resolution{PaymentID: p.ID, To: payments.RequiresReview, PSPReference: c.Reference, Reason: truncateReason(why), Actor: noticeActor})
 	switch {
 	case errors.Is(err, idemkeys.ErrFenced):
 		n.log.InfoContext(ctx, "PSP notification: the payment was settled meanwhile", attrs...)
@@ -271,7 +275,7 @@ func (n *Notices) contradicted(ctx context.Context, notice psp.Notice, p Payment
 	case err != nil:
 		return err
 	}
-	n.cfg.Observer.Contradicted(KindPayment, true)
+	n.cfg.Observer.Contradicted(payments.KindPayment, true)
 	n.log.ErrorContext(ctx, "PSP notification contradicts a settled payment: sent to requires_review", append(attrs, "reason", why)...)
 	return nil
 }
@@ -280,10 +284,10 @@ func (n *Notices) contradicted(ctx context.Context, notice psp.Notice, p Payment
 // authorization the PSP captured or let lapse on its own, with a
 // compare-and-set on its status (and on no operation being in flight), as
 // the reconciler's look would.
-func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment, c psp.Charge, attrs []any) error {
-	settled, err := ApplyCharge(p, c)
+func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p payments.Payment, c psp.Charge, attrs []any) error {
+	settled, err := payments.ApplyCharge(p, c)
 	switch {
-	case errors.Is(err, ErrChargePending):
+	case errors.Is(err, payments.ErrChargePending):
 		n.log.InfoContext(ctx, "PSP notification: the payment still waits for its customer", attrs...)
 		return nil
 	case err != nil:
@@ -291,19 +295,19 @@ func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment
 		return nil
 	}
 	why := fmt.Sprintf("PSP notification %s %s: charge %s %s", notice.Type, notice.ID, c.Reference, c.Status)
-	if settled.Status == RequiresReview {
+	if settled.Status == payments.RequiresReview {
 		why += ": " + settled.ReviewReason
 	}
 	if settled.Status == p.Status {
 		n.log.InfoContext(ctx, "PSP notification: the payment is as the PSP holds it", attrs...)
 		return nil
 	}
-	_, err = n.store.Resolve(ctx, p.ID, ChangePayment(func(now Payment) (Payment, error) {
+	_, err = n.store.Resolve(ctx, p.ID, payments.ChangePayment(func(now payments.Payment) (payments.Payment, error) {
 		if now.Status != p.Status || now.Operation != nil {
 			return now, idemkeys.ErrFenced
 		}
 		return settled, nil
-	}), Resolution{PaymentID: p.ID, To: settled.Status, PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
+	}), payments.Resolution{PaymentID: p.ID, To: settled.Status, PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
 	switch {
 	case errors.Is(err, idemkeys.ErrFenced):
 		n.log.InfoContext(ctx, "PSP notification: the payment was settled meanwhile", attrs...)
@@ -312,7 +316,7 @@ func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment
 		return err
 	}
 	level := slog.LevelInfo
-	if settled.Status == RequiresReview {
+	if settled.Status == payments.RequiresReview {
 		level = slog.LevelWarn
 	}
 	n.log.Log(ctx, level, "payment settled by its PSP's notification", append(attrs, "to", string(settled.Status))...)
@@ -320,7 +324,7 @@ func (n *Notices) settleAction(ctx context.Context, notice psp.Notice, p Payment
 }
 
 // refund settles, or hastens the settling of, the refund x is the PSP's record of.
-func (n *Notices) refund(ctx context.Context, src NoticeSource, notice psp.Notice, x psp.Refund) error {
+func (n *Notices) refund(ctx context.Context, src Source, notice psp.Notice, x psp.Refund) error {
 	rs, err := n.store.RefundsByOrder(ctx, x.RefundOrderID)
 	if err != nil {
 		return err
@@ -336,8 +340,8 @@ func (n *Notices) refund(ctx context.Context, src NoticeSource, notice psp.Notic
 	return errors.Join(failures...)
 }
 
-func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Notice, r Refund, x psp.Refund) error {
-	ref := idemkeys.Ref{MerchantID: r.MerchantID, Endpoint: EndpointCreateRefund, Key: r.IdempotencyKey}
+func (n *Notices) refundOf(ctx context.Context, src Source, notice psp.Notice, r payments.Refund, x psp.Refund) error {
+	ref := idemkeys.Ref{MerchantID: r.MerchantID, Endpoint: payments.EndpointCreateRefund, Key: r.IdempotencyKey}
 	attrs := []any{n.hash.Attr(ref), "refund_id", r.ID, "payment_id", r.PaymentID, "psp", src.PSP, "event_id", notice.ID,
 		"status", string(r.Status), "psp_status", string(x.Status)}
 	if r.PSP != src.PSP {
@@ -345,43 +349,43 @@ func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Not
 		return nil
 	}
 	switch {
-	case r.Status == RefundPending && r.Review.After.IsZero():
+	case r.Status == payments.RefundPending && r.Review.After.IsZero():
 		// Its key is in progress: a worker or the reconciler settles it.
 		_, err := n.store.HastenKey(ctx, ref)
 		return err
-	case r.Status == RefundRequiresReview:
+	case r.Status == payments.RefundRequiresReview:
 		return n.store.HastenRefundCheck(ctx, r)
-	case r.Status != RefundPending:
-		settled, err := ApplyRefund(r, x)
+	case r.Status != payments.RefundPending:
+		settled, err := payments.ApplyRefund(r, x)
 		switch {
-		case err != nil, settled.Status == r.Status, settled.Status == RefundPending:
+		case err != nil, settled.Status == r.Status, settled.Status == payments.RefundPending:
 			return nil
-		case r.Status == RefundFailed && (settled.Status == RefundSucceeded || settled.Status == RefundRequiresReview),
-			settled.Status == RefundRequiresReview:
+		case r.Status == payments.RefundFailed && (settled.Status == payments.RefundSucceeded || settled.Status == payments.RefundRequiresReview),
+			settled.Status == payments.RefundRequiresReview:
 			// Money went back that the gateway answered did not (or the PSP
 			// holds another refund under its order id).
 			return n.refundContradicted(ctx, notice, r, x, settled, attrs)
 		}
-		n.cfg.Observer.Contradicted(KindRefund, false)
+		n.cfg.Observer.Contradicted(payments.KindRefund, false)
 		n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund; nothing changed", attrs...)
 		return nil
 	}
 	// Pending at the PSP, its key completed: the refund queue's settle.
-	settled, err := ApplyRefund(r, x)
+	settled, err := payments.ApplyRefund(r, x)
 	switch {
 	case err != nil:
 		n.log.WarnContext(ctx, "PSP notification: the refund cannot be read", append(attrs, "err", err)...)
 		return nil
-	case settled.Status == RefundPending:
+	case settled.Status == payments.RefundPending:
 		return nil
 	}
 	why := fmt.Sprintf("PSP notification %s %s: refund %s %s", notice.Type, notice.ID, x.Reference, x.Status)
-	_, err = n.store.ResolveRefund(ctx, r.ID, ChangeRefund(func(now Refund) (Refund, error) {
-		if now.Status != RefundPending {
+	_, err = n.store.ResolveRefund(ctx, r.ID, payments.ChangeRefund(func(now payments.Refund) (payments.Refund, error) {
+		if now.Status != payments.RefundPending {
 			return now, idemkeys.ErrFenced
 		}
 		return settled, nil
-	}), Resolution{PaymentID: r.ID, To: Status(settled.Status), PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
+	}), payments.Resolution{PaymentID: r.ID, To: payments.Status(settled.Status), PSPReference: settled.PSPReference, Reason: truncateReason(why), Actor: noticeActor})
 	switch {
 	case errors.Is(err, idemkeys.ErrFenced):
 		return nil
@@ -397,34 +401,34 @@ func (n *Notices) refundOf(ctx context.Context, src NoticeSource, notice psp.Not
 // PSP's evidence, unless it moved meanwhile. When its payment can no longer
 // hold the reservation (other refunds took it since), nothing changes: the
 // contradiction is logged and counted for a person.
-func (n *Notices) refundContradicted(ctx context.Context, notice psp.Notice, r Refund, x psp.Refund, settled Refund, attrs []any) error {
+func (n *Notices) refundContradicted(ctx context.Context, notice psp.Notice, r payments.Refund, x psp.Refund, settled payments.Refund, attrs []any) error {
 	why := fmt.Sprintf("the PSP reports refund %s %s (%d %s) for a refund recorded %s (notification %s %s)",
 		x.Reference, x.Status, x.Amount, x.Currency, r.Status, notice.Type, notice.ID)
-	if settled.Status == RefundRequiresReview {
+	if settled.Status == payments.RefundRequiresReview {
 		why += ": " + settled.ReviewReason
 	}
-	_, err := n.store.ResolveRefund(ctx, r.ID, ChangeRefund(func(now Refund) (Refund, error) {
+	_, err := n.store.ResolveRefund(ctx, r.ID, payments.ChangeRefund(func(now payments.Refund) (payments.Refund, error) {
 		if now.Status != r.Status {
 			return now, idemkeys.ErrFenced
 		}
-		now.Status, now.ReviewReason = RefundRequiresReview, truncateReason(why)
+		now.Status, now.ReviewReason = payments.RefundRequiresReview, truncateReason(why)
 		if now.PSPReference == "" {
 			now.PSPReference = x.Reference
 		}
 		return now, nil
-	}), Resolution{PaymentID: r.ID, To: Status(RefundRequiresReview), PSPReference: x.Reference, Reason: truncateReason(why), Actor: noticeActor})
+	}), payments.Resolution{PaymentID: r.ID, To: payments.Status(payments.RefundRequiresReview), PSPReference: x.Reference, Reason: truncateReason(why), Actor: noticeActor})
 	switch {
 	case errors.Is(err, idemkeys.ErrFenced):
 		return nil
-	case errors.Is(err, ErrExceedsPayment):
-		n.cfg.Observer.Contradicted(KindRefund, false)
+	case errors.Is(err, payments.ErrExceedsPayment):
+		n.cfg.Observer.Contradicted(payments.KindRefund, false)
 		n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund, whose payment can no longer hold it: nothing changed, a person must look",
 			append(attrs, "reason", why)...)
 		return nil
 	case err != nil:
 		return err
 	}
-	n.cfg.Observer.Contradicted(KindRefund, true)
+	n.cfg.Observer.Contradicted(payments.KindRefund, true)
 	n.log.ErrorContext(ctx, "PSP notification contradicts a settled refund: sent to requires_review", append(attrs, "reason", why)...)
 	return nil
 }
