@@ -9,15 +9,25 @@ import (
 )
 
 // InstrumentPSP wraps an adapter so that every call is counted by outcome
-// class and timed. The wrapper changes no result.
+// class and timed. The wrapper changes no result, and keeps what the
+// adapter is: a psp.Capturer stays one, its captures and voids counted.
 func InstrumentPSP(a psp.Adapter, m *Metrics) psp.Adapter {
 	name := a.Capabilities().Name
-	for _, op := range []string{"charge", "lookup", "refund", "lookup_refund"} {
+	ops := []string{"charge", "lookup", "refund", "lookup_refund"}
+	c, capturer := a.(psp.Capturer)
+	if capturer {
+		ops = append(ops, "capture", "void")
+	}
+	for _, op := range ops {
 		for _, outcome := range []string{"result", "not_found", "not_processed", "rejected", "unknown"} {
 			m.pspCalls.WithLabelValues(name, op, outcome)
 		}
 	}
-	return &instrumented{Adapter: a, m: m, name: name}
+	i := &instrumented{Adapter: a, m: m, name: name}
+	if capturer {
+		return &instrumentedCapturer{instrumented: i, c: c}
+	}
+	return i
 }
 
 type instrumented struct {
@@ -55,6 +65,29 @@ func (i *instrumented) LookupRefund(ctx context.Context, chargeReference, refund
 	r, err := i.Adapter.LookupRefund(ctx, chargeReference, refundOrderID)
 	i.m.PSPCall(i.name, "lookup_refund", outcomeOf(err), time.Since(start))
 	return r, err
+}
+
+// instrumentedCapturer is instrumented for an adapter that captures and
+// voids later.
+type instrumentedCapturer struct {
+	*instrumented
+	c psp.Capturer
+}
+
+var _ psp.Capturer = (*instrumentedCapturer)(nil)
+
+func (i *instrumentedCapturer) Capture(ctx context.Context, req psp.CaptureRequest) (psp.Charge, error) {
+	start := time.Now()
+	c, err := i.c.Capture(ctx, req)
+	i.m.PSPCall(i.name, "capture", outcomeOf(err), time.Since(start))
+	return c, err
+}
+
+func (i *instrumentedCapturer) Void(ctx context.Context, req psp.VoidRequest) (psp.Charge, error) {
+	start := time.Now()
+	c, err := i.c.Void(ctx, req)
+	i.m.PSPCall(i.name, "void", outcomeOf(err), time.Since(start))
+	return c, err
 }
 
 // outcomeOf names a call's outcome class; an unclassified error counts as
