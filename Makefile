@@ -16,7 +16,7 @@ FUZZTIME ?= 10s
 FUZZMINIMIZE ?= 1000x
 FUZZ_TARGETS := ./api:FuzzParseCreate ./api:FuzzStrictJSON ./api:FuzzListQuery ./api:FuzzEventQuery \
 	./api:FuzzKeyHeader ./api:FuzzRefundBody ./api:FuzzConfirmBody ./api:FuzzCaptureBody ./api:FuzzCancelBody \
-	./api:FuzzEndpointBody ./api:FuzzListCursor \
+	./api:FuzzCancelByKeyBody ./api:FuzzEndpointBody ./api:FuzzListCursor \
 	./idemkeys:FuzzValidateKey ./idemkeys:FuzzFingerprint ./webhooks:FuzzGuardAddress ./webhooks:FuzzGuardURL \
 	./psp/stripe:FuzzStripeSignedBody ./psp/stripe:FuzzStripeSignatureHeader ./psp/toss:FuzzTossNotice
 

@@ -398,6 +398,73 @@ func FuzzCancelBody(f *testing.F) {
 	})
 }
 
+// FuzzCancelByKeyBody: POST /payments/cancel_by_key. A body refused with
+// a 400 changes nothing; an accepted one cancels exactly the key it names
+// (as encoding/json reads it), with its reason, and nothing else: one
+// cancellation more, of that key, and no charge.
+func FuzzCancelByKeyBody(f *testing.F) {
+	for _, b := range []string{
+		`{"idempotency_key": "order-1"}`, `{"idempotency_key": "order-2", "cancellation_reason": "abandoned"}`,
+		`{"idempotency_key": "\"order-3\""}`, `{"idempotency_key": ""}`, `{"idempotency_key": "a b"}`,
+		`{"idempotency_key": null}`, `{"idempotency_key": 7}`, `{"cancellation_reason": "duplicate"}`,
+		`{"idempotency_key": "k", "idempotency_key": "j"}`, `{"Idempotency_Key": "k"}`, `{"idempotency_key": "k\u0000"}`,
+		`{"idempotency_key": "k", "cancellation_reason": "authorization_expired"}`, `null`, ``,
+	} {
+		f.Add([]byte(b))
+	}
+	e := newEnv(f)
+	var k keys
+	f.Fuzz(func(t *testing.T, body []byte) {
+		before := e.state(t)
+		charges := e.psp.ChargeCalls()
+		var n int
+		if err := e.db.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM key_cancellations`); err != nil {
+			t.Fatal(err)
+		}
+		res := e.fuzzDo(t, http.MethodPost, "/payments/cancel_by_key", idem(k.next("cbk")), body)
+		switch {
+		case res.status == http.StatusBadRequest:
+			if after := e.state(t); after != before {
+				t.Fatalf("refused body %q changed the state:\n%s\n%s", body, before, after)
+			}
+			return
+		case res.status >= 300: // a key canceled already (409): the first cancellation stands
+			var after int
+			if err := e.db.GetContext(t.Context(), &after, `SELECT COUNT(*) FROM key_cancellations`); err != nil || after != n {
+				t.Fatalf("body %q refused with %d left %d cancellations, were %d (%v)", body, res.status, after, n, err)
+			}
+			return
+		}
+		var want struct {
+			IdempotencyKey     *string `json:"idempotency_key"`
+			CancellationReason *string `json:"cancellation_reason"`
+		}
+		if err := json.Unmarshal(body, &want); err != nil || want.IdempotencyKey == nil {
+			t.Fatalf("accepted body %q, which encoding/json reads as %+v (%v)", body, want, err)
+		}
+		reason := payments.CancelRequestedByCustomer
+		if want.CancellationReason != nil {
+			reason = *want.CancellationReason
+		}
+		var rows []struct {
+			Key    string `db:"idem_key"`
+			Reason string `db:"reason"`
+		}
+		if err := e.db.SelectContext(t.Context(), &rows, `SELECT idem_key, reason FROM key_cancellations WHERE merchant_id = ? AND idem_key = ?`,
+			e.merch.ID, *want.IdempotencyKey); err != nil {
+			t.Fatal(err)
+		}
+		var total int
+		if err := e.db.GetContext(t.Context(), &total, `SELECT COUNT(*) FROM key_cancellations`); err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || rows[0].Reason != reason || total != n+1 || e.psp.ChargeCalls() != charges {
+			t.Fatalf("body %q (%d %s) left cancellations %+v (%d, were %d), charge calls %d → %d; want key %q canceled, %s",
+				body, res.status, res.body, rows, total, n, charges, e.psp.ChargeCalls(), *want.IdempotencyKey, reason)
+		}
+	})
+}
+
 // noDNS resolves nothing: the fuzzed URLs never leave the machine.
 type noDNS struct{}
 

@@ -23,6 +23,7 @@ var bodyTypes = []func() any{
 	func() any { return new(rotateBody) },
 	func() any { return new(captureBody) },
 	func() any { return new(cancelBody) },
+	func() any { return new(cancelByKeyBody) },
 }
 
 // FuzzStrictJSON: a body decodeRaw accepts means one thing. It is one JSON
@@ -57,6 +58,7 @@ func FuzzStrictJSON(f *testing.F) {
 		{4, ``},
 		{5, `{"amount_to_capture": 400}`},
 		{6, `{"cancellation_reason": "duplicate", "Cancellation_reason": "fraudulent"}`},
+		{7, `{"idempotency_key": "order-1", "cancellation_reason": "abandoned"}`},
 	} {
 		f.Add(seed.kind, []byte(seed.body))
 	}
