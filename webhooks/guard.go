@@ -100,6 +100,7 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("2001::/23"),       // IETF protocol assignments (Teredo, which may embed anything, among them)
 	netip.MustParsePrefix("2001:db8::/32"),   // documentation
 	netip.MustParsePrefix("2002::/16"),       // 6to4 may embed anything
+	netip.MustParsePrefix("3fff::/20"),       // documentation (RFC 9637)
 }
 
 // Check refuses an address that is not public, unless an allowed network

@@ -46,22 +46,6 @@ func refused(a netip.Addr) bool {
 	return false
 }
 
-// guardGaps are ranges the guard is known to admit although they are
-// refused here: 3fff::/20 (documentation, RFC 9637), inside 2000::/3 and
-// missing from the guard's list. A fuzz input in them is skipped, not
-// failed, until the guard refuses them; then this list goes.
-var guardGaps = []netip.Prefix{netip.MustParsePrefix("3fff::/20")}
-
-func inGuardGap(a netip.Addr) bool {
-	a = a.WithZone("").Unmap()
-	for _, p := range guardGaps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
-
 // errWouldConnect stops a dial the guard let through just before the
 // socket connects: the fuzz targets send nothing anywhere.
 var errWouldConnect = errors.New("the guard let the connection through")
@@ -214,9 +198,6 @@ func FuzzGuardAddress(f *testing.F) {
 		if !refused(a) {
 			return
 		}
-		if inGuardGap(a) {
-			t.Skipf("%s: a known gap of the guard (guardGaps)", a)
-		}
 		for name, g := range map[string]*Guard{"strict": strict, "loopback allowed": loopback} {
 			if name != "strict" && loopbackAllowed(a) {
 				continue
@@ -274,7 +255,7 @@ func FuzzGuardURL(f *testing.F) {
 				t.Fatalf("admitted %q, which url.Parse refuses: %v", raw, perr)
 			}
 			for _, a := range meanings(u.Hostname()) {
-				if refused(a) && !inGuardGap(a) {
+				if refused(a) {
 					t.Fatalf("admitted %q, whose host %q can mean %s", raw, u.Hostname(), a)
 				}
 			}
@@ -286,7 +267,7 @@ func FuzzGuardURL(f *testing.F) {
 		if _, err := g.DialContext(ctx, "tcp", dialAddress(u)); errors.Is(err, errWouldConnect) {
 			for _, d := range dialed {
 				ap, err := netip.ParseAddrPort(d)
-				if err != nil || refused(ap.Addr()) && !inGuardGap(ap.Addr()) {
+				if err != nil || refused(ap.Addr()) {
 					t.Fatalf("%q: the dialer connects to %s", raw, d)
 				}
 			}

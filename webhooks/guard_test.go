@@ -144,6 +144,7 @@ func TestGuardAllowsOnlyGlobalUnicast(t *testing.T) {
 		{"ff02::1", false},
 		{"2001::7f00:1", false},
 		{"2001:db8::1", false},
+		{"3fff::1", false}, // documentation, RFC 9637
 		{"2002:7f00:1::1", false},
 		{"4000::1", false},
 		{"192.0.2.1", false},
