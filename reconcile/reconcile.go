@@ -285,7 +285,10 @@ const (
 	// for the customer (3-D Secure, a deposit), or could not say; looked at
 	// again later.
 	AwaitingCustomer Outcome = "awaiting_customer"
-	// Canceled: a payment awaiting confirmation past its expiry; canceled.
+	// Canceled: a payment awaiting confirmation past its expiry, or an
+	// authorization past its capture_before, canceled; a void (or a
+	// capture that found its authorization lapsed) settled canceled; a
+	// cancellation by key carried out.
 	Canceled Outcome = "canceled"
 	// Unconfigured: the payment's PSP is not configured on this replica; left
 	// alone for a replica that has it, or for a person.
@@ -323,7 +326,7 @@ func Meaning(o Outcome) string {
 	case AwaitingCustomer:
 		return "waiting for the customer (3-D Secure, a deposit); looked at again later"
 	case Canceled:
-		return "never confirmed before its expiry; canceled"
+		return "canceled: unconfirmed or uncaptured past its expiry, voided, or canceled by key"
 	case Unconfigured:
 		return "the payment's PSP is not configured on this replica; left alone"
 	case Quarantined:
@@ -705,6 +708,8 @@ func outcomeOf(s payments.Status) Outcome {
 		return Declined
 	case payments.Failed:
 		return Failed
+	case payments.Canceled:
+		return Canceled
 	}
 	return Review
 }
