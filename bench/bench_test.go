@@ -66,7 +66,7 @@ func TestEveryScenarioRuns(t *testing.T) {
 	for _, r := range rep.Rows {
 		seen[r.Scenario]++
 	}
-	for sc := scFresh; sc <= scRefund; sc++ {
+	for _, sc := range allScenarios() {
 		if seen[sc] == 0 {
 			t.Errorf("scenario %d is missing from the report", sc)
 		}
@@ -96,9 +96,11 @@ func TestParseScenarios(t *testing.T) {
 		want []int
 		bad  bool
 	}{
-		{in: "all", want: []int{1, 2, 3, 4, 5, 6, 7}},
+		{in: "all", want: []int{1, 2, 3, 4, 5, 6, 7, 9}},
 		{in: "webhooks", want: []int{6}},
 		{in: "refund,1", want: []int{1, 7}},
+		{in: "capture,refund", want: []int{7, 9}},
+		{in: "9", want: []int{9}},
 		{in: "4,1", want: []int{1, 4}},
 		{in: "replay, hammer", want: []int{2, 4}},
 		{in: "8", bad: true},
@@ -116,12 +118,12 @@ func TestParseScenarios(t *testing.T) {
 	}
 }
 
-// TestFloorIssuesTheFlowsStatements runs one fresh payment and one fresh
-// refund through the payment service and through the floor, each over a
-// connection that records what it sends, and fails when the two differ in
-// any statement, its order, its transaction boundaries or the kinds of its
-// arguments: the floor is the flow's own database work, or its ratio means
-// nothing.
+// TestFloorIssuesTheFlowsStatements runs one fresh payment, one fresh
+// refund, one authorization and its capture through the payment service
+// and through the floor, each over a connection that records what it
+// sends, and fails when the two differ in any statement, its order, its
+// transaction boundaries or the kinds of its arguments: the floor is the
+// flow's own database work, or its ratio means nothing.
 func TestFloorIssuesTheFlowsStatements(t *testing.T) {
 	ctx := context.Background()
 	dbe, err := openDatabase(ctx, os.Getenv, newProgress(io.Discard), 0)
@@ -143,8 +145,7 @@ func TestFloorIssuesTheFlowsStatements(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc := payments.NewService(st, payments.OnePSP(fake.New()), cfg)
 	b := &bench{floor: floorDB, gw: &gateway{merchant: merchant}, floorFP: sha256.Sum256([]byte("floor"))}
-	b.floorResp = floorResponse(merchant.ID)
-	b.floorRefundResp = floorRefundResponse(merchant.ID)
+	b.renderFloorResponses(merchant.ID)
 
 	compare := func(what string, flow, floor []statement) {
 		t.Helper()
@@ -191,4 +192,38 @@ func TestFloorIssuesTheFlowsStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	compare("fresh refund", flow, floorRec.take())
+
+	// An authorization, then its capture (the floor captures one of its own).
+	flowRec.take()
+	aout, err := svc.Create(ctx, authorizationRequest(merchant.ID, "drift-auth-1"))
+	if err != nil || aout.Replayed || aout.Response.Status != 201 {
+		t.Fatalf("authorization: %+v, %v", aout, err)
+	}
+	flow = flowRec.take()
+	floorRec.take()
+	authID, err := b.floorAuthorize(ctx, "drift-floor-auth-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compare("authorization", flow, floorRec.take())
+
+	flowRec.take()
+	cout, err := svc.Capture(ctx, payments.CaptureRequest{MerchantID: merchant.ID, PaymentID: aout.SubjectID, IdempotencyKey: "drift-capture-1"})
+	if err != nil || cout.Replayed || cout.Response.Status != 201 {
+		t.Fatalf("capture: %+v, %v", cout, err)
+	}
+	flow = flowRec.take()
+	floorRec.take()
+	if err := b.floorCapture(ctx, authID, "drift-floor-capture-1", 0); err != nil {
+		t.Fatal(err)
+	}
+	compare("capture", flow, floorRec.take())
+	var captured int
+	if err := floorDB.GetContext(ctx, &captured, `SELECT COUNT(*) FROM payments WHERE id IN (?, ?) AND status = 'succeeded'
+AND amount_captured = 12500 AND op_kind IS NULL`, aout.SubjectID, authID); err != nil {
+		t.Fatal(err)
+	}
+	if captured != 2 {
+		t.Errorf("%d of the flow's and the floor's authorizations captured in full, want 2", captured)
+	}
 }

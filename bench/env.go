@@ -68,6 +68,9 @@ type bench struct {
 	floorResp idemkeys.Response
 	// floorRefundResp is a refund's, of the gateway's size.
 	floorRefundResp idemkeys.Response
+	// floorAuthResp and floorCaptureResp are a manual payment's
+	// authorization's and capture's.
+	floorAuthResp, floorCaptureResp idemkeys.Response
 	// floorFP stands in for a request's fingerprint: 32 bytes, like every one.
 	floorFP [32]byte
 	nonce   string // keeps keys of this run apart from any other run's
@@ -119,13 +122,20 @@ func setup(ctx context.Context, opts options, getenv func(string) string, prog *
 	if err != nil {
 		return fail(err)
 	}
-	b.floorResp = floorResponse(b.gw.merchant.ID)
-	b.floorRefundResp = floorRefundResponse(b.gw.merchant.ID)
+	b.renderFloorResponses(b.gw.merchant.ID)
 	if _, err := b.floor.ExecContext(ctx, floorMinimalTable); err != nil {
 		return fail(err)
 	}
 	b.floorFP = sha256.Sum256([]byte("floor"))
 	return b, nil
+}
+
+// renderFloorResponses renders the answers the floor stores, once.
+func (b *bench) renderFloorResponses(merchantID string) {
+	b.floorResp = floorResponse(merchantID)
+	b.floorRefundResp = floorRefundResponse(merchantID)
+	b.floorAuthResp = floorManualResponse(merchantID, false)
+	b.floorCaptureResp = floorManualResponse(merchantID, true)
 }
 
 func (b *bench) close() error {
@@ -291,7 +301,7 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 	g.fake = fake.New()
-	g.charges = &chargeCounter{Adapter: g.fake}
+	g.charges = &chargeCounter{PSP: g.fake}
 	adapter := metrics.InstrumentPSP(g.charges, m)
 	cfg := serviceConfig()
 	cfg.Logger, cfg.Observer = log, m
@@ -373,17 +383,20 @@ func (g *gateway) close() error {
 // chargeCounter counts the gateway's Charge calls for one watched order id.
 // The fake deduplicates on order ids, so its ledger alone would hide a
 // second Charge call for the same key; this counts what the gateway sent.
+// It captures and voids as the fake does (a psp.Capturer).
 type chargeCounter struct {
-	psp.Adapter
+	*fake.PSP
 	watch atomic.Pointer[string]
 	calls atomic.Int64
 }
+
+var _ psp.Capturer = (*chargeCounter)(nil)
 
 func (c *chargeCounter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
 	if w := c.watch.Load(); w != nil && *w == req.MerchantOrderID {
 		c.calls.Add(1)
 	}
-	return c.Adapter.Charge(ctx, req)
+	return c.PSP.Charge(ctx, req)
 }
 
 func (c *chargeCounter) watchOrder(orderID string) {

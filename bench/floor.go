@@ -11,11 +11,13 @@ import (
 
 	"gateway/idemkeys"
 	"gateway/payments"
+	"gateway/psp/fake"
 )
 
 // The floor issues, statement for statement, what the payment flow sends
-// the database for a fresh payment (mysql: Claim, then Settle) and
-// for a fresh refund (ClaimRefund, then SettleRefund), with arguments of the
+// the database for a fresh payment (mysql: Claim, then Settle), for a
+// fresh refund (ClaimRefund, then SettleRefund) and for the capture of an
+// authorization (ClaimOperation, then SettleOperation), with arguments of the
 // same kinds and sizes, the outbox's events included: the ratio to it is the
 // gateway's overhead above the database's own cost of the same work.
 // TestFloorIssuesTheFlowsStatements records both sides and fails when they
@@ -68,6 +70,18 @@ SET status = ?, psp_reference = ?, failure_code = ?, psp_code = ?, review_reason
                           WHEN 'pending' THEN NOW(6) + INTERVAL ? MICROSECOND END,
     event_seq = LAST_INSERT_ID(event_seq + ?), updated_at = ?
 WHERE merchant_id = ? AND id = ? AND status = 'pending'`
+	floorOperationClaim = `
+UPDATE payments SET op_kind = ?, op_key = ?, op_amount = ?, op_reason = ?, updated_at = ?
+WHERE merchant_id = ? AND id = ? AND op_kind IS NULL`
+	floorSettleOperation = `
+UPDATE payments
+SET review_since = CASE WHEN status = ? THEN review_since WHEN ? = 'requires_review' THEN NOW(6) END,
+    review_after = CASE WHEN status = ? THEN review_after WHEN ? = 'requires_review' THEN NOW(6) + INTERVAL ? MICROSECOND END,
+    status = ?, psp_reference = COALESCE(?, psp_reference), decline_code = ?, psp_code = ?, review_reason = ?,
+    next_action = ?, amount_captured = ?, capture_before = ?, cancellation_reason = ?,
+    op_kind = NULL, op_key = NULL, op_amount = NULL, op_reason = NULL,
+    event_seq = LAST_INSERT_ID(event_seq + 1), updated_at = NOW(6)
+WHERE merchant_id = ? AND id = ? AND op_key = ? AND op_kind = ?`
 	floorReadResponse = `
 SELECT response_status, response_body FROM idempotency_keys
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
@@ -88,15 +102,32 @@ const (
 // (the key completed, fenced on its token; the payment settled, its event
 // number taken in the same statement; its event).
 func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duration) error {
+	_, err := b.floorPayment(ctx, key, pspWait, false)
+	return err
+}
+
+// floorAuthorize is floorFresh for a payment with manual capture: the same
+// statements, the payment left authorized (requires_capture) until its
+// capture_before. It returns the payment's id.
+func (b *bench) floorAuthorize(ctx context.Context, key string) (string, error) {
+	return b.floorPayment(ctx, key, 0, true)
+}
+
+// floorPayment is floorFresh, or floorAuthorize when manual, returning the
+// payment's id.
+func (b *bench) floorPayment(ctx context.Context, key string, pspWait time.Duration, manual bool) (string, error) {
 	merchantID := b.gw.merchant.ID
 	id := "pay_" + ulid.Make().String()
 	order := payments.MerchantOrderID(merchantID, key)
-	resp := b.floorResp
+	resp, method, status := b.floorResp, payments.CaptureAutomatic, payments.Succeeded
+	if manual {
+		resp, method, status = b.floorAuthResp, payments.CaptureManual, payments.RequiresCapture
+	}
 	// An event's data is the payment's view, of the stored answer's size.
 	data := string(resp.Body)
 	var now time.Time
 	if err := b.floor.QueryRowContext(ctx, floorNow).Scan(&now); err != nil {
-		return fmt.Errorf("floor clock: %w", err)
+		return "", fmt.Errorf("floor clock: %w", err)
 	}
 	err := b.floorTx(ctx, func(tx *sql.Tx) error {
 		until := now.Add(serviceConfig().Lease)
@@ -106,7 +137,7 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 		}
 		if _, err := tx.ExecContext(ctx, floorPaymentIns, merchantID, id, key, order, string(payments.Processing),
 			int64(12500), "USD", "pm_card_ok", "Order "+key, `{"channel":"web","order":"`+key+`"}`,
-			sql.NullString{String: "fake", Valid: true}, sql.NullTime{}, []byte(nil), string(payments.CaptureAutomatic), now, now); err != nil {
+			sql.NullString{String: "fake", Valid: true}, sql.NullTime{}, []byte(nil), string(method), now, now); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
@@ -114,7 +145,69 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("floor claim: %w", err)
+		return "", fmt.Errorf("floor claim: %w", err)
+	}
+	if !sleep(ctx, pspWait) {
+		return "", ctx.Err()
+	}
+	var captureBefore sql.NullTime
+	if manual {
+		captureBefore = sql.NullTime{Time: now.Add(fake.DefaultAuthorizationValidity).Truncate(time.Second), Valid: true}
+	}
+	err = b.floorTx(ctx, func(tx *sql.Tx) error {
+		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
+			merchantID, payments.EndpointCreatePayment, key, int64(1), id)); err != nil {
+			return err
+		}
+		seq, err := bumpedSeq(tx.ExecContext(ctx, floorSettle,
+			string(status), "fake_ch_"+id[4:20], sql.NullString{}, sql.NullString{}, sql.NullString{},
+			string(status), string(status), payments.ReviewFirstLook.Microseconds(), payments.ActionFirstLook.Microseconds(), sql.NullString{},
+			int64(0), captureBefore, sql.NullString{},
+			merchantID, id))
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
+			string(payments.PaymentEventType(status)), payments.ObjectPayment, id, seq, data)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("floor settle: %w", err)
+	}
+	return id, nil
+}
+
+// floorCapture is the capture of the whole of authorization paymentID with
+// key as the database sees it (mysql: ClaimOperation, then
+// SettleOperation): the claim transaction (the database's clock, the key,
+// the payment locked, the capture set in flight on it), the PSP's time
+// (pspWait), and the settle transaction (the key completed, fenced on its
+// token; the payment captured and its operation let go, fenced on the
+// operation being the key's, its event number taken in the same statement;
+// its event).
+func (b *bench) floorCapture(ctx context.Context, paymentID, key string, pspWait time.Duration) error {
+	merchantID := b.gw.merchant.ID
+	resp := b.floorCaptureResp
+	data := string(resp.Body)
+	kind := string(payments.OpCapture)
+	err := b.floorTx(ctx, func(tx *sql.Tx) error {
+		var now time.Time
+		if err := tx.QueryRowContext(ctx, floorNow).Scan(&now); err != nil {
+			return err
+		}
+		until := now.Add(serviceConfig().Lease)
+		if _, err := tx.ExecContext(ctx, floorKeyIns, merchantID, payments.EndpointCapturePayment, key, b.floorFP[:],
+			paymentID, int64(1), until, until, until, now, now); err != nil {
+			return err
+		}
+		if err := b.floorLockPayment(ctx, tx, paymentID); err != nil {
+			return err
+		}
+		return affectedN(1)(tx.ExecContext(ctx, floorOperationClaim, kind, key, int64(12500), sql.NullString{},
+			now.Truncate(time.Microsecond), merchantID, paymentID))
+	})
+	if err != nil {
+		return fmt.Errorf("floor capture claim: %w", err)
 	}
 	if !sleep(ctx, pspWait) {
 		return ctx.Err()
@@ -122,23 +215,39 @@ func (b *bench) floorFresh(ctx context.Context, key string, pspWait time.Duratio
 	status := string(payments.Succeeded)
 	err = b.floorTx(ctx, func(tx *sql.Tx) error {
 		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
-			merchantID, payments.EndpointCreatePayment, key, int64(1), id)); err != nil {
+			merchantID, payments.EndpointCapturePayment, key, int64(1), paymentID)); err != nil {
 			return err
 		}
-		seq, err := bumpedSeq(tx.ExecContext(ctx, floorSettle,
-			status, "fake_ch_"+id[4:20], sql.NullString{}, sql.NullString{}, sql.NullString{},
-			status, status, payments.ReviewFirstLook.Microseconds(), payments.ActionFirstLook.Microseconds(), sql.NullString{},
-			int64(0), sql.NullTime{}, sql.NullString{},
-			merchantID, id))
+		seq, err := bumpedSeq(tx.ExecContext(ctx, floorSettleOperation,
+			status, status, status, status, payments.ReviewFirstLook.Microseconds(),
+			status, "fake_ch_"+paymentID[4:20], sql.NullString{}, sql.NullString{}, sql.NullString{},
+			sql.NullString{}, int64(12500), sql.NullTime{}, sql.NullString{},
+			merchantID, paymentID, key, kind))
 		if err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
-			string(payments.PaymentEventType(payments.Succeeded)), payments.ObjectPayment, id, seq, data)
+			string(payments.EventPaymentCaptured), payments.ObjectPayment, paymentID, seq, data)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("floor settle: %w", err)
+		return fmt.Errorf("floor capture settle: %w", err)
+	}
+	return nil
+}
+
+// floorLockPayment reads payment paymentID under its row lock in tx.
+func (b *bench) floorLockPayment(ctx context.Context, tx *sql.Tx, paymentID string) error {
+	rows, err := tx.QueryContext(ctx, floorPaymentLock, b.gw.merchant.ID, paymentID)
+	if err != nil {
+		return err
+	}
+	found := rows.Next()
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("payment %s not found", paymentID)
 	}
 	return nil
 }
@@ -164,25 +273,17 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 			id, int64(1), until, until, until, created, created); err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, floorPaymentLock, merchantID, paymentID)
-		if err != nil {
+		if err := b.floorLockPayment(ctx, tx, paymentID); err != nil {
 			return err
-		}
-		found := rows.Next()
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
-		}
-		if !found {
-			return fmt.Errorf("payment %s not found", paymentID)
 		}
 		if err := affectedN(1)(tx.ExecContext(ctx, floorMoveAmounts, int64(0), int64(refundAmount), merchantID, paymentID, int64(refundAmount))); err != nil {
 			return err
 		}
-		if _, err = tx.ExecContext(ctx, floorRefundIns, merchantID, id, paymentID, key, order, string(payments.RefundPending),
+		if _, err := tx.ExecContext(ctx, floorRefundIns, merchantID, id, paymentID, key, order, string(payments.RefundPending),
 			int64(refundAmount), "USD", refundReason, `{"order":"`+key+`"}`, sql.NullString{String: "fake", Valid: true}, created, created); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
+		_, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
 			string(payments.RefundEventType(payments.RefundPending)), payments.ObjectRefund, id, int64(1), data)
 		return err
 	})
@@ -258,6 +359,27 @@ func floorResponse(merchantID string) idemkeys.Response {
 		Metadata: map[string]string{"order": key, "channel": "web"}, PSPReference: "fake_ch_100000",
 		CreatedAt: now, UpdatedAt: now,
 	})
+}
+
+// floorManualResponse is a manual payment's stored response of the
+// gateway's shape and size: its authorization's (requires_capture, with its
+// capture_before) or, captured, its capture's (succeeded, all of it taken).
+func floorManualResponse(merchantID string, captured bool) idemkeys.Response {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	key := "floor-00000000-w000-000000"
+	p := payments.Payment{
+		ID: "pay_" + ulid.Make().String(), MerchantID: merchantID, IdempotencyKey: key,
+		MerchantOrderID: payments.MerchantOrderID(merchantID, key),
+		Status:          payments.RequiresCapture, Amount: payments.Money{Minor: 12500, Currency: "USD"},
+		PaymentMethod: "pm_card_ok", Description: "Order " + key,
+		Metadata: map[string]string{"order": key, "channel": "web"}, PSPReference: "fake_ch_100000",
+		CaptureMethod: payments.CaptureManual, CaptureBefore: now.Add(fake.DefaultAuthorizationValidity).Truncate(time.Second),
+		CreatedAt: now, UpdatedAt: now,
+	}
+	if captured {
+		p.Status, p.AmountCaptured, p.CaptureBefore = payments.Succeeded, 12500, time.Time{}
+	}
+	return payments.Render(p)
 }
 
 // floorRefundResponse is a refund's stored response of the gateway's shape and size.

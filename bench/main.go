@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,7 +81,13 @@ const (
 	scRefund
 	// scLarge numbers the rows of --large.
 	scLarge
+	scCapture
 )
+
+// allScenarios are the scenarios --scenarios all runs, in order.
+func allScenarios() []int {
+	return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks, scRefund, scCapture}
+}
 
 const usageText = `Usage: go run . [flags]   (in bench/; or make bench BENCH_ARGS='...')
 
@@ -93,6 +100,8 @@ Scenarios (--scenarios takes numbers or names, comma-separated; default all):
   6 webhooks     fresh payments with an endpoint delivered to              goal >= 0.90 x without one
                  dispatcher vs receivers answering in 20 ms               goal >= 0.80 x endpoints x concurrency / 20 ms
   7 refund       fresh partial refunds of succeeded payments, 64 clients   goal >= 0.80 x floor
+  9 capture      captures of manual authorizations, 64 clients             goal >= 0.85 x floor
+                 (8 is the history, --large)
 
 Environment:
   GATEWAY_BENCH_DSN, GATEWAY_TEST_DSN  a MySQL/MariaDB server DSN to create a throwaway database on
@@ -177,26 +186,26 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 
 func parseScenarios(s string) ([]int, error) {
 	if s == "" || s == "all" {
-		return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks, scRefund}, nil
+		return allScenarios(), nil
 	}
 	seen := map[int]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(strings.ToLower(f))
 		n, ok := map[string]int{
 			"fresh": scFresh, "replay": scReplay, "psp-latency": scSlowPSP, "hammer": scHammer, "reconcile": scReconcile,
-			"webhooks": scWebhooks, "refund": scRefund,
+			"webhooks": scWebhooks, "refund": scRefund, "capture": scCapture,
 		}[f]
 		if !ok {
 			var err error
 			n, err = strconv.Atoi(f)
-			if err != nil || n < scFresh || n > scRefund {
-				return nil, fmt.Errorf("unknown scenario %q: use 1-7 or fresh, replay, psp-latency, hammer, reconcile, webhooks, refund", f)
+			if err != nil || !slices.Contains(allScenarios(), n) {
+				return nil, fmt.Errorf("unknown scenario %q: use 1-7, 9 or fresh, replay, psp-latency, hammer, reconcile, webhooks, refund, capture", f)
 			}
 		}
 		seen[n] = true
 	}
 	var out []int
-	for n := scFresh; n <= scRefund; n++ {
+	for _, n := range allScenarios() {
 		if seen[n] {
 			out = append(out, n)
 		}

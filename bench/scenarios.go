@@ -58,6 +58,8 @@ func (b *bench) runAll(ctx context.Context) (*report, error) {
 			err = b.scenarioWebhooks(ctx, hc, rep)
 		case scRefund:
 			err = b.scenarioRefund(ctx, hc, rep)
+		case scCapture:
+			err = b.scenarioCapture(ctx, hc, rep)
 		}
 		if err != nil {
 			rep.PeakRSSBytes = b.rss.overall()
