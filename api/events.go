@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/payments"
 )
 
@@ -31,8 +32,8 @@ func (s *Server) handleListEvents(c echo.Context) error {
 
 // eventQuery reads GET /events' query parameters, refusing unknown or
 // repeated ones with a 400 naming them.
-func eventQuery(c echo.Context) (payments.EventQuery, error) {
-	q := payments.EventQuery{MerchantID: merchantOf(c).ID}
+func eventQuery(c echo.Context) (listings.EventQuery, error) {
+	q := listings.EventQuery{MerchantID: merchantOf(c).ID}
 	var fields []errs.FieldError
 	bad := func(field, reason string) { fields = append(fields, errs.FieldError{Field: field, Reason: reason}) }
 	params := c.QueryParams()

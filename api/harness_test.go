@@ -15,6 +15,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/api"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
@@ -111,7 +112,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		adapter = setup.adapter
 	}
 	svc := payments.NewService(svcStore, payments.OnePSP(adapter), setup.cfg)
-	apiOpts := api.Options{MaxBodyBytes: 16 << 10, Listings: payments.NewListings(st),
+	apiOpts := api.Options{MaxBodyBytes: 16 << 10, Listings: listings.New(st),
 		Browser: merchants.NewBrowserAuth(st, merchants.AuthConfig{CacheTTL: setup.authTTL, Now: clk.Now})}
 	if setup.api != nil {
 		setup.api(&apiOpts)

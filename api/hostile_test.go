@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"gateway/api"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/payments"
 )
@@ -361,7 +362,7 @@ func TestBadKeyFloodLeavesGoodMerchantServed(t *testing.T) {
 func TestRevocationReachesEveryReplica(t *testing.T) {
 	e := newEnv(t, func(s *envSetup) { s.authTTL = merchants.DefaultAuthCacheTTL })
 	other := httptest.NewServer(api.NewHandler(e.svc,
-		merchants.NewAuth(e.store, merchants.AuthConfig{CacheTTL: merchants.DefaultAuthCacheTTL, Now: e.clock.Now}), e.store, api.Options{Listings: payments.NewListings(e.store)}))
+		merchants.NewAuth(e.store, merchants.AuthConfig{CacheTTL: merchants.DefaultAuthCacheTTL, Now: e.clock.Now}), e.store, api.Options{Listings: listings.New(e.store)}))
 	defer other.Close()
 	second := &env{t: t, srv: other, db: e.db}
 	for _, r := range []*env{e, second} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"gateway/api"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
@@ -33,7 +34,7 @@ func TestListingPastItsDeadline(t *testing.T) {
 	svc := payments.NewService(st, payments.OnePSP(fake.New()), payments.Config{
 		Lease: 30 * time.Second, PSPTimeout: 5 * time.Second, InFlightWait: 10 * time.Second, Now: clk.Now})
 	srv := httptest.NewServer(api.NewHandler(svc, merchants.NewAuth(st, merchants.AuthConfig{}), st,
-		api.Options{Listings: payments.NewListings(st), LookupTimeout: 300 * time.Millisecond}))
+		api.Options{Listings: listings.New(st), LookupTimeout: 300 * time.Millisecond}))
 	t.Cleanup(srv.Close)
 	// checked is unset: every exchange is checked against the OpenAPI document as the client saw it.
 	e := &env{t: t, tb: t, db: setup, store: st, clock: clk, svc: svc, srv: srv}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"gateway/listings"
 	"gateway/payments"
 )
 
@@ -94,7 +95,7 @@ func FuzzListCursor(f *testing.F) {
 		if n != 0 {
 			q.Set("limit", strconv.Itoa(n))
 		} else {
-			n = payments.DefaultPageSize
+			n = listings.DefaultPageSize
 		}
 		res := e.fuzzDo(t, http.MethodGet, path+"?"+q.Encode(), nil, nil)
 		if other {

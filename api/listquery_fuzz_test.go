@@ -12,8 +12,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/merchants"
-	"gateway/payments"
 )
 
 // queryContext is a GET of path?raw as echo hands it to a handler, from
@@ -164,7 +164,7 @@ func instant(t time.Time) string {
 	return t.Format(time.RFC3339Nano)
 }
 
-func sameListQuery(a, b payments.ListQuery) bool {
+func sameListQuery(a, b listings.Query) bool {
 	return a.CreatedFrom.Equal(b.CreatedFrom) && a.CreatedBefore.Equal(b.CreatedBefore) &&
 		a.MerchantID == b.MerchantID && a.Limit == b.Limit && a.StartingAfter == b.StartingAfter &&
 		a.EndingBefore == b.EndingBefore && a.Status == b.Status && a.PaymentID == b.PaymentID

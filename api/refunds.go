@@ -11,20 +11,21 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/payments"
 )
 
-// Lister answers the merchant's listings; payments.Listings is one.
+// Lister answers the merchant's listings; listings.Listings is one.
 type Lister interface {
 	// Payments and Refunds return a page of q.MerchantID's objects, newest
 	// first, or an *errs.Error (CodeInvalid for a bad query or cursor,
 	// CodeNotFound for a refunds listing of an unknown payment).
-	Payments(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Payment], error)
-	Refunds(ctx context.Context, q payments.ListQuery) (payments.Page[payments.Refund], error)
+	Payments(ctx context.Context, q listings.Query) (listings.Page[payments.Payment], error)
+	Refunds(ctx context.Context, q listings.Query) (listings.Page[payments.Refund], error)
 	// Events returns a page of q.MerchantID's events, oldest first, or an
 	// *errs.Error (CodeInvalid for a bad query or cursor); Event one of
 	// the merchant's events, or CodeNotFound.
-	Events(ctx context.Context, q payments.EventQuery) (payments.Page[payments.Event], error)
+	Events(ctx context.Context, q listings.EventQuery) (listings.Page[payments.Event], error)
 	Event(ctx context.Context, merchantID, id string) (payments.Event, error)
 }
 
@@ -130,8 +131,8 @@ var listParams = map[string]bool{"limit": true, "starting_after": true, "ending_
 
 // listQuery reads a listing's query parameters, refusing unknown or
 // repeated ones with a 400 naming them.
-func listQuery(c echo.Context, also ...string) (payments.ListQuery, error) {
-	q := payments.ListQuery{MerchantID: merchantOf(c).ID}
+func listQuery(c echo.Context, also ...string) (listings.Query, error) {
+	q := listings.Query{MerchantID: merchantOf(c).ID}
 	var fields []errs.FieldError
 	bad := func(field, reason string) { fields = append(fields, errs.FieldError{Field: field, Reason: reason}) }
 	params := c.QueryParams()

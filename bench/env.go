@@ -25,6 +25,7 @@ import (
 
 	"gateway/api"
 	"gateway/idemkeys"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/metrics"
 	"gateway/mysql"
@@ -308,7 +309,7 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 	svc := payments.NewService(g.store, payments.OnePSP(adapter), cfg)
 	auth := merchants.NewAuth(g.store, merchants.AuthConfig{CacheTTL: merchants.DefaultAuthCacheTTL})
 	handler := api.NewHandler(svc, auth, g.store, api.Options{
-		Listings:     payments.NewListings(g.store),
+		Listings:     listings.New(g.store),
 		MaxBodyBytes: maxBodyBytes,
 		Observer:     m,
 		Logger:       log,

@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/payments"
 )
 
@@ -85,7 +86,7 @@ func bumped(res sql.Result, err error) (int64, error) {
 	return res.LastInsertId()
 }
 
-// LogEvents implements payments.ListStore: it gives up to limit of the
+// LogEvents implements listings.Store: it gives up to limit of the
 // merchant's committed events their place in its events listing (log_pos),
 // numbered on from the merchant's counter (event_log), in one short
 // transaction. The counter is taken with SKIP LOCKED: while another request
@@ -163,28 +164,28 @@ func (s *Store) LogEvents(ctx context.Context, merchantID string, limit int) (n 
 	return n, nil
 }
 
-// MerchantEvents implements payments.ListStore: a page of the merchant's
+// MerchantEvents implements listings.Store: a page of the merchant's
 // events in the order of the events listing (log_pos), after the cursor's,
 // on the index events_merchant, events_merchant_type when filtered by type,
 // events_object_seq when filtered by object (whose handful of events are
 // then sorted). Events not placed yet (LogEvents) are not listed. Its reads
 // are bounded on the server by the request's deadline.
-func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ payments.Page[payments.Event], err error) {
+func (s *Store) MerchantEvents(ctx context.Context, q listings.EventQuery) (_ listings.Page[payments.Event], err error) {
 	defer errs.Wrap(&err, "Store.MerchantEvents")
 	conds, args := []string{"merchant_id = ?", "log_pos IS NOT NULL"}, []any{q.MerchantID}
 	if q.StartingAfter != "" {
 		var pos sql.NullInt64
 		err := s.reads.get(ctx, s.db, &pos, `SELECT log_pos FROM events WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.StartingAfter)
 		if errors.Is(err, sql.ErrNoRows) {
-			return payments.Page[payments.Event]{}, payments.ErrCursorNotFound
+			return listings.Page[payments.Event]{}, listings.ErrCursorNotFound
 		}
 		if err != nil {
-			return payments.Page[payments.Event]{}, fmt.Errorf("cursor: %w", err)
+			return listings.Page[payments.Event]{}, fmt.Errorf("cursor: %w", err)
 		}
 		if !pos.Valid {
 			// The cursor's event (a webhook's, say) is not placed yet: the
 			// events after it will be once it is.
-			return payments.Page[payments.Event]{Items: []payments.Event{}}, nil
+			return listings.Page[payments.Event]{Items: []payments.Event{}}, nil
 		}
 		conds, args = append(conds, "log_pos > ?"), append(args, pos.Int64)
 	}
@@ -198,16 +199,16 @@ func (s *Store) MerchantEvents(ctx context.Context, q payments.EventQuery) (_ pa
 	var rows []eventRow
 	if err := s.reads.sel(ctx, s.db, &rows, `SELECT `+eventColumns+` FROM events FORCE INDEX (`+index+`) WHERE `+strings.Join(conds, " AND ")+
 		` ORDER BY log_pos LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Event]{}, err
+		return listings.Page[payments.Event]{}, err
 	}
-	page := payments.Page[payments.Event]{HasMore: len(rows) > q.Limit, Items: make([]payments.Event, 0, q.Limit)}
+	page := listings.Page[payments.Event]{HasMore: len(rows) > q.Limit, Items: make([]payments.Event, 0, q.Limit)}
 	for _, r := range rows[:min(len(rows), q.Limit)] {
 		page.Items = append(page.Items, r.toDomain())
 	}
 	return page, nil
 }
 
-// MerchantEvent implements payments.ListStore.
+// MerchantEvent implements listings.Store.
 func (s *Store) MerchantEvent(ctx context.Context, merchantID, id string) (_ payments.Event, err error) {
 	defer errs.Wrap(&err, "Store.MerchantEvent")
 	var r eventRow

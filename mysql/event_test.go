@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gateway/idemkeys"
+	"gateway/listings"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
 	"gateway/payments"
@@ -237,10 +238,10 @@ func TestEventsPageNeverPassesALateCommit(t *testing.T) {
 	sc := newEventScenario(t)
 	ctx := sc.ctx
 	m, _ := sc.merchant("m")
-	listings := payments.NewListings(sc.s)
+	l := listings.New(sc.s)
 	page := func(after string) []payments.Event {
 		t.Helper()
-		p, err := listings.Events(ctx, payments.EventQuery{MerchantID: m.ID, Limit: 100, StartingAfter: after})
+		p, err := l.Events(ctx, listings.EventQuery{MerchantID: m.ID, Limit: 100, StartingAfter: after})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/payments"
 )
 
@@ -21,7 +22,7 @@ import (
 // request's deadline (readLimit): a listing the client gave up on stops.
 
 // listIndex is the index a page of table for q is read on.
-func listIndex(table string, q payments.ListQuery) string {
+func listIndex(table string, q listings.Query) string {
 	switch {
 	case table == "refunds" && q.PaymentID != "":
 		return "refunds_payment"
@@ -33,7 +34,7 @@ func listIndex(table string, q payments.ListQuery) string {
 
 // listFrame builds the WHERE and ORDER of a page of table for q: the cursor
 // is turned into its (created_at, id) first, within the merchant's own rows.
-func (s *Store) listFrame(ctx context.Context, table string, q payments.ListQuery) (where string, args []any, order string, reverse bool, err error) {
+func (s *Store) listFrame(ctx context.Context, table string, q listings.Query) (where string, args []any, order string, reverse bool, err error) {
 	conds := []string{"merchant_id = ?"}
 	args = []any{q.MerchantID}
 	if q.PaymentID != "" {
@@ -63,7 +64,7 @@ func (s *Store) listFrame(ctx context.Context, table string, q payments.ListQuer
 		var at time.Time
 		err := s.reads.get(ctx, s.db, &at, lookup, largs...)
 		if errors.Is(err, sql.ErrNoRows) {
-			return "", nil, "", false, payments.ErrCursorNotFound
+			return "", nil, "", false, listings.ErrCursorNotFound
 		}
 		if err != nil {
 			return "", nil, "", false, err
@@ -79,24 +80,24 @@ func (s *Store) listFrame(ctx context.Context, table string, q payments.ListQuer
 	return strings.Join(conds, " AND "), args, order, reverse, nil
 }
 
-// MerchantPayments implements payments.ListStore.
-func (s *Store) MerchantPayments(ctx context.Context, q payments.ListQuery) (_ payments.Page[payments.Payment], err error) {
+// MerchantPayments implements listings.Store.
+func (s *Store) MerchantPayments(ctx context.Context, q listings.Query) (_ listings.Page[payments.Payment], err error) {
 	defer errs.Wrap(&err, "Store.MerchantPayments")
 	where, args, order, reverse, err := s.listFrame(ctx, "payments", q)
 	if err != nil {
-		return payments.Page[payments.Payment]{}, err
+		return listings.Page[payments.Payment]{}, err
 	}
 	var rows []paymentRow
 	if err := s.reads.sel(ctx, s.db, &rows, `SELECT `+paymentColumns+` FROM payments FORCE INDEX (`+listIndex("payments", q)+`) WHERE `+where+
 		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Payment]{}, err
+		return listings.Page[payments.Payment]{}, err
 	}
-	page := payments.Page[payments.Payment]{HasMore: len(rows) > q.Limit}
+	page := listings.Page[payments.Payment]{HasMore: len(rows) > q.Limit}
 	rows = rows[:min(len(rows), q.Limit)]
 	for _, r := range rows {
 		p, err := r.toDomain()
 		if err != nil {
-			return payments.Page[payments.Payment]{}, err
+			return listings.Page[payments.Payment]{}, err
 		}
 		page.Items = append(page.Items, p)
 	}
@@ -106,33 +107,33 @@ func (s *Store) MerchantPayments(ctx context.Context, q payments.ListQuery) (_ p
 	return page, nil
 }
 
-// MerchantRefunds implements payments.ListStore.
-func (s *Store) MerchantRefunds(ctx context.Context, q payments.ListQuery) (_ payments.Page[payments.Refund], err error) {
+// MerchantRefunds implements listings.Store.
+func (s *Store) MerchantRefunds(ctx context.Context, q listings.Query) (_ listings.Page[payments.Refund], err error) {
 	defer errs.Wrap(&err, "Store.MerchantRefunds")
 	if q.PaymentID != "" {
 		var n int
 		if err := s.reads.get(ctx, s.db, &n, `SELECT COUNT(*) FROM payments WHERE merchant_id = ? AND id = ?`, q.MerchantID, q.PaymentID); err != nil {
-			return payments.Page[payments.Refund]{}, err
+			return listings.Page[payments.Refund]{}, err
 		}
 		if n == 0 {
-			return payments.Page[payments.Refund]{}, errs.ErrNotFound
+			return listings.Page[payments.Refund]{}, errs.ErrNotFound
 		}
 	}
 	where, args, order, reverse, err := s.listFrame(ctx, "refunds", q)
 	if err != nil {
-		return payments.Page[payments.Refund]{}, err
+		return listings.Page[payments.Refund]{}, err
 	}
 	var rows []refundRow
 	if err := s.reads.sel(ctx, s.db, &rows, `SELECT `+refundColumns+` FROM refunds FORCE INDEX (`+listIndex("refunds", q)+`) WHERE `+where+
 		` ORDER BY `+order+` LIMIT ?`, append(args, q.Limit+1)...); err != nil {
-		return payments.Page[payments.Refund]{}, err
+		return listings.Page[payments.Refund]{}, err
 	}
-	page := payments.Page[payments.Refund]{HasMore: len(rows) > q.Limit}
+	page := listings.Page[payments.Refund]{HasMore: len(rows) > q.Limit}
 	rows = rows[:min(len(rows), q.Limit)]
 	for _, r := range rows {
 		x, err := r.toDomain()
 		if err != nil {
-			return payments.Page[payments.Refund]{}, err
+			return listings.Page[payments.Refund]{}, err
 		}
 		page.Items = append(page.Items, x)
 	}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"gateway/listings"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
-	"gateway/payments"
 )
 
 // numbers is a derived table of n = 0 … 10^digits-1, in SQL both MariaDB
@@ -92,12 +92,12 @@ func BenchmarkFilteredListing(b *testing.B) {
 	s := mysql.NewStore(dbx)
 	queries := []struct {
 		name string
-		q    payments.ListQuery
+		q    listings.Query
 	}{
-		{"status", payments.ListQuery{MerchantID: "mer_a", Limit: 10, Status: "succeeded"}},
-		{"status and created", payments.ListQuery{MerchantID: "mer_a", Limit: 10, Status: "succeeded",
+		{"status", listings.Query{MerchantID: "mer_a", Limit: 10, Status: "succeeded"}},
+		{"status and created", listings.Query{MerchantID: "mer_a", Limit: 10, Status: "succeeded",
 			CreatedFrom: seedBase.Add(50_000 * time.Second), CreatedBefore: seedBase.Add(150_000 * time.Second)}},
-		{"unfiltered", payments.ListQuery{MerchantID: "mer_a", Limit: 10}},
+		{"unfiltered", listings.Query{MerchantID: "mer_a", Limit: 10}},
 	}
 	for _, bq := range queries {
 		b.Run(bq.name, func(b *testing.B) {

@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
 	"gateway/payments"
@@ -29,7 +30,7 @@ type listing struct {
 	items int
 }
 
-func paymentsOf(q payments.ListQuery) func(context.Context, *mysql.Store) (int, error) {
+func paymentsOf(q listings.Query) func(context.Context, *mysql.Store) (int, error) {
 	return func(ctx context.Context, s *mysql.Store) (int, error) {
 		q.MerchantID, q.Limit = "mer_a", 10
 		p, err := s.MerchantPayments(ctx, q)
@@ -37,7 +38,7 @@ func paymentsOf(q payments.ListQuery) func(context.Context, *mysql.Store) (int, 
 	}
 }
 
-func refundsOf(q payments.ListQuery) func(context.Context, *mysql.Store) (int, error) {
+func refundsOf(q listings.Query) func(context.Context, *mysql.Store) (int, error) {
 	return func(ctx context.Context, s *mysql.Store) (int, error) {
 		q.MerchantID, q.Limit = "mer_a", 10
 		p, err := s.MerchantRefunds(ctx, q)
@@ -45,7 +46,7 @@ func refundsOf(q payments.ListQuery) func(context.Context, *mysql.Store) (int, e
 	}
 }
 
-func eventsOf(q payments.EventQuery) func(context.Context, *mysql.Store) (int, error) {
+func eventsOf(q listings.EventQuery) func(context.Context, *mysql.Store) (int, error) {
 	return func(ctx context.Context, s *mysql.Store) (int, error) {
 		q.MerchantID, q.Limit = "mer_a", 10
 		p, err := s.MerchantEvents(ctx, q)
@@ -56,32 +57,32 @@ func eventsOf(q payments.EventQuery) func(context.Context, *mysql.Store) (int, e
 // at is the creation time of a seed's row n.
 func at(n int) time.Time { return seedBase.Add(time.Duration(n) * time.Second) }
 
-// listings are every documented filter of GET /payments, GET /refunds,
+// documentedListings are every documented filter of GET /payments, GET /refunds,
 // GET /payments/{id}/refunds and GET /events (docs/api.md), alone and with
 // the others they combine with, over mustSeed's merchant "a" (4,000 rows
 // of each, 5 succeeded: rows 0, 800, … 3200).
-var listings = []listing{
-	{"payments", paymentsOf(payments.ListQuery{}), "payments_list", false, 10},
-	{"payments created in a range", paymentsOf(payments.ListQuery{CreatedFrom: at(1000), CreatedBefore: at(1005)}), "payments_list", false, 5},
-	{"payments after a cursor", paymentsOf(payments.ListQuery{StartingAfter: "pay_a_00002000"}), "payments_list", false, 10},
-	{"payments before a cursor", paymentsOf(payments.ListQuery{EndingBefore: "pay_a_00002000"}), "payments_list", false, 10},
-	{"payments by status", paymentsOf(payments.ListQuery{Status: "succeeded"}), "payments_status", false, 5},
-	{"payments by status after a cursor", paymentsOf(payments.ListQuery{Status: "succeeded", StartingAfter: "pay_a_00002400"}), "payments_status", false, 3},
-	{"payments by status before a cursor", paymentsOf(payments.ListQuery{Status: "succeeded", EndingBefore: "pay_a_00000800"}), "payments_status", false, 3},
-	{"payments by status created in a range", paymentsOf(payments.ListQuery{Status: "succeeded", CreatedFrom: at(800), CreatedBefore: at(2400)}), "payments_status", false, 2},
-	{"refunds", refundsOf(payments.ListQuery{}), "refunds_list", false, 10},
-	{"refunds created in a range", refundsOf(payments.ListQuery{CreatedFrom: at(1000), CreatedBefore: at(1005)}), "refunds_list", false, 5},
-	{"refunds by status", refundsOf(payments.ListQuery{Status: "succeeded"}), "refunds_status", false, 5},
-	{"refunds by status after a cursor", refundsOf(payments.ListQuery{Status: "succeeded", StartingAfter: "re_a_00002400"}), "refunds_status", false, 3},
-	{"refunds by status created in a range", refundsOf(payments.ListQuery{Status: "succeeded", CreatedFrom: at(800), CreatedBefore: at(2400)}), "refunds_status", false, 2},
-	{"refunds of a payment", refundsOf(payments.ListQuery{PaymentID: "pay_a_00000200"}), "refunds_payment", false, 4},
-	{"refunds of a payment by status", refundsOf(payments.ListQuery{PaymentID: "pay_a_00000200", Status: "succeeded"}), "refunds_payment", false, 1},
-	{"events", eventsOf(payments.EventQuery{}), "events_merchant", false, 10},
-	{"events after a cursor", eventsOf(payments.EventQuery{StartingAfter: "evt_a_00002000"}), "events_merchant", false, 10},
-	{"events by type", eventsOf(payments.EventQuery{Type: payments.EventRefundSucceeded}), "events_merchant_type", false, 5},
-	{"events by type after a cursor", eventsOf(payments.EventQuery{Type: payments.EventRefundSucceeded, StartingAfter: "evt_a_00000800"}), "events_merchant_type", false, 3},
-	{"events of an object", eventsOf(payments.EventQuery{ObjectID: "pay_a_00000200"}), "events_object_seq", true, 4},
-	{"events of an object by type", eventsOf(payments.EventQuery{ObjectID: "pay_a_00000200", Type: payments.EventRefundSucceeded}), "events_object_seq", true, 1},
+var documentedListings = []listing{
+	{"payments", paymentsOf(listings.Query{}), "payments_list", false, 10},
+	{"payments created in a range", paymentsOf(listings.Query{CreatedFrom: at(1000), CreatedBefore: at(1005)}), "payments_list", false, 5},
+	{"payments after a cursor", paymentsOf(listings.Query{StartingAfter: "pay_a_00002000"}), "payments_list", false, 10},
+	{"payments before a cursor", paymentsOf(listings.Query{EndingBefore: "pay_a_00002000"}), "payments_list", false, 10},
+	{"payments by status", paymentsOf(listings.Query{Status: "succeeded"}), "payments_status", false, 5},
+	{"payments by status after a cursor", paymentsOf(listings.Query{Status: "succeeded", StartingAfter: "pay_a_00002400"}), "payments_status", false, 3},
+	{"payments by status before a cursor", paymentsOf(listings.Query{Status: "succeeded", EndingBefore: "pay_a_00000800"}), "payments_status", false, 3},
+	{"payments by status created in a range", paymentsOf(listings.Query{Status: "succeeded", CreatedFrom: at(800), CreatedBefore: at(2400)}), "payments_status", false, 2},
+	{"refunds", refundsOf(listings.Query{}), "refunds_list", false, 10},
+	{"refunds created in a range", refundsOf(listings.Query{CreatedFrom: at(1000), CreatedBefore: at(1005)}), "refunds_list", false, 5},
+	{"refunds by status", refundsOf(listings.Query{Status: "succeeded"}), "refunds_status", false, 5},
+	{"refunds by status after a cursor", refundsOf(listings.Query{Status: "succeeded", StartingAfter: "re_a_00002400"}), "refunds_status", false, 3},
+	{"refunds by status created in a range", refundsOf(listings.Query{Status: "succeeded", CreatedFrom: at(800), CreatedBefore: at(2400)}), "refunds_status", false, 2},
+	{"refunds of a payment", refundsOf(listings.Query{PaymentID: "pay_a_00000200"}), "refunds_payment", false, 4},
+	{"refunds of a payment by status", refundsOf(listings.Query{PaymentID: "pay_a_00000200", Status: "succeeded"}), "refunds_payment", false, 1},
+	{"events", eventsOf(listings.EventQuery{}), "events_merchant", false, 10},
+	{"events after a cursor", eventsOf(listings.EventQuery{StartingAfter: "evt_a_00002000"}), "events_merchant", false, 10},
+	{"events by type", eventsOf(listings.EventQuery{Type: payments.EventRefundSucceeded}), "events_merchant_type", false, 5},
+	{"events by type after a cursor", eventsOf(listings.EventQuery{Type: payments.EventRefundSucceeded, StartingAfter: "evt_a_00000800"}), "events_merchant_type", false, 3},
+	{"events of an object", eventsOf(listings.EventQuery{ObjectID: "pay_a_00000200"}), "events_object_seq", true, 4},
+	{"events of an object by type", eventsOf(listings.EventQuery{ObjectID: "pay_a_00000200", Type: payments.EventRefundSucceeded}), "events_object_seq", true, 1},
 }
 
 // maxRowsRead bounds the index and table rows a page of ten may read: its
@@ -118,7 +119,7 @@ func TestListingsReadOnlyTheirRows(t *testing.T) {
 	mustSeed(t, setup, seed{merchant: "b", count: 4000, every: 1})
 	s := mysql.NewStore(dbx)
 	ctx := context.Background()
-	for _, l := range listings {
+	for _, l := range documentedListings {
 		t.Run(l.name, func(t *testing.T) {
 			mu.Lock()
 			last.query = ""
@@ -248,13 +249,13 @@ func TestListingsStopOnTheServerAtTheirDeadline(t *testing.T) {
 		return 1, err
 	}
 	cases := []listing{
-		{name: "payments", list: paymentsOf(payments.ListQuery{})},
-		{name: "payments by status", list: paymentsOf(payments.ListQuery{Status: "succeeded"})},
-		{name: "payments after a cursor", list: paymentsOf(payments.ListQuery{StartingAfter: "pay_a_00000005"})},
-		{name: "refunds by status", list: refundsOf(payments.ListQuery{Status: "succeeded"})},
-		{name: "refunds of a payment", list: refundsOf(payments.ListQuery{PaymentID: "pay_a_00000001"})},
-		{name: "events by type", list: eventsOf(payments.EventQuery{Type: payments.EventRefundSucceeded})},
-		{name: "events after a cursor", list: eventsOf(payments.EventQuery{StartingAfter: "evt_a_00000005"})},
+		{name: "payments", list: paymentsOf(listings.Query{})},
+		{name: "payments by status", list: paymentsOf(listings.Query{Status: "succeeded"})},
+		{name: "payments after a cursor", list: paymentsOf(listings.Query{StartingAfter: "pay_a_00000005"})},
+		{name: "refunds by status", list: refundsOf(listings.Query{Status: "succeeded"})},
+		{name: "refunds of a payment", list: refundsOf(listings.Query{PaymentID: "pay_a_00000001"})},
+		{name: "events by type", list: eventsOf(listings.EventQuery{Type: payments.EventRefundSucceeded})},
+		{name: "events after a cursor", list: eventsOf(listings.EventQuery{StartingAfter: "evt_a_00000005"})},
 		{name: "an event", list: event},
 	}
 	for _, c := range cases {

@@ -16,6 +16,7 @@ import (
 
 	"gateway/errs"
 	"gateway/idemkeys"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
@@ -640,7 +641,7 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 
 	// Merchants' listings, with every filter and both cursors.
 	now := time.Now().UTC()
-	for _, q := range []payments.ListQuery{
+	for _, q := range []listings.Query{
 		{MerchantID: m1.ID, Limit: 2},
 		{MerchantID: m1.ID, Limit: 2, Status: string(payments.Succeeded), CreatedFrom: now.Add(-time.Hour), CreatedBefore: now.Add(time.Hour)},
 		{MerchantID: m1.ID, Limit: 2, StartingAfter: p3.ID},
@@ -649,9 +650,9 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 		_, err := s.MerchantPayments(ctx, q)
 		sc.must(err, fmt.Sprintf("MerchantPayments(%+v)", q))
 	}
-	_, err = s.MerchantPayments(ctx, payments.ListQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: "pay_missing"})
-	sc.mustIs(err, payments.ErrCursorNotFound, "MerchantPayments with an unknown cursor")
-	for _, q := range []payments.ListQuery{
+	_, err = s.MerchantPayments(ctx, listings.Query{MerchantID: m1.ID, Limit: 2, StartingAfter: "pay_missing"})
+	sc.mustIs(err, listings.ErrCursorNotFound, "MerchantPayments with an unknown cursor")
+	for _, q := range []listings.Query{
 		{MerchantID: m1.ID, Limit: 2},
 		{MerchantID: m1.ID, Limit: 2, PaymentID: p1.ID, StartingAfter: r1.ID},
 		{MerchantID: m1.ID, Limit: 2, Status: string(payments.RefundSucceeded), EndingBefore: r1.ID},
@@ -659,7 +660,7 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 		_, err := s.MerchantRefunds(ctx, q)
 		sc.must(err, fmt.Sprintf("MerchantRefunds(%+v)", q))
 	}
-	_, err = s.MerchantRefunds(ctx, payments.ListQuery{MerchantID: m2.ID, Limit: 2, PaymentID: p1.ID})
+	_, err = s.MerchantRefunds(ctx, listings.Query{MerchantID: m2.ID, Limit: 2, PaymentID: p1.ID})
 	sc.mustIs(err, errs.ErrNotFound, "MerchantRefunds of another merchant's payment")
 
 	// The events API: a page, a page after a cursor with filters, one event,
@@ -667,15 +668,15 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	if n, err := s.LogEvents(ctx, m1.ID, 1000); err != nil || n == 0 {
 		t.Fatalf("LogEvents placed %d events: %v", n, err)
 	}
-	evs, err := s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2})
+	evs, err := s.MerchantEvents(ctx, listings.EventQuery{MerchantID: m1.ID, Limit: 2})
 	if err != nil || len(evs.Items) != 2 {
 		t.Fatalf("MerchantEvents: %+v, %v", evs, err)
 	}
-	_, err = s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: evs.Items[0].ID,
+	_, err = s.MerchantEvents(ctx, listings.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: evs.Items[0].ID,
 		Type: payments.EventPaymentSucceeded, ObjectID: p1.ID})
 	sc.must(err, "MerchantEvents after a cursor, filtered")
-	_, err = s.MerchantEvents(ctx, payments.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: "evt_missing"})
-	sc.mustIs(err, payments.ErrCursorNotFound, "MerchantEvents with an unknown cursor")
+	_, err = s.MerchantEvents(ctx, listings.EventQuery{MerchantID: m1.ID, Limit: 2, StartingAfter: "evt_missing"})
+	sc.mustIs(err, listings.ErrCursorNotFound, "MerchantEvents with an unknown cursor")
 	_, err = s.MerchantEvent(ctx, m1.ID, evs.Items[0].ID)
 	sc.must(err, "MerchantEvent")
 	_, err = s.MerchantEvent(ctx, m2.ID, evs.Items[0].ID)

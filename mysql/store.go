@@ -18,6 +18,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/notices"
 	"gateway/payments"
@@ -57,7 +58,7 @@ var (
 	_ payments.FlowStore  = (*Store)(nil)
 	_ merchants.AuthStore = (*Store)(nil)
 	_ review.Store        = (*Store)(nil)
-	_ payments.ListStore  = (*Store)(nil)
+	_ listings.Store      = (*Store)(nil)
 	_ notices.Store       = (*Store)(nil)
 )
 

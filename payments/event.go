@@ -1,17 +1,10 @@
 package payments
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
-
-	"gateway/errs"
 )
 
 // EventType names what happened to a payment or a refund: the object's kind
@@ -122,87 +115,6 @@ func RefundEvent(r Refund) Event {
 
 // NewEventID is a fresh event id: evt_ and a ULID.
 func NewEventID() string { return "evt_" + ulid.Make().String() }
-
-// EventQuery asks for one page of a merchant's events, oldest first: the
-// page after the event StartingAfter names (an event id), or from the
-// oldest one retained. Type and ObjectID filter when set.
-type EventQuery struct {
-	MerchantID    string
-	Limit         int
-	StartingAfter string
-	Type          EventType
-	ObjectID      string
-}
-
-// Validate checks the query before anything is read.
-func (q *EventQuery) Validate() error {
-	var fields []errs.FieldError
-	switch {
-	case q.Limit == 0:
-		q.Limit = DefaultPageSize
-	case q.Limit < 0 || q.Limit > MaxPageSize:
-		fields = append(fields, errs.FieldError{Field: "limit", Reason: fmt.Sprintf("must be 1 to %d", MaxPageSize)})
-	}
-	if q.Type != "" && !slices.Contains(EventTypes, q.Type) {
-		fields = append(fields, errs.FieldError{Field: "type", Reason: "must be one of " + eventTypeNames()})
-	}
-	if len(q.ObjectID) > 40 {
-		fields = append(fields, errs.FieldError{Field: "object_id", Reason: "must be a payment or refund id"})
-	}
-	if len(q.StartingAfter) > 40 {
-		fields = append(fields, errs.FieldError{Field: "starting_after", Reason: "must be the id of one of your events"})
-	}
-	if len(fields) > 0 {
-		return &errs.Error{Code: errs.CodeInvalid, Message: "invalid listing query", Fields: fields}
-	}
-	return nil
-}
-
-func eventTypeNames() string {
-	names := make([]string, len(EventTypes))
-	for i, t := range EventTypes {
-		names[i] = string(t)
-	}
-	return strings.Join(names, ", ")
-}
-
-// logBatch bounds the events a listing places before it reads.
-const logBatch = 1000
-
-// Events lists a page of the merchant's events, oldest first.
-func (l *Listings) Events(ctx context.Context, q EventQuery) (Page[Event], error) {
-	if err := q.Validate(); err != nil {
-		return Page[Event]{}, err
-	}
-	// Every event committed by now takes its place before the page is read.
-	// Positions are given after commit, so a page never holds an event that
-	// could be passed by one committing later: the listing has no gaps for a
-	// consumer paging with its cursor.
-	if _, err := l.store.LogEvents(ctx, q.MerchantID, logBatch); err != nil {
-		return Page[Event]{}, errs.Internal(err)
-	}
-	p, err := l.store.MerchantEvents(ctx, q)
-	if errors.Is(err, ErrCursorNotFound) {
-		return Page[Event]{}, &errs.Error{Code: errs.CodeInvalid, Message: "the cursor names no event of this listing",
-			Fields: []errs.FieldError{{Field: "starting_after", Reason: "must be the id of one of your events"}}}
-	}
-	if err != nil {
-		return Page[Event]{}, errs.Internal(err)
-	}
-	return p, nil
-}
-
-// Event reads one of the merchant's events.
-func (l *Listings) Event(ctx context.Context, merchantID, id string) (Event, error) {
-	e, err := l.store.MerchantEvent(ctx, merchantID, id)
-	switch {
-	case errors.Is(err, errs.ErrNotFound):
-		return Event{}, &errs.Error{Code: errs.CodeNotFound, Message: "event not found"}
-	case err != nil:
-		return Event{}, errs.Internal(err)
-	}
-	return e, nil
-}
 
 // EventView is an event as the API renders it.
 type EventView struct {

@@ -61,6 +61,18 @@ func StatusNames() string {
 	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
+// PaymentStatuses lists every payment status, for validation.
+var PaymentStatuses = func() []string {
+	out := make([]string, len(Statuses))
+	for i, s := range Statuses {
+		out[i] = string(s)
+	}
+	return out
+}()
+
+// RefundStatuses lists every refund status, for validation.
+var RefundStatuses = []string{string(RefundPending), string(RefundSucceeded), string(RefundFailed), string(RefundRequiresReview)}
+
 // CaptureMethod says when a payment's money is taken: at once
 // (CaptureAutomatic, the default) or by a capture after an authorization
 // (CaptureManual).

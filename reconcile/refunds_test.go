@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/payments"
 	"gateway/psp"
@@ -394,7 +395,7 @@ func TestPaymentListingIsStableUnderInserts(t *testing.T) {
 	for i := range 120 {
 		before[e.paid(fmt.Sprintf("old%03d", i), 1000).ID] = true
 	}
-	l := payments.NewListings(e.store)
+	l := listings.New(e.store)
 	var (
 		wg      sync.WaitGroup
 		inserts = make(chan int, 250)
@@ -413,7 +414,7 @@ func TestPaymentListingIsStableUnderInserts(t *testing.T) {
 	})
 	seen := map[string]bool{}
 	var pages [][]payments.Payment
-	q := payments.ListQuery{MerchantID: e.merch.ID, Limit: 7}
+	q := listings.Query{MerchantID: e.merch.ID, Limit: 7}
 	for {
 		page, err := l.Payments(ctx, q)
 		if err != nil {
@@ -439,19 +440,19 @@ func TestPaymentListingIsStableUnderInserts(t *testing.T) {
 	}
 	// Back from the last page to the first, with ending_before.
 	last := pages[len(pages)-1]
-	back, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Limit: 7, EndingBefore: last[0].ID})
+	back, err := l.Payments(ctx, listings.Query{MerchantID: e.merch.ID, Limit: 7, EndingBefore: last[0].ID})
 	if err != nil || len(back.Items) != 7 || back.Items[6].ID != pages[len(pages)-2][6].ID {
 		t.Fatalf("ending_before: %d items, %v", len(back.Items), err)
 	}
 	// Another merchant's id is no cursor here; filters narrow the listing.
-	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: "mer_other", StartingAfter: last[0].ID}); errs.CodeOf(err) != errs.CodeInvalid {
+	if _, err := l.Payments(ctx, listings.Query{MerchantID: "mer_other", StartingAfter: last[0].ID}); errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("a foreign cursor: %v", err)
 	}
-	failed, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Status: "failed"})
+	failed, err := l.Payments(ctx, listings.Query{MerchantID: e.merch.ID, Status: "failed"})
 	if err != nil || len(failed.Items) != 0 {
 		t.Fatalf("status filter: %+v %v", failed, err)
 	}
-	if _, err := l.Payments(ctx, payments.ListQuery{MerchantID: e.merch.ID, Limit: 101}); errs.CodeOf(err) != errs.CodeInvalid {
+	if _, err := l.Payments(ctx, listings.Query{MerchantID: e.merch.ID, Limit: 101}); errs.CodeOf(err) != errs.CodeInvalid {
 		t.Fatalf("limit 101: %v", err)
 	}
 }

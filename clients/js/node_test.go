@@ -19,6 +19,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/api"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
@@ -145,7 +146,7 @@ func startGateway(t *testing.T) *gateway {
 	svc := payments.NewService(st, payments.OnePSP(p), payments.Config{Lease: 30 * time.Second, PSPTimeout: 5 * time.Second,
 		InFlightWait: 300 * time.Millisecond})
 	handler := api.NewHandler(svc, merchants.NewAuth(st, merchants.AuthConfig{}), st, api.Options{
-		Listings: payments.NewListings(st),
+		Listings: listings.New(st),
 		Browser:  merchants.NewBrowserAuth(st, merchants.AuthConfig{}),
 	})
 	upstream := httptest.NewServer(handler)

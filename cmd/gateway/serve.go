@@ -11,6 +11,7 @@ import (
 
 	"gateway/api"
 	"gateway/errs"
+	"gateway/listings"
 	"gateway/merchants"
 	"gateway/metrics"
 	"gateway/mysql"
@@ -82,7 +83,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 		FlowTimeout:      cfg.Flow.Lease + cfg.HTTP.InFlightWait + cfg.Flow.PSPTimeout,
 		Observer:         m,
 		Logger:           log,
-		Listings:         payments.NewListings(st),
+		Listings:         listings.New(st),
 	}
 	if apiOpts.TrustedProxies, err = cfg.HTTP.trustedProxies(); err != nil {
 		return err
