@@ -136,11 +136,13 @@ func TestCaptureCrashes(t *testing.T) {
 }
 
 // TestCaptureCrashWorker is TestCaptureCrashes' worker process: it runs the
-// capture its job describes and stops where it says.
+// capture its job describes and stops where it says. Run by itself it does
+// nothing (as os/exec's helper processes do), rather than skip: it proves
+// nothing alone, and no proof is missing when it is not a worker.
 func TestCaptureCrashWorker(t *testing.T) {
 	spec := os.Getenv(crashWorkerEnv)
 	if spec == "" {
-		t.Skip("TestCaptureCrashes' worker process")
+		return
 	}
 	var job crashJob
 	if err := json.Unmarshal([]byte(spec), &job); err != nil {
