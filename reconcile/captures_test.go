@@ -13,6 +13,7 @@ import (
 
 	"gateway/errs"
 	"gateway/payments"
+	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
 )
@@ -337,5 +338,26 @@ func TestCancelAnUnconfirmedPayment(t *testing.T) {
 	}
 	if e.psp.ChargeCalls() != 0 || e.psp.VoidCalls() != 0 {
 		t.Fatal("the PSP was called")
+	}
+}
+
+// noCapture is a PSP that cannot capture later (as Toss): the adapter
+// without its Capturer methods.
+type noCapture struct{ psp.Adapter }
+
+// Manual capture at a PSP that cannot capture later is refused before
+// anything is stored or sent.
+func TestManualCaptureNeedsAPSPThatCaptures(t *testing.T) {
+	e := newEnv(t)
+	svc := payments.NewService(e.store, payments.OnePSP(noCapture{e.psp}), payments.Config{Lease: lease, Now: e.clock.Now})
+	req := e.request("manual")
+	req.CaptureMethod = payments.CaptureManual
+	_, err := svc.Create(context.Background(), req)
+	var pe *errs.Error
+	if errs.CodeOf(err) != errs.CodePSPCannotAccept || !errors.As(err, &pe) || len(pe.Fields) != 1 || pe.Fields[0].Field != "capture_method" {
+		t.Fatalf("manual capture at a PSP that cannot: %v", err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys`) + e.count(`SELECT COUNT(*) FROM payments`); n != 0 || e.psp.ChargeCalls() != 0 {
+		t.Fatalf("%d rows stored, %d charges sent", n, e.psp.ChargeCalls())
 	}
 }
