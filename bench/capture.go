@@ -16,14 +16,19 @@ import (
 // The capture scenario: each client captures, in full, authorizations made
 // before the phase (manual payments in requires_capture, one row lock per
 // capture), against the floor issuing the capture flow's statements. A
-// capture consumes its authorization, so the setup makes enough for the
-// phase: a first batch, timed, then as many more as captureMargin times
-// that rate lasts over the warm-up and the measured window (a capture is
-// about as much work as an authorization).
+// capture uses up its authorization, so the setup authorizes, with as many
+// clients, for captureMargin times the phase's warm-up and window: an
+// authorization is about as much work as a capture (two short
+// transactions, one PSP call), so that leaves some to spare even when the
+// machine speeds up between the two. (Extrapolating from a timed first
+// batch did not: a small batch runs slower than the phase, and a client
+// ran out.) Short phases (the smoke run's) authorize for captureSetupMin,
+// which covers the clients' first connections and the captures in flight
+// when the window closes.
 const (
-	captureClients = 64
-	captureBatch   = 8 * captureClients
-	captureMargin  = 2.0
+	captureClients  = 64
+	captureMargin   = 2
+	captureSetupMin = 2 * time.Second
 )
 
 // authorizationBody is paymentBody with the money only authorized.
@@ -66,65 +71,56 @@ func (p *authorizationPool) take() (string, error) {
 	return p.ids[i], nil
 }
 
-// capturable makes the authorizations a capture phase consumes (see
+// capturable makes the authorizations a capture phase uses up (see
 // captureMargin), through the API (so that the PSP's ledger holds them) or
 // through the floor.
 func (b *bench) capturable(ctx context.Context, hc *http.Client, phase string, floor bool) (*authorizationPool, error) {
-	start := time.Now()
-	ids, err := b.authorizations(ctx, hc, phase, 0, captureBatch, floor)
-	if err != nil {
-		return nil, err
-	}
-	rate := float64(captureBatch) / time.Since(start).Seconds()
-	need := int(captureMargin * rate * (b.opts.warmup + b.opts.duration).Seconds())
-	if need > captureBatch {
-		more, err := b.authorizations(ctx, hc, phase, captureBatch, need-captureBatch, floor)
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, more...)
-	}
-	return &authorizationPool{ids: ids}, nil
-}
-
-// authorizations makes n manual payments, authorized and not captured,
-// with keys numbered from first, captureClients at a time, and returns
-// their ids.
-func (b *bench) authorizations(ctx context.Context, hc *http.Client, phase string, first, n int, floor bool) ([]string, error) {
-	b.prog.line("authorizing %d payments to capture", n)
-	ids := make([]string, n)
+	d := max(captureMargin*(b.opts.warmup+b.opts.duration), captureSetupMin)
+	b.prog.line("authorizing payments to capture for %s", d)
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	var (
-		next atomic.Int64
+		n    atomic.Int64
 		wg   sync.WaitGroup
 		mu   sync.Mutex
+		ids  []string
 		errs []error
 	)
-	for range min(captureClients, n) {
+	for range captureClients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1)) - 1; i < n && ctx.Err() == nil; i = int(next.Add(1)) - 1 {
-				key := fmt.Sprintf("%s-%s-auth-%07d", phase, b.nonce, first+i)
+			var mine []string
+			for ctx.Err() == nil {
+				key := fmt.Sprintf("%s-%s-auth-%07d", phase, b.nonce, n.Add(1))
+				var id string
 				var err error
 				if floor {
-					ids[i], err = b.floorAuthorize(ctx, key)
+					id, err = b.floorAuthorize(ctx, key)
 				} else {
-					ids[i], err = b.authorize(ctx, hc, key)
+					id, err = b.authorize(ctx, hc, key)
 				}
 				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
+					if ctx.Err() == nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+					break
 				}
+				mine = append(mine, id)
 			}
+			mu.Lock()
+			ids = append(ids, mine...)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("authorizations to capture: %w", errs[0])
 	}
-	return ids, ctx.Err()
+	b.prog.line("%d payments authorized", len(ids))
+	return &authorizationPool{ids: ids}, nil
 }
 
 // authorize makes one manual payment through the API and returns its id.
