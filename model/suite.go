@@ -6,7 +6,10 @@ import "slices"
 // explores completely; README.md explains the bounds. Charge worlds: client
 // 1 sends one request, client 2 two (a retry, late or not, and its retry),
 // plus the reconciler. Refund worlds: refund 0's client sends two requests,
-// refund 1's one, plus the reconciler.
+// refund 1's one, plus the reconciler. Capture worlds: two operation keys
+// on one authorization, each client with a retry, plus the reconciler.
+// Cancel-by-key worlds: the canceled key's request and a late duplicate of
+// it, one cancellation, plus the reconciler.
 
 // protocol is the charge protocol as main implements it: with declines,
 // permanent request errors and ArmCharge failing without landing,
@@ -21,6 +24,10 @@ func with(base []string, more ...string) []string {
 	return append(append([]string(nil), base...), more...)
 }
 
+// twoCaptures is the capture world with key 1 a capture too: 2 and 1 of
+// the authorization of 2.
+var twoCaptures = []string{"-DKIND1=1", "-DAMT0=2", "-DAMT1=1"}
+
 var (
 	agree = []string{"p2_agree", "p4_answers"}
 	once  = []string{"p1_once"}
@@ -29,7 +36,7 @@ var (
 
 // Suite returns the checks. The full suite is what `make model` runs; quick
 // is what go test runs: the checks marked Quick, in smaller charge worlds
-// (client 2 sends one request).
+// (client 2 sends one request) and capture worlds (key 1's client sends one).
 func Suite(quick bool) []Check {
 	c := []Check{
 		// Properties that must hold.
@@ -90,6 +97,16 @@ func Suite(quick bool) []Check {
 			What: "p9 live: every pending delivery ends (delivered or failed), an orphan among them"},
 		{Name: "refundq/p10-live", Model: "refundq.pml", LTL: "p10live", Quick: true,
 			What: "p10: a refund that cannot be read is set aside and every other refund in the queue is settled"},
+		{Name: "capture/capture+void", Model: "capture.pml", Quick: true,
+			What: "p11: a partial capture and a void of one authorization, which the PSP may let lapse: one wins, at the PSP and in the rows"},
+		{Name: "capture/two-captures", Model: "capture.pml", Flags: with(twoCaptures, "-DREQS1=1"),
+			What: "p11: two captures of one authorization (2 and 1 of 2), key 0 with a retry: one capture order id reaches the PSP"},
+		{Name: "capture/expiry", Model: "capture.pml", Flags: []string{"-DEXPIRY=1", "-DREQS1=1"},
+			What: "p11 with capture_before passing: the reconciler expires only an authorization with no operation in flight"},
+		{Name: "cancelkey/manual", Model: "cancelkey.pml", Quick: true,
+			What: "p12: cancel-by-key of an authorizing key against its request, a late duplicate and the reconciler: voided, or nothing charged"},
+		{Name: "cancelkey/automatic", Model: "cancelkey.pml", Flags: []string{"-DMANUAL=0"},
+			What: "p12 for a charge that takes the money at once: refunded in full, or nothing charged"},
 
 		// The protocol before each finding's fix: each must produce its
 		// counter-example, so undoing a fix on main is caught (README, "Findings").
@@ -154,6 +171,24 @@ func Suite(quick bool) []Check {
 			What: "ClaimDeliveries fails the whole claim on a delivery whose event is gone: the endpoint wedges"},
 		{Name: "mutant/refund-check-claim-fails-on-bad-row", Model: "refundq.pml", LTL: "p10live", Flags: []string{"-DMUT_Q_ERR"}, Expect: []string{"p10live"},
 			What: "ClaimRefundChecks returns an unreadable refund's (or payment's) error and rolls back: no refund is checked again"},
+		{Name: "mutant/capture-without-compare-and-set", Model: "capture.pml", Flags: with(twoCaptures, "-DREQS1=1", "-DMUT_C_NOCAS"), Expect: []string{"p11_once", "p11_agree"},
+			What: "ClaimOperation reads the payment without its lock and sets the operation without op_kind IS NULL: two captures"},
+		{Name: "mutant/void-after-capture", Model: "capture.pml", Flags: []string{"-DREQS1=1", "-DMUT_C_UNLOCKED"}, Expect: []string{"p11_excl"},
+			What: "a void's claim decides on the payment read before its row lock: sent after the capture settled"},
+		{Name: "mutant/expiry-of-an-operation-in-flight", Model: "capture.pml", Flags: []string{"-DEXPIRY=1", "-DMUT_C_EXPIRE_INFLIGHT"}, Expect: []string{"p11_excl"},
+			What: "ExpireAuthorizations without op_kind IS NULL: expired, then the capture in flight settles it captured"},
+		{Name: "mutant/capture-order-id-per-attempt", Model: "capture.pml", Flags: []string{"-DMUT_C_FRESHID"}, Expect: []string{"p11_once"},
+			What: "the capture's order id (the PSP's idempotency key) made per attempt: a resume's capture is a second one"},
+		{Name: "mutant/capture-dropped-without-window", Model: "capture.pml", Flags: with(twoCaptures, "-DMUT_C_NOWINDOW"), Expect: []string{"p11_agree", "p11_once"},
+			What: "the reconciler drops a stale capture on the first lookup that finds the charge authorized: it lands after its 402"},
+		{Name: "mutant/capture-above-authorization", Model: "capture.pml", Flags: []string{"-DMUT_C_NOLIMIT", "-DAMT0=3"}, Expect: []string{"p11_cap"},
+			What: "NewOperation does not hold amount_to_capture to the authorization, and the PSP takes it"},
+		{Name: "mutant/late-duplicate-after-cancel", Model: "cancelkey.pml", Flags: []string{"-DMUT_K_NOTOMB"}, Expect: []string{"p12_late"},
+			What: "ClaimCancellation records a key nothing claimed canceled without its tombstone: a late duplicate charges"},
+		{Name: "mutant/cancel-fences-unproven-send", Model: "cancelkey.pml", Flags: []string{"-DREQS2=0", "-DMUT_K_NOPROOF"}, Expect: []string{"p12_late"},
+			What: "an expired lease fenced and canceled without send_attempts = sends_not_sent: the charge in flight lands"},
+		{Name: "mutant/cancel-leaves-authorization", Model: "cancelkey.pml", Flags: []string{"-DMUT_K_HOLDLEFT"}, Expect: []string{"p12_net"},
+			What: "FinishCancellation takes an authorization (requires_capture) for a payment that charged nothing"},
 
 		// Known gaps of main: each must produce its counter-example (README, "Gaps").
 		{Name: "gap/notice-fenced-by-stale-decline", Model: "notice.pml", Flags: []string{"-DDECLFINAL=0"}, Expect: []string{"p7_truth"},
@@ -167,8 +202,9 @@ func Suite(quick bool) []Check {
 		if len(c[i].Expect) > 0 {
 			c[i].Quick = true // a counter-example is found in a moment
 		} else {
-			// Only the protocol's worlds run to millions of states; the
-			// others are searched faster than -O2 compiles them.
+			// Only the charge and refund worlds run to millions of states
+			// for long; the others are searched faster than -O2 compiles
+			// them.
 			c[i].Optimize = !quick && (c[i].Model == "charge.pml" || c[i].Model == "refund.pml")
 		}
 	}
@@ -182,6 +218,9 @@ func Suite(quick bool) []Check {
 		}
 		if x.Model == "charge.pml" && !slices.Contains(x.Flags, "-DREQS2=1") {
 			x.Flags = with(x.Flags, "-DREQS2=1")
+		}
+		if x.Model == "capture.pml" && !slices.Contains(x.Flags, "-DREQS1=1") {
+			x.Flags = with(x.Flags, "-DREQS1=1") // key 1's client sends one request
 		}
 		q = append(q, x)
 	}
