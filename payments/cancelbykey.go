@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"gateway/errs"
@@ -16,27 +18,11 @@ import (
 
 // Cancel-by-key (design §15): "I no longer want whatever this key of POST
 // /payments did or will do", from a merchant who does not know whether a
-// payment exists (its POST /payments timed out). The cancellation's claim
-// decides, in one transaction that locks the key's record (or its
-// absence) and its payment, from what the key holds:
-//
-//   - nothing yet: the key is stored completed as canceled (a tombstone
-//     with no subject), so a late duplicate of the original request
-//     replays the cancellation and never charges;
-//   - in progress, its lease expired and every send proven not sent: the
-//     lease is taken, the payment canceled and the key completed with it,
-//     so no charge can ever be sent (none leaves past may_send_until);
-//   - in progress otherwise (in flight, or a send whose outcome is
-//     unknown): the wish is recorded (cancel_requested) and carried out
-//     once the payment settles;
-//   - a payment awaiting its confirmation: canceled at once; nothing
-//     charged (declined, failed, canceled): nothing to do;
-//   - an authorization or a payment waiting for its customer: voided; a
-//     payment that took money: refunded in full.
-//
-// A void or a refund runs on the one flow with a key derived from the
-// canceled key, so a cancellation finished by this request, a retry or the
-// reconciler makes it once.
+// payment exists. The claim decides from what the key holds (decideCancel),
+// in one transaction that locks the key's record (or its absence) and its
+// payment; a void or a refund it calls for runs on the one flow with keys
+// derived from the canceled key, so that a cancellation finished by its
+// request, a retry or the reconciler makes each once.
 
 // EndpointCancelByKey scopes the cancellations' own idempotency keys.
 const EndpointCancelByKey = "POST /payments/cancel_by_key"
@@ -174,8 +160,9 @@ func decideCancel(kc KeyCancellation) func(CancelTarget, time.Time) (CancelDecis
 		}
 		switch {
 		case t.Record == nil:
-			tomb := renderTombstone(kc)
-			d.Tombstone = &tomb
+			// Stored with the key for the record: join answers every
+			// request with it canceled_by_key.
+			d.Tombstone = &d.Answer
 			kc.Status, kc.Detail = CancellationCanceled, "no payment was made under this key, and none will be: a request with it answers this cancellation"
 		case t.Record.Fingerprint == CanceledByKey:
 			return d, ErrCanceledAlready
@@ -238,22 +225,6 @@ func renderCancellation(kc KeyCancellation, p *Payment) idemkeys.Response {
 		status = http.StatusAccepted
 	}
 	return idemkeys.Response{Status: status, Body: body}
-}
-
-// ProblemCanceledByKey is the problem type a canceled key's tombstone answers with.
-const ProblemCanceledByKey = "/problems/canceled-by-key"
-
-// renderTombstone is what a key canceled before anything claimed it answers
-// every request with it from then on: 409, no payment was made.
-func renderTombstone(kc KeyCancellation) idemkeys.Response {
-	body, err := encodeJSON(map[string]any{
-		"type": ProblemCanceledByKey, "title": "This Idempotency-Key was canceled", "status": http.StatusConflict,
-		"detail": "this key was canceled by POST /payments/cancel_by_key before any payment was made under it: nothing was or will be charged; use a new key for a new payment",
-	})
-	if err != nil {
-		panic("payments: render tombstone: " + err.Error())
-	}
-	return idemkeys.Response{Status: http.StatusConflict, Body: body}
 }
 
 // CancelByKey cancels whatever a key of POST /payments did or will do, at
@@ -319,9 +290,7 @@ func (s *Service) FinishCancellation(ctx context.Context, kc KeyCancellation) (r
 				kc.Status, kc.Detail = CancellationVoided, "the payment's authorization was released at its PSP"
 			}
 		case RequiresConfirmation, RequiresCapture, RequiresAction:
-			_, err := s.operate(ctx, kc.MerchantID, p.ID, Operation{Kind: OpVoid, Key: derivedKey(kc), Reason: kc.Reason},
-				CancelRequest{PaymentID: p.ID, Reason: kc.Reason}.Fingerprint())
-			if err != nil {
+			if !s.void(ctx, kc, p) {
 				return resp, false, nil // in flight, unknown, or refused for now: later
 			}
 			continue // read what the void left
@@ -357,6 +326,37 @@ func (s *Service) FinishCancellation(ctx context.Context, kc KeyCancellation) (r
 		return resp, err == nil, err
 	}
 	return resp, false, nil
+}
+
+// maxVoids bounds the voids a cancellation makes of its payment.
+const maxVoids = 5
+
+// void voids p for kc on the flow, and reports whether a void of it
+// settled (voided, or beaten by the customer's payment). Its keys are
+// derived from the canceled key, numbered: a void that ended without
+// voiding (the PSP refused it, or the reconciler proved it never sent)
+// replays that for ever, so the next attempt takes the next key, up to
+// maxVoids; a void in flight or unknown is waited for, never passed by.
+func (s *Service) void(ctx context.Context, kc KeyCancellation, p Payment) bool {
+	fp := CancelRequest{PaymentID: p.ID, Reason: kc.Reason}.Fingerprint()
+	for n := range maxVoids {
+		key := derivedKey(kc)
+		if n > 0 {
+			key += "_" + strconv.Itoa(n)
+		}
+		out, err := s.operate(ctx, kc.MerchantID, p.ID, Operation{Kind: OpVoid, Key: key, Reason: kc.Reason}, fp)
+		if err != nil {
+			return false
+		}
+		if out.Response.Status != http.StatusPaymentRequired {
+			return true
+		}
+		var v View
+		if json.Unmarshal(out.Response.Body, &v) != nil || (v.Status != RequiresCapture && v.Status != RequiresAction && v.Status != RequiresConfirmation) {
+			return true // another outcome won: the payment is read again
+		}
+	}
+	return false
 }
 
 // cancellationSubject is a cancellation as the flow sees it: its key is

@@ -212,3 +212,25 @@ func TestCancelByKeySettled(t *testing.T) {
 		t.Fatalf("%d cancellations left requested", n)
 	}
 }
+
+// A cancellation whose void the reconciler proves never sent (its key then
+// answers 402 for ever) voids with the next derived key, instead of
+// waiting for the authorization to lapse.
+func TestCancelByKeyVoidsAgainAfterAVoidNeverSent(t *testing.T) {
+	e := newEnv(t)
+	auth := e.authorized("auth", 1000)
+	e.psp.FailNextVoids(fake.FaultNotProcessed, 1)
+	out, err := e.cancelByKey("auth", "c")
+	if err != nil || cancellation(t, out).Status != payments.CancellationRequested {
+		t.Fatalf("cancel: %s %v", out.Response.Body, err)
+	}
+	e.advance(lease + time.Second)
+	runOnce(t, e.reconciler(nil, nil, e.withCanceler))
+	if got := e.reread(auth); got.Status != payments.Canceled || len(e.psp.Voids()) != 1 {
+		t.Fatalf("payment %s with %d voids, want canceled by one", got.Status, len(e.psp.Voids()))
+	}
+	again, err := e.cancelByKey("auth", "c")
+	if err != nil || cancellation(t, again).Status != payments.CancellationVoided {
+		t.Fatalf("the cancellation's replay: %s %v", again.Response.Body, err)
+	}
+}
