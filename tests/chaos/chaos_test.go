@@ -14,7 +14,9 @@ import (
 )
 
 // TestChaosShort is the chaos run of `make proofs`: the whole thing, shortened,
-// with a fixed seed. It fails on any invariant violation. The database is
+// with a fixed seed. It fails on any invariant violation, and when the run
+// proved too little (no PSP fault after charging, no refund race, no
+// partial capture, void, lapse or cancellation by key). The database is
 // GATEWAY_TEST_DSN's server when set, a private MariaDB otherwise.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
@@ -38,6 +40,10 @@ func TestChaosShort(t *testing.T) {
 	}
 	if r := rep.Refunds; r == nil || r.Ledger == 0 || r.Rows["succeeded"] == 0 || r.Jobs["concurrent"] == 0 || len(r.PSPFaults) == 0 {
 		t.Fatalf("the run refunded too little to prove anything: %+v", rep.Refunds)
+	}
+	if c := rep.Captures; c == nil || c.Captures == 0 || c.Partial == 0 || c.Voids == 0 || c.Authorizations["lapsed"] == 0 ||
+		c.Jobs["concurrent"]+c.Jobs["race"] == 0 || len(c.Cancellations) == 0 || len(c.PSPFaults) == 0 {
+		t.Fatalf("the run captured, voided or canceled too little to prove anything: %+v", rep.Captures)
 	}
 }
 

@@ -202,7 +202,7 @@ func (c *checker) checkCharges() {
 			switch {
 			case p.Status == string(payments.RequiresReview):
 				i2.Notes = appendCapped(i2.Notes, fmt.Sprintf("charge %s (%s) has payment %s in requires_review (allowed, needs a person)", ch.Reference, ch.Status, p.ID))
-			case p.Status != ch.Status:
+			case p.Status != paymentStatusOf(ch.Status):
 				i2.fail("PSP charge %s is %s but payment %s (merchant %s, key %q, order %s) is %s%s",
 					ch.Reference, ch.Status, p.ID, p.MerchantID, p.IdemKey, order, p.Status, declineNote(p))
 			case !p.PSPReference.Valid || p.PSPReference.String != ch.Reference:
@@ -227,15 +227,28 @@ func (c *checker) checkCharges() {
 		if want := payments.MerchantOrderID(p.MerchantID, p.IdemKey); p.MerchantOrderID != want {
 			i1.fail("payment %s has order id %s, want %s for its (merchant, key)", p.ID, p.MerchantOrderID, want)
 		}
-		// The other direction of invariant 2: a payment told succeeded or
-		// declined must be a charge the PSP made.
-		if p.Status == string(payments.Succeeded) || p.Status == string(payments.Declined) {
+		// The other direction of invariant 2: a payment told succeeded,
+		// declined or authorized must be a charge the PSP made.
+		if p.Status == string(payments.Succeeded) || p.Status == string(payments.Declined) || p.Status == string(payments.RequiresCapture) {
 			i2.Checked++
 			if len(c.charges[p.MerchantOrderID]) == 0 {
 				i2.fail("payment %s is %s but the PSP has no charge for order %s", p.ID, p.Status, p.MerchantOrderID)
 			}
 		}
 	}
+}
+
+// paymentStatusOf is the status a payment has when its PSP charge is in
+// status: an authorization is a payment requiring capture, a voided one
+// (released or lapsed) a canceled payment.
+func paymentStatusOf(status string) string {
+	switch status {
+	case "authorized":
+		return string(payments.RequiresCapture)
+	case "voided":
+		return string(payments.Canceled)
+	}
+	return status
 }
 
 func declineNote(p dbPayment) string {
@@ -398,13 +411,29 @@ func (c *checker) judgeReplay(rec *keyRecord, p dbPayment, a answer) {
 		i5.fail("(merchant %d, key %q) replays payment %s (order %s), but its payment is %s (order %s)",
 			rec.Merchant, rec.Key, v.ID, v.MerchantOrderID, p.ID, p.MerchantOrderID)
 	}
-	if string(v.Status) != p.Status {
+	if string(v.Status) != p.Status && !movedOn(v.Status, p.Status) {
 		i4.fail("(merchant %d, key %q) replays status %s, payment %s is %s", rec.Merchant, rec.Key, v.Status, p.ID, p.Status)
+	}
+	if rec.Manual != (v.CaptureMethod == payments.CaptureManual) {
+		i4.fail("(merchant %d, key %q) replays capture method %q, the client asked for manual %v", rec.Merchant, rec.Key, v.CaptureMethod, rec.Manual)
 	}
 	if v.Amount != rec.Amount || v.Currency != rec.Currency || v.PaymentMethod != rec.Method {
 		i4.fail("(merchant %d, key %q) replays %d %s %s, the client asked for %d %s %s",
 			rec.Merchant, rec.Key, v.Amount, v.Currency, v.PaymentMethod, rec.Amount, rec.Currency, rec.Method)
 	}
+}
+
+// movedOn: a key that answered an authorization keeps that answer while
+// later commands of their own keys capture, void or expire it.
+func movedOn(answered payments.Status, now string) bool {
+	if answered != payments.RequiresCapture {
+		return false
+	}
+	switch payments.Status(now) {
+	case payments.Succeeded, payments.Canceled, payments.RequiresReview:
+		return true
+	}
+	return false
 }
 
 // checkMerchants: invariant 5.

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"gateway/payments"
 )
 
 // Client behaviour. The rates are per job.
@@ -66,6 +68,12 @@ type keyRecord struct {
 	Conflicts  []answer // final answers to conflicting bodies sent with this key
 	FromBad    bool     // the key was first sent with an invalid body (400)
 	CaseTwin   bool     // the key is another one's with the letters' case swapped
+	// Manual: sent with "capture_method": "manual" (captures.go).
+	Manual bool
+	// CancelByKey: a cancellation by key names this key (cancelbykey.go);
+	// Canceled holds the 409 canceled-by-key answers its requests got.
+	CancelByKey bool
+	Canceled    []answer
 }
 
 func (k *keyRecord) add(f func(k *keyRecord)) {
@@ -197,21 +205,36 @@ var (
 
 // newRecord registers (merchant, key) with a fresh random body.
 func (w *workload) newRecord(r *rand.Rand, m int, key string) *keyRecord {
+	return w.newRecordOf(r, m, key, false, false)
+}
+
+// newRecordOf registers (merchant, key) with a fresh random body, asking
+// for manual capture when manual is set; cancelByKey marks a key a
+// cancellation by key names.
+func (w *workload) newRecordOf(r *rand.Rand, m int, key string, manual, cancelByKey bool) *keyRecord {
 	k := &keyRecord{
-		Merchant: m,
-		Key:      key,
-		Amount:   100 + r.Int64N(500_000),
-		Currency: currencies[r.IntN(len(currencies))],
-		Method:   methods[r.IntN(len(methods))],
+		Merchant:    m,
+		Key:         key,
+		Amount:      100 + r.Int64N(500_000),
+		Currency:    currencies[r.IntN(len(currencies))],
+		Method:      methods[r.IntN(len(methods))],
+		Manual:      manual,
+		CancelByKey: cancelByKey,
 	}
 	desc := "chaos order " + letters(r, 8)
 	order := "A-" + strconv.Itoa(r.IntN(1_000_000))
-	k.Body = mustJSON(map[string]any{ // encoding/json sorts the keys
+	body := map[string]any{ // encoding/json sorts the keys
 		"amount": k.Amount, "currency": k.Currency, "payment_method": k.Method,
 		"description": desc, "metadata": map[string]string{"order": order},
-	})
-	k.Alt = fmt.Appendf(nil, "{ \"payment_method\": %s,\n  \"metadata\": {\"order\": %s},\n  \"currency\": %s, \"description\": %s, \"amount\": %d }",
-		mustJSON(k.Method), mustJSON(order), mustJSON(strings.ToLower(k.Currency)), mustJSON(desc), k.Amount)
+	}
+	capture := ""
+	if manual {
+		body["capture_method"] = string(payments.CaptureManual)
+		capture = `"capture_method": "manual", `
+	}
+	k.Body = mustJSON(body)
+	k.Alt = fmt.Appendf(nil, "{ \"payment_method\": %s,\n  \"metadata\": {\"order\": %s},\n  %s\"currency\": %s, \"description\": %s, \"amount\": %d }",
+		mustJSON(k.Method), mustJSON(order), capture, mustJSON(strings.ToLower(k.Currency)), mustJSON(desc), k.Amount)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if old, ok := w.records[recKey{m, key}]; ok {
@@ -309,6 +332,12 @@ func (w *workload) send(ctx context.Context, r *rand.Rand, rec *keyRecord, crash
 		}
 		if err == nil && final(a.Status) {
 			rec.add(func(k *keyRecord) { k.Answers = append(k.Answers, a) })
+			return
+		}
+		if err == nil && rec.CancelByKey && a.Type == "canceled-by-key" {
+			// The key was canceled before anything claimed it: this
+			// answer is final, and nothing was charged.
+			rec.add(func(k *keyRecord) { k.Canceled = append(k.Canceled, a) })
 			return
 		}
 		if err == nil && !retryable(a) {

@@ -269,7 +269,7 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 
 // startPSP serves the fake PSP in-process on a loopback port.
 func (e *env) startPSP() error {
-	p, err := fakeserver.New(fakeserver.Options{Seed: e.opts.seed, HoldMax: 30 * time.Second})
+	p, err := fakeserver.New(fakeserver.Options{Seed: e.opts.seed, HoldMax: 30 * time.Second, AuthorizationValidity: e.opts.authValidity})
 	if err != nil {
 		return err
 	}

@@ -79,6 +79,9 @@ func (c *checker) checkEvents(ctx context.Context) (*invariant, error) {
 			}
 			err := json.Unmarshal([]byte(ev.Data), &data)
 			status, ok := strings.CutPrefix(ev.Type, kind+".")
+			if t := payments.EventType(ev.Type); t == payments.EventPaymentCaptured || t == payments.EventPaymentPartiallyCaptured {
+				status = string(payments.Succeeded) // a capture enters succeeded
+			}
 			switch {
 			case !ok || ev.ObjectType != kind:
 				inv.fail("%s %s: event %s is of type %s", kind, o.ID, ev.ID, ev.Type)

@@ -1,6 +1,6 @@
 // Command chaos runs the gateway under faults and counts every charge.
 //
-//	go run ./tests/chaos [--duration 3m] [--seed N] [--replicas 2] [--clients 64] [--refund-clients 8] [--json FILE]
+//	go run ./tests/chaos [--duration 3m] [--seed N] [--replicas 2] [--clients 64] [--refund-clients 8] [--capture-clients 8] [--json FILE]
 //
 // It builds the gateway, starts a fresh migrated MariaDB database (a private
 // server in a temporary directory, or a new database on GATEWAY_TEST_DSN's
@@ -8,17 +8,19 @@
 // fault-injecting TCP proxy in front of the database (one per replica) and
 // one in front of the PSP, and N `gateway serve` replicas as child processes
 // with the reconciler running on each. Then, for --duration, many clients
-// pay and a few refund what was paid (refunds.go), retrying with the same
-// key and body as a correct client does, while a plan drawn from --seed
-// resets and delays database connections, takes the database and the PSP
-// away for a moment, partitions one replica from the database and pauses
-// another, changes the PSP's fault rates, and SIGKILLs and restarts replicas.
+// pay, a few refund what was paid (refunds.go), and a few authorize and then
+// capture, void or let lapse, or cancel a key whatever it did (captures.go,
+// cancelbykey.go), retrying with the same key and body as a correct client
+// does, while a plan drawn from --seed resets and delays database
+// connections, takes the database and the PSP away for a moment, partitions
+// one replica from the database and pauses another, changes the PSP's fault
+// rates, and SIGKILLs and restarts replicas.
 //
 // Afterwards every fault stops, the reconcilers settle what is left, and the
-// invariants of design §7, the refunds' among them, are checked against the
-// PSP's ledger, the database and every answer a client received. The counts
-// are printed; the exit status is 1 when any invariant was violated (2: bad
-// flags, 3: the run itself failed).
+// invariants of design §7, the refunds' and the captures' among them, are
+// checked against the PSP's ledger, the database and every answer a client
+// received. The counts are printed; the exit status is 1 when any invariant
+// was violated (2: bad flags, 3: the run itself failed).
 package main
 
 import (
@@ -73,6 +75,7 @@ type options struct {
 	replicas       int
 	clients        int
 	refundClients  int
+	captureClients int
 	merchants      int
 	settle         time.Duration
 	jsonPath       string
@@ -82,6 +85,7 @@ type options struct {
 	pspTimeout     time.Duration
 	creationWindow time.Duration
 	reconcileEvery time.Duration
+	authValidity   time.Duration // how long the fake PSP's authorizations stay capturable
 	partitions     bool
 	freezes        bool
 	halfOpen       bool
@@ -110,6 +114,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.replicas, "replicas", 2, "gateway replicas (child processes)")
 	fs.IntVar(&o.clients, "clients", 64, "concurrent clients")
 	fs.IntVar(&o.refundClients, "refund-clients", 8, "concurrent clients refunding the payments that succeeded (0: no refunds)")
+	fs.IntVar(&o.captureClients, "capture-clients", 8, "concurrent clients authorizing payments and capturing, voiding or canceling them by key (0: none)")
+	fs.DurationVar(&o.authValidity, "authorization-validity", 10*time.Second, "how long the fake PSP's authorizations stay capturable before they lapse (the settle phase waits for the last one)")
 	fs.IntVar(&o.merchants, "merchants", 3, "merchants (2 or 3 keep key sharing between merchants frequent)")
 	fs.DurationVar(&o.settle, "settle", 60*time.Second, "longest wait, after the faults stop, for the reconcilers to finish every payment")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to `FILE`")
@@ -157,8 +163,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{errors.New("--nodes must be 1 to 9")}
 	case o.replicas < 1 || o.clients < 1 || o.merchants < 1:
 		return o, usageError{errors.New("--replicas, --clients and --merchants must be at least 1")}
-	case o.refundClients < 0:
-		return o, usageError{errors.New("--refund-clients must not be negative")}
+	case o.refundClients < 0 || o.captureClients < 0:
+		return o, usageError{errors.New("--refund-clients and --capture-clients must not be negative")}
+	case o.authValidity < time.Second:
+		return o, usageError{errors.New("--authorization-validity must be at least 1s")}
 	case o.lease <= o.pspTimeout:
 		return o, usageError{errors.New("--lease must exceed --psp-timeout")}
 	case o.reconcileEvery < time.Second || o.reconcileEvery%time.Second != 0:
@@ -197,6 +205,7 @@ type report struct {
 	RequiresReview int            `json:"requires_review"`
 
 	Refunds  *refundReport   `json:"refunds,omitempty"`
+	Captures *captureReport  `json:"captures,omitempty"`
 	Cluster  *clusterReport  `json:"cluster,omitempty"`
 	HalfOpen *halfOpenReport `json:"half_open,omitempty"`
 
@@ -259,6 +268,8 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	}
 	w := newWorkload(opts, e.merchants, urls)
 	rl := newRefundLoad(w, opts.refundClients)
+	cl := newCaptureLoad(w, opts.captureClients)
+	rl.captured = cl.pickCaptured
 	x := newInjector(ctx, e, plan)
 
 	say("chaos for %s", opts.duration)
@@ -284,6 +295,8 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	}()
 	refunded := make(chan struct{})
 	go func() { rl.run(chaosCtx); close(refunded) }()
+	captured := make(chan struct{})
+	go func() { cl.run(chaosCtx); close(captured) }()
 	consumers := newEventConsumers(urls, e.merchants)
 	var consuming sync.WaitGroup
 	for i, ec := range consumers {
@@ -291,6 +304,7 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	}
 	w.run(chaosCtx)
 	<-refunded
+	<-captured
 	consuming.Wait()
 	<-injected
 	<-progressDone
@@ -338,9 +352,14 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	if err != nil {
 		return nil, err
 	}
+	// Authorizations nobody captured end at their capture_before.
+	capturesSettled, capturesLeft, err := waitCapturesSettled(ctx, e.db, max(opts.settle-time.Since(settleStart), opts.authValidity+5*time.Second))
+	if err != nil {
+		return nil, err
+	}
 	rep.SettleTime = time.Since(settleStart).Round(10 * time.Millisecond).String()
-	say("settled=%v after %s (%d keys IN_PROGRESS, %d payments processing, %d refunds pending); checking the invariants",
-		settled && refundsSettled, rep.SettleTime, inProgress, processing, refundsPending)
+	say("settled=%v after %s (%d keys IN_PROGRESS, %d payments processing, %d refunds pending, %s); checking the invariants",
+		settled && refundsSettled && capturesSettled, rep.SettleTime, inProgress, processing, refundsPending, capturesLeft)
 
 	pspStats, err := fetchStats(ctx, e.pspURL)
 	if err != nil {
@@ -366,6 +385,11 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		return nil, err
 	}
 	invs = append(invs, refundInvs...)
+	captureInvs, captureEv, err := cl.check(ctx, c, capturesSettled, capturesLeft)
+	if err != nil {
+		return nil, err
+	}
+	invs = append(invs, captureInvs...)
 	if opts.halfOpen {
 		rep.HalfOpen = x.halfOpenReport(e)
 		invs = append(invs, checkHalfOpen(rep.HalfOpen))
@@ -376,6 +400,7 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 	}
 	rep.fill(w, x, e, c, pspStats)
 	rep.Refunds = rl.report(refundEv, pspStats)
+	rep.Captures = cl.report(captureEv)
 	if e.cc != nil {
 		rep.Cluster = e.clusterFigures(w, len(c.payments))
 	}
@@ -441,11 +466,13 @@ func (rep *report) fill(w *workload, x *injector, e *env, c *checker, st fakeser
 		rep.Answers["network error"] = rep.NetErrors
 	}
 	rep.NoRetryAfter = w.noRetryAfter.Load()
-	var answered, crashed, gaveUp, abandoned, unanswered int64
+	var answered, canceled, crashed, gaveUp, abandoned, unanswered int64
 	for _, r := range w.order {
 		switch {
 		case len(r.Answers) > 0:
 			answered++
+		case len(r.Canceled) > 0:
+			canceled++
 		case r.Crashed:
 			crashed++
 		case r.GaveUp:
@@ -457,7 +484,7 @@ func (rep *report) fill(w *workload, x *injector, e *env, c *checker, st fakeser
 		}
 	}
 	rep.Clientele = map[string]int64{
-		"jobs": w.jobs.Load(), "keys": int64(len(w.order)), "keys answered": answered,
+		"jobs": w.jobs.Load(), "keys": int64(len(w.order)), "keys answered": answered, "keys canceled by key before their request": canceled,
 		"keys crashed (client gave up on purpose)": crashed, "keys out of attempts": gaveUp,
 		"keys cut by the end of the run": abandoned, "keys otherwise unanswered": unanswered,
 		"bursts": w.bursts.Load(), "keys shared by merchants": w.shared.Load(),
@@ -508,7 +535,8 @@ func (rep *report) print(out io.Writer) {
 	for _, name := range sortedKeys(rep.Faults) {
 		fmt.Fprintf(tw, "faults: %s\t%s\n", name, kv(rep.Faults[name]))
 	}
-	fmt.Fprintf(tw, "psp calls\tcharge %d, lookup %d, refund %d\n", rep.PSPStats.ChargeCalls, rep.PSPStats.LookupCalls, rep.PSPStats.RefundCalls)
+	fmt.Fprintf(tw, "psp calls\tcharge %d, lookup %d, refund %d, capture %d, void %d\n", rep.PSPStats.ChargeCalls, rep.PSPStats.LookupCalls,
+		rep.PSPStats.RefundCalls, rep.PSPStats.CaptureCalls, rep.PSPStats.VoidCalls)
 	fmt.Fprintf(tw, "charges (ledger)\t%s\n", kv(rep.Charges))
 	fmt.Fprintf(tw, "payments\t%s\n", kv(rep.Payments))
 	fmt.Fprintf(tw, "idempotency keys\t%d\n", rep.Keys)
@@ -519,6 +547,9 @@ func (rep *report) print(out io.Writer) {
 	}
 	if rep.Refunds != nil {
 		rep.Refunds.print(line)
+	}
+	if rep.Captures != nil {
+		rep.Captures.print(line)
 	}
 	if rep.HalfOpen != nil {
 		rep.HalfOpen.print(line)

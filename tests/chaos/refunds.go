@@ -85,6 +85,11 @@ type refundLoad struct {
 	requests, retries, netErrors, noRetryAfter atomic.Int64
 	jobs                                       map[string]*atomic.Int64
 	byStatus                                   [600]atomic.Int64
+
+	// captured, when set, draws a captured authorization (captures.go):
+	// its Amount is the authorized amount, so that some refunds ask more
+	// than was captured.
+	captured func(r *rand.Rand) (refundTarget, bool)
 }
 
 var refundJobKinds = []string{"full", "partial", "several", "concurrent", "burst", "declined", "conflicts", "crashes", "waits"}
@@ -170,6 +175,11 @@ func (rl *refundLoad) client(ctx context.Context, id int) {
 // 402: declined).
 func (rl *refundLoad) pick(r *rand.Rand, status int) (refundTarget, bool) {
 	w := rl.w
+	if status == http.StatusCreated && rl.captured != nil && r.IntN(4) == 0 {
+		if t, ok := rl.captured(r); ok {
+			return t, true
+		}
+	}
 	for range 30 {
 		w.mu.Lock()
 		n := len(w.order)
@@ -180,6 +190,9 @@ func (rl *refundLoad) pick(r *rand.Rand, status int) (refundTarget, bool) {
 		w.mu.Unlock()
 		if rec == nil {
 			return refundTarget{}, false
+		}
+		if rec.CancelByKey {
+			continue // its cancellation refunds it: refunds of it here would race that
 		}
 		rec.mu.Lock()
 		var a answer
@@ -419,7 +432,11 @@ func (rl *refundLoad) report(ev *refundEvidence, st fakeserver.Stats) *refundRep
 	}
 	rep.PaymentsTouch = len(refunded)
 	for _, ch := range ev.ledger.Charges {
-		if n, ok := refunded[ch.MerchantOrderID]; ok && n == ch.Amount {
+		captured := ch.Amount
+		if ch.AmountCaptured > 0 {
+			captured = ch.AmountCaptured // a partial capture's rest was released
+		}
+		if n, ok := refunded[ch.MerchantOrderID]; ok && n == captured {
 			rep.PaymentsFull++
 		}
 	}
