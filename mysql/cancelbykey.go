@@ -97,6 +97,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?, IF(? = 'cancel_requested', ?, NULL), ?, ?)`,
 		if n, err := res.RowsAffected(); err != nil || n == 0 {
 			return errors.Join(err, payments.ErrCanceledAlready)
 		}
+		if kc.Status == payments.CancellationRequested && target.Record != nil && target.Record.State == idemkeys.InProgress {
+			// No charge of the key is sent again from now on (ArmSend).
+			if _, err := tx.ExecContext(ctx, `UPDATE idempotency_keys SET cancel_requested_at = NOW(6) WHERE `+keyWhere, refArgs(c.Target)...); err != nil {
+				return err
+			}
+		}
 		if d.Tombstone != nil {
 			const stmt = `
 INSERT INTO idempotency_keys

@@ -265,7 +265,7 @@ UPDATE idempotency_keys
 SET may_send_until = GREATEST(COALESCE(may_send_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
     locked_until = GREATEST(COALESCE(locked_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
     send_attempts = send_attempts + 1, not_found_at = NULL, updated_at = NOW(6)
-WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?
+WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND cancel_requested_at IS NULL
   AND (? OR (? AND created_at > NOW(6) - INTERVAL ? MICROSECOND)
          OR (? AND may_send_until < NOW(6) - INTERVAL ? MICROSECOND))`
 	args := append([]any{micros(window), micros(window)}, append(refArgs(ref), int64(token),

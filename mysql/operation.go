@@ -97,7 +97,7 @@ SET review_since = CASE WHEN status = ? THEN review_since WHEN ? = 'requires_rev
     next_action = ?, amount_captured = ?, capture_before = ?, cancellation_reason = ?,
     op_kind = NULL, op_key = NULL, op_amount = NULL, op_reason = NULL,
     ` + seqs + `, updated_at = NOW(6)
-WHERE merchant_id = ? AND id = ? AND op_key = ? AND op_kind = ?`
+WHERE merchant_id = ? AND id = ? AND op_key = ? AND op_kind = ? AND (? = '' OR status = ?)`
 		kind := payments.OpCapture
 		if ref.Endpoint == payments.EndpointCancelPayment {
 			kind = payments.OpVoid
@@ -106,7 +106,7 @@ WHERE merchant_id = ? AND id = ? AND op_key = ? AND op_kind = ?`
 			status, status, status, status, micros(payments.ReviewFirstLook),
 			status, nullString(p.PSPReference), nullString(p.DeclineCode), nullString(p.PSPCode), nullString(p.ReviewReason),
 			action, p.AmountCaptured, nullTime(p.CaptureBefore), nullString(p.CancellationReason),
-			ref.MerchantID, p.ID, ref.Key, string(kind)))
+			ref.MerchantID, p.ID, ref.Key, string(kind), string(c.From), string(c.From)))
 		if err != nil {
 			return err
 		}

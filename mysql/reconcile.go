@@ -319,13 +319,14 @@ func (s *Store) ClaimActions(ctx context.Context, lease time.Duration, limit int
 }
 
 // claimLooks locks up to limit payments in status whose next look is due
-// and marks them looked at for lease.
+// and marks them looked at for lease; one with a capture or a void in
+// flight is that operation's to settle, and waits for it.
 func (s *Store) claimLooks(ctx context.Context, status payments.Status, lease time.Duration, limit int) ([]payments.InReview, error) {
 	var out []payments.InReview
 	err := Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = out[:0]
 		const q = `SELECT ` + paymentColumns + `, NOW(6) AS db_now FROM payments
-WHERE status = ? AND review_after <= NOW(6)
+WHERE status = ? AND review_after <= NOW(6) AND op_kind IS NULL
 ORDER BY review_after LIMIT ? FOR UPDATE SKIP LOCKED`
 		var rows []struct {
 			paymentRow
@@ -433,6 +434,14 @@ WHERE merchant_id = ? AND id = ?`,
 		}
 		if c.Answer != nil {
 			if err := replaceResponse(ctx, tx, c.Key, *c.Answer); err != nil {
+				return err
+			}
+		}
+		if c.Reopen {
+			if _, err := tx.ExecContext(ctx, `
+UPDATE key_cancellations SET status = 'cancel_requested', due_at = NOW(6), updated_at = NOW(6),
+    detail = 'the payment holds money after all: it is voided or refunded'
+WHERE merchant_id = ? AND idem_key = ? AND status IN ('canceled', 'voided')`, after.MerchantID, after.IdempotencyKey); err != nil {
 				return err
 			}
 		}

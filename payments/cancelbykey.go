@@ -295,19 +295,9 @@ func (s *Service) FinishCancellation(ctx context.Context, kc KeyCancellation) (r
 			}
 			continue // read what the void left
 		case Succeeded:
-			out, err := s.CreateRefund(ctx, RefundRequest{MerchantID: kc.MerchantID, PaymentID: p.ID, IdempotencyKey: derivedKey(kc),
-				Reason: "canceled by key (" + kc.Reason + ")"})
-			switch {
-			case errs.CodeOf(err) == errs.CodeNotRefundable && p.AmountRefunded >= p.Captured():
-				kc.Status, kc.Detail = CancellationRefunded, "the payment was refunded in full already"
-			case err != nil:
+			var ok bool
+			if kc, ok = s.refundAll(ctx, kc, p); !ok {
 				return resp, false, nil
-			case out.Response.Status == http.StatusCreated:
-				kc.Status, kc.RefundID, kc.Detail = CancellationRefunded, out.SubjectID, "the payment took money: refunded in full"
-			case out.Response.Status == http.StatusPaymentRequired:
-				kc.Status, kc.RefundID, kc.Detail = CancellationReview, out.SubjectID, "the payment took money and its PSP refused the refund: ops decide"
-			default:
-				return resp, false, nil // pending at the PSP, or in review
 			}
 		default:
 			return resp, false, fmt.Errorf("payments: payment %s is %s", p.ID, p.Status)
@@ -328,7 +318,51 @@ func (s *Service) FinishCancellation(ctx context.Context, kc KeyCancellation) (r
 	return resp, false, nil
 }
 
-// maxVoids bounds the voids a cancellation makes of its payment.
+// refundAll refunds all that p took, for kc, on the flow, and reports
+// whether that is done (refunded, or, when it cannot be, in review): each
+// refund takes what no other refund holds, under a key derived from the
+// canceled key and numbered, so that a refund refused (or proven never
+// sent) is followed by the next, and one made while the merchant's own
+// refunds were pending by another once they settle; false while a refund
+// (its own or another) is pending, unknown or in review.
+func (s *Service) refundAll(ctx context.Context, kc KeyCancellation, p Payment) (KeyCancellation, bool) {
+	if p.Captured() <= 0 {
+		kc.Status, kc.Detail = CancellationReview, "the payment is recorded succeeded but took nothing the gateway knows of: ops decide"
+		return kc, true
+	}
+	for n := range maxVoids {
+		key := derivedKey(kc)
+		if n > 0 {
+			key += "_r" + strconv.Itoa(n)
+		}
+		out, err := s.CreateRefund(ctx, RefundRequest{MerchantID: kc.MerchantID, PaymentID: p.ID, IdempotencyKey: key,
+			Reason: "canceled by key (" + kc.Reason + ")"})
+		after, rerr := s.store.Payment(ctx, kc.MerchantID, p.ID)
+		switch {
+		case rerr != nil:
+			return kc, false
+		case after.AmountRefunded >= after.Captured():
+			kc.Status, kc.Detail = CancellationRefunded, "the payment took money: refunded in full"
+			if err == nil {
+				kc.RefundID = out.SubjectID
+			}
+			return kc, true
+		case err != nil, out.Response.Status == http.StatusAccepted:
+			return kc, false // others hold the rest (pending), or this one is pending or unknown
+		case out.Response.Status == http.StatusCreated:
+			kc.RefundID = out.SubjectID
+			if after.AmountReserved > after.AmountRefunded {
+				return kc, false // part of it: the rest waits for the others pending
+			}
+			// The others released what they held: the next key takes it.
+		}
+		// Refused (402), or the rest released: the next key goes on.
+	}
+	kc.Status, kc.Detail = CancellationReview, "the payment took money and its PSP refused every refund: ops decide"
+	return kc, true
+}
+
+// maxVoids bounds the voids (and refunds) a cancellation makes of its payment.
 const maxVoids = 5
 
 // void voids p for kc on the flow, and reports whether a void of it

@@ -27,6 +27,14 @@ type PaymentChange struct {
 	// resolution); no Answer leaves the key's answer alone.
 	Key    idemkeys.Ref
 	Answer *idemkeys.Response
+	// From, when set, is the status the change moves the payment from:
+	// the store writes it only if the payment is still there (an
+	// operation's settle, which something else may have overtaken).
+	From Status
+	// Reopen says the payment, recorded as having taken nothing, now holds
+	// money (a PSP contradicted it, an operator corrected it): a
+	// cancellation by key of it that ended is carried out again.
+	Reopen bool
 }
 
 // paymentChange is the change from before to after: the event when the
@@ -39,6 +47,8 @@ func paymentChange(before, after Payment) PaymentChange {
 	}
 	resp := Render(after)
 	c.Answer = &resp
+	tookNothing := func(s Status) bool { return s == Declined || s == Failed || s == Canceled }
+	c.Reopen = tookNothing(before.Status) && !tookNothing(after.Status)
 	return c
 }
 

@@ -240,7 +240,11 @@ func ApplyOperation(p Payment, c psp.Charge) (Payment, error) {
 		}
 		p.Status, p.AmountCaptured, p.CaptureBefore, p.Operation = Succeeded, c.AmountCaptured, time.Time{}, nil
 		if p.AmountCaptured <= 0 || p.AmountCaptured > p.Amount.Minor {
-			p.AmountCaptured = p.Amount.Minor
+			// The PSP did not say: what this capture asked for.
+			p.AmountCaptured = min(max(op.Amount, 0), p.Amount.Minor)
+			if p.AmountCaptured == 0 {
+				p.AmountCaptured = p.Amount.Minor
+			}
 		}
 	case psp.Voided:
 		p.Status, p.CaptureBefore, p.NextAction = Canceled, time.Time{}, nil
@@ -274,7 +278,7 @@ const (
 // operation's answer; refused says the PSP refused the operation itself,
 // which leaves the payment as it was.
 func OperationSettled(kind OperationKind, before, p Payment, refused bool) PaymentChange {
-	c := PaymentChange{Payment: p, Key: before.Operation.Ref(p.MerchantID)}
+	c := PaymentChange{Payment: p, Key: before.Operation.Ref(p.MerchantID), From: before.Status}
 	if p.Status != before.Status {
 		e := PaymentEvent(p)
 		if p.Status == Succeeded && kind == OpCapture {

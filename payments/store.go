@@ -44,7 +44,8 @@ type FlowStore interface {
 	// it before any send but the claim's own (whose lease already says so).
 	// idemkeys.ErrFenced when the caller no longer holds the lease.
 	// g is judged on the database's clock in the same statement; when it
-	// refuses, ErrArmRefused and nothing was written.
+	// refuses, or the key's cancellation by key was requested (nothing of
+	// it is sent again), ErrArmRefused and nothing was written.
 	ArmSend(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, window time.Duration, g ArmGuard) error
 
 	// Settle completes the key with c.Answer, moves the payment out of
@@ -154,7 +155,8 @@ func ArmGuardFor(caps psp.Capabilities, pspTimeout time.Duration) ArmGuard {
 }
 
 // ErrArmRefused: ArmSend's guard said no more send may leave (the PSP's
-// dedupe memory may end before it would land); nothing was written.
+// dedupe memory may end before it would land, or the key's cancellation
+// was requested); nothing was written.
 var ErrArmRefused = errors.New("payments: sending again could outlive the PSP's dedupe memory")
 
 // Claim is what a fresh request writes: its key's record, its payment and

@@ -13,6 +13,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
+	"gateway/review"
 )
 
 // Cancel-by-key (design §15) in each state its key can be in, against the
@@ -232,5 +233,97 @@ func TestCancelByKeyVoidsAgainAfterAVoidNeverSent(t *testing.T) {
 	again, err := e.cancelByKey("auth", "c")
 	if err != nil || cancellation(t, again).Status != payments.CancellationVoided {
 		t.Fatalf("the cancellation's replay: %s %v", again.Response.Body, err)
+	}
+}
+
+// Once a cancellation of a key in progress is requested, a retry of the
+// original request never sends its charge again: it only looks up, and a
+// charge that never left is settled failed by the reconciler, the
+// cancellation then done with nothing charged. Before, the retry sent the
+// charge and answered 201, and the cancellation refunded it.
+func TestARequestedCancellationStopsEveryLaterSend(t *testing.T) {
+	e := newEnv(t)
+	e.psp.FailNextCharges(fake.FaultUnknownBeforeCharge, 1)
+	if _, err := e.svc.Create(context.Background(), e.request("k")); errs.CodeOf(err) != errs.CodePSPUnknown {
+		t.Fatalf("create: %v", err)
+	}
+	if out, err := e.cancelByKey("k", "c"); err != nil || cancellation(t, out).Status != payments.CancellationRequested {
+		t.Fatalf("cancel: %s %v", out.Response.Body, err)
+	}
+	e.advance(lease + time.Second)
+	if _, err := e.svc.Create(context.Background(), e.request("k")); err == nil {
+		t.Fatal("the retry after the cancellation was answered")
+	}
+	if e.psp.ChargeCount() != 0 || e.psp.ChargeCalls() != 1 {
+		t.Fatalf("%d charges in %d calls: the retry sent the charge again", e.psp.ChargeCount(), e.psp.ChargeCalls())
+	}
+	for range 3 {
+		e.advance(creationWindow + lease)
+		runOnce(t, e.reconciler(nil, nil, e.withCanceler))
+	}
+	again, err := e.cancelByKey("k", "c")
+	if err != nil || cancellation(t, again).Status != payments.CancellationCanceled || e.psp.ChargeCount() != 0 {
+		t.Fatalf("the cancellation: %s %v, %d charges", again.Response.Body, err, e.psp.ChargeCount())
+	}
+}
+
+// A payment with a refund of the merchant's own in flight when its key is
+// canceled is refunded of the rest at once, and, once that refund proves
+// never sent (its reservation released), of the rest again: the
+// cancellation ends refunded in full, never with money kept. Before, it
+// ended "refunded in full" with the first refund's remainder only.
+func TestCancelByKeyRefundsWhatAPendingRefundReleases(t *testing.T) {
+	e := newEnv(t)
+	p := e.paid("paid", 1000)
+	e.psp.FailNextRefunds(fake.FaultUnknownBeforeCharge, 1)
+	if _, err := e.refund(p, "own", amt(300)); errs.CodeOf(err) != errs.CodePSPUnknown {
+		t.Fatalf("the merchant's refund: %v", err)
+	}
+	out, err := e.cancelByKey("paid", "c")
+	if err != nil || cancellation(t, out).Status != payments.CancellationRequested {
+		t.Fatalf("cancel: %s %v", out.Response.Body, err)
+	}
+	if got := e.reread(p); got.AmountRefunded != 700 {
+		t.Fatalf("refunded %d at once, want the 700 no refund held", got.AmountRefunded)
+	}
+	for range 4 {
+		e.advance(creationWindow + lease)
+		runOnce(t, e.reconciler(nil, nil, e.withCanceler))
+	}
+	if got := e.reread(p); got.AmountRefunded != 1000 || e.net(p.MerchantOrderID) != 0 {
+		t.Fatalf("refunded %d, the ledger nets %d; want 1000 and 0", got.AmountRefunded, e.net(p.MerchantOrderID))
+	}
+	again, err := e.cancelByKey("paid", "c")
+	if err != nil || cancellation(t, again).Status != payments.CancellationRefunded {
+		t.Fatalf("the cancellation: %s %v", again.Response.Body, err)
+	}
+}
+
+// A cancellation that ended "nothing charged" is carried out again when
+// its payment turns out to hold money after all (an operator's correction
+// here; a PSP contradicting the answer likewise). Before, it stayed ended
+// and nothing gave the money back.
+func TestAnEndedCancellationReopensWhenItsPaymentHoldsMoney(t *testing.T) {
+	e := newEnv(t)
+	declined := e.request("declined")
+	declined.PaymentMethod = fake.MethodDeclined
+	created, err := e.svc.Create(context.Background(), declined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.cancelByKey("declined", "c"); err != nil || cancellation(t, out).Status != payments.CancellationCanceled {
+		t.Fatalf("cancel: %s %v", out.Response.Body, err)
+	}
+	adm := review.New(e.store, review.Config{PSPs: payments.OnePSP(e.psp)})
+	if _, err := adm.Resolve(context.Background(), payments.Resolution{PaymentID: created.SubjectID, To: payments.Succeeded,
+		Reason: "the bank says it was paid", Actor: "ops", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM key_cancellations WHERE status = 'cancel_requested' AND due_at <= NOW(6)`); n != 1 {
+		t.Fatal("the ended cancellation was not reopened")
+	}
+	runOnce(t, e.reconciler(nil, nil, e.withCanceler))
+	if n := e.count(`SELECT COUNT(*) FROM refunds WHERE payment_id = ?`, created.SubjectID); n == 0 {
+		t.Fatal("the reopened cancellation made no refund")
 	}
 }

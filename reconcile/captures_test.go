@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"gateway/errs"
+	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/reconcile"
+	"gateway/review"
 )
 
 // Manual capture (design §15), through the live flow and the reconciler,
@@ -359,5 +361,37 @@ func TestManualCaptureNeedsAPSPThatCaptures(t *testing.T) {
 	}
 	if n := e.count(`SELECT COUNT(*) FROM idempotency_keys`) + e.count(`SELECT COUNT(*) FROM payments`); n != 0 || e.psp.ChargeCalls() != 0 {
 		t.Fatalf("%d rows stored, %d charges sent", n, e.psp.ChargeCalls())
+	}
+}
+
+// A payment waiting for its customer with a void in flight is that void's
+// to settle: the looks at payments waiting for their customer pass it by,
+// and an operator's resolution is refused, until the void settles. Before,
+// a look could settle it under the void, which then wrote over it.
+func TestAPaymentWithAVoidInFlightIsLeftToIt(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	req := e.request("3ds")
+	req.ConfirmLater, req.PaymentMethod = true, ""
+	created, err := e.svc.Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.svc.Confirm(ctx, payments.ConfirmRequest{MerchantID: e.merch.ID, PaymentID: created.SubjectID, IdempotencyKey: "c",
+		PaymentMethod: fake.MethodThreeDS}); err != nil || out.Response.Status != http.StatusAccepted {
+		t.Fatalf("confirm: %+v %v", out, err)
+	}
+	op := payments.Operation{Kind: payments.OpVoid, Key: "v", Reason: payments.CancelAbandoned}
+	if _, err := e.store.ClaimOperation(ctx, payments.OperationClaim{Ref: op.Ref(e.merch.ID), Fingerprint: idemkeys.Fingerprint("v"),
+		Token: idemkeys.FirstToken(), Lease: lease, PaymentID: created.SubjectID}, payments.NewOperation(op, func(payments.Payment) bool { return true })); err != nil {
+		t.Fatal(err)
+	}
+	e.advance(payments.ActionFirstLook + time.Second)
+	if looks, err := e.store.ClaimActions(ctx, lease, 10); err != nil || len(looks) != 0 {
+		t.Fatalf("%d looks claimed (%v), want none while the void is in flight", len(looks), err)
+	}
+	adm := review.New(e.store, review.Config{PSPs: payments.OnePSP(e.psp)})
+	if _, err := adm.Resolve(ctx, payments.Resolution{PaymentID: created.SubjectID, To: payments.Failed, Reason: "x", Actor: "ops", Force: true}); errs.CodeOf(err) != errs.CodeConflict {
+		t.Fatalf("an operator's resolution under the void: %v", err)
 	}
 }

@@ -95,7 +95,7 @@ func (r *Reconciler) resolve(ref idemkeys.Ref, item payments.InReview, settled p
 	res.Detail = why
 	return func(ctx context.Context) Result {
 		_, err := r.store.Resolve(ctx, settled.ID, payments.ChangePayment(func(now payments.Payment) (payments.Payment, error) {
-			if now.Status != from || !now.Review.After.Equal(item.Payment.Review.After) {
+			if now.Status != from || !now.Review.After.Equal(item.Payment.Review.After) || now.Operation != nil {
 				return now, idemkeys.ErrFenced
 			}
 			return settled, nil

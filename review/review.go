@@ -121,6 +121,8 @@ func (a *Admin) Resolve(ctx context.Context, r payments.Resolution) (payments.Pa
 	p, err := a.store.Resolve(ctx, r.PaymentID, payments.ChangePayment(func(p payments.Payment) (payments.Payment, error) {
 		r.From = p.Status
 		switch {
+		case p.Operation != nil:
+			return p, errs.Errorf(errs.CodeConflict, "payment %s has a %s in flight: it settles it; look again once it has", p.ID, p.Operation.Kind)
 		case p.Status == payments.RequiresReview:
 		case r.Force && p.Status.Final():
 			// A correction of an earlier outcome, audited like any decision.
@@ -139,6 +141,14 @@ func (a *Admin) Resolve(ctx context.Context, r payments.Resolution) (payments.Pa
 		p.DeclineCode = ""
 		if r.To == payments.Failed {
 			p.DeclineCode = payments.DeclineNotProcessed
+		}
+		if p.Manual() && r.To == payments.Succeeded {
+			// What the capture took, as the PSP says (all of it when it
+			// does not, or when the operator forces it).
+			p.AmountCaptured, p.CaptureBefore = evidence.settled.AmountCaptured, time.Time{}
+			if p.AmountCaptured <= 0 || p.AmountCaptured > p.Amount.Minor {
+				p.AmountCaptured = p.Amount.Minor
+			}
 		}
 		return p, nil
 	}), r)
@@ -164,6 +174,8 @@ type evidence struct {
 	said   string // for the audit trail
 	refuse string // why the decision contradicts the PSP; empty when it does not
 	charge psp.Charge
+	// settled is the payment as the PSP's charge would leave it.
+	settled payments.Payment
 }
 
 func (a *Admin) evidence(ctx context.Context, p payments.Payment, r payments.Resolution) evidence {
@@ -201,7 +213,10 @@ func (a *Admin) evidence(ctx context.Context, p payments.Payment, r payments.Res
 		ev.refuse = "the PSP holds a successful charge " + c.Reference + " for this payment"
 	case settled.Status == payments.Declined && r.To == payments.Succeeded:
 		ev.refuse = "the PSP declined this payment's charge"
+	case p.Manual() && r.To == payments.Succeeded && settled.Status != payments.Succeeded:
+		ev.refuse = "the PSP holds this authorization " + string(c.Status) + ", not captured"
 	}
+	ev.settled = settled
 	return ev
 }
 

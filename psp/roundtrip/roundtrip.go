@@ -76,6 +76,9 @@ func (c *Client) Do(ctx context.Context, r Request) (Answer, error) {
 		}
 		body = bytes.NewReader(b)
 	}
+	// A request Go's client sends again by itself (an Idempotency-Key makes
+	// it replayable) may have reached the PSP before a later dial failed.
+	ctx, sent := psp.Tracing(ctx)
 	req, err := http.NewRequestWithContext(ctx, r.Method, c.base+r.Path, body)
 	if err != nil {
 		return Answer{}, &psp.Error{Class: psp.NotProcessed, Op: r.Op, Err: err}
@@ -92,7 +95,7 @@ func (c *Client) Do(ctx context.Context, r Request) (Answer, error) {
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
-		return Answer{}, psp.TransportError(r.Op, err)
+		return Answer{}, sent.Judge(psp.TransportError(r.Op, err))
 	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, MaxAnswer))

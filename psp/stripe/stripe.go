@@ -266,6 +266,15 @@ func (a *Adapter) fromStripe(op string, amount int64, currency sdk.Currency) (in
 
 // Charge implements psp.Adapter.
 func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
+	// Go's client may send it again by itself on a new connection (an
+	// Idempotency-Key makes it replayable): a later dial error proves
+	// nothing once a request was written.
+	ctx, sent := psp.Tracing(ctx)
+	x, err := a.charge(ctx, req)
+	return x, sent.Judge(err)
+}
+
+func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge, error) {
 	const op = "charge"
 	if !orderIDPattern.MatchString(req.MerchantOrderID) {
 		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op,
@@ -625,6 +634,15 @@ func lookupFailure(op string, err error) error {
 
 // Refund implements psp.Adapter.
 func (a *Adapter) Refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
+	// Go's client may send it again by itself on a new connection (an
+	// Idempotency-Key makes it replayable): a later dial error proves
+	// nothing once a request was written.
+	ctx, sent := psp.Tracing(ctx)
+	x, err := a.refund(ctx, req)
+	return x, sent.Judge(err)
+}
+
+func (a *Adapter) refund(ctx context.Context, req psp.RefundRequest) (psp.Refund, error) {
 	const op = "refund"
 	if !orderIDPattern.MatchString(req.RefundOrderID) || req.ChargeReference == "" {
 		return psp.Refund{}, &psp.Error{Class: psp.Rejected, Op: op,
@@ -797,6 +815,15 @@ var cancellationReasons = map[string]sdk.PaymentIntentCancellationReason{
 
 // Capture implements psp.Capturer.
 func (a *Adapter) Capture(ctx context.Context, req psp.CaptureRequest) (psp.Charge, error) {
+	// Go's client may send it again by itself on a new connection (an
+	// Idempotency-Key makes it replayable): a later dial error proves
+	// nothing once a request was written.
+	ctx, sent := psp.Tracing(ctx)
+	x, err := a.capture(ctx, req)
+	return x, sent.Judge(err)
+}
+
+func (a *Adapter) capture(ctx context.Context, req psp.CaptureRequest) (psp.Charge, error) {
 	const op = "capture"
 	if err := validCommand(req.OrderID, req.MerchantOrderID, req.ChargeReference); err != nil {
 		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
@@ -819,6 +846,15 @@ func (a *Adapter) Capture(ctx context.Context, req psp.CaptureRequest) (psp.Char
 
 // Void implements psp.Capturer.
 func (a *Adapter) Void(ctx context.Context, req psp.VoidRequest) (psp.Charge, error) {
+	// Go's client may send it again by itself on a new connection (an
+	// Idempotency-Key makes it replayable): a later dial error proves
+	// nothing once a request was written.
+	ctx, sent := psp.Tracing(ctx)
+	x, err := a.void(ctx, req)
+	return x, sent.Judge(err)
+}
+
+func (a *Adapter) void(ctx context.Context, req psp.VoidRequest) (psp.Charge, error) {
 	const op = "void"
 	if err := validCommand(req.OrderID, req.MerchantOrderID, req.ChargeReference); err != nil {
 		return psp.Charge{}, &psp.Error{Class: psp.Rejected, Op: op, Err: err}
