@@ -194,13 +194,13 @@ func (s *Service) run(ctx context.Context, ref idemkeys.Ref, fp, raw [32]byte, c
 	defer cancel()
 	a := attempt{ref: ref, fp: fp, raw: raw, client: ctx, work: work, waitCtx: waitCtx, working: &workMark{}}
 	defer s.finish(a)
-	if e, ok := s.replays.get(a.ref, s.cfg.Now()); ok && e.fp == a.fp {
-		if e.raw != a.raw && a.raw != ([32]byte{}) {
+	if e, ok := s.replays.Get(a.ref, s.cfg.Now()); ok && e.Fingerprint == a.fp {
+		if e.Raw != a.raw && a.raw != ([32]byte{}) {
 			// These bytes are this command too: ReplayBody answers them next time.
-			e.raw = a.raw
-			s.replays.put(a.ref, e, s.cfg.Now())
+			e.Raw = a.raw
+			s.replays.Put(a.ref, e, s.cfg.Now())
 		}
-		return s.replay(a, e.subjectID, e.resp), nil
+		return s.replay(a, e.SubjectID, e.Response), nil
 	}
 	for range maxClaims {
 		out, err := s.claim(a, claim)
@@ -231,7 +231,7 @@ func (s *Service) claim(a attempt, claim claim) (Outcome, error) {
 	switch {
 	case err == nil && ans != nil:
 		s.obs.KeyOutcome(OutcomeFresh)
-		s.replays.put(a.ref, cachedReplay{fp: a.fp, raw: a.raw, subjectID: sub.id(), resp: *ans, expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
+		s.replays.Put(a.ref, idemkeys.Cached{Fingerprint: a.fp, Raw: a.raw, SubjectID: sub.id(), Response: *ans, Expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
 		s.log.InfoContext(a.client, string(sub.kind())+" created to confirm later", s.hash.Attr(a.ref), idAttr(sub), sub.id(), "psp", sub.pspName())
 		return Outcome{Response: *ans, SubjectID: sub.id()}, nil
 	case err == nil:
@@ -304,7 +304,7 @@ func (s *Service) finish(a attempt) {
 
 // replay answers with a completed key's stored response, at the key's pace.
 func (s *Service) replay(a attempt, subjectID string, resp idemkeys.Response) Outcome {
-	s.pace.wait(a.client, a.ref)
+	s.pace.Wait(a.client, a.ref)
 	s.obs.KeyOutcome(OutcomeReplayed)
 	// The request's access line says it was replayed; this one is for debugging.
 	if s.log.Enabled(a.client, slog.LevelDebug) {
@@ -377,7 +377,7 @@ func (s *Service) join(a attempt) (Outcome, error) {
 			waited()
 			// Cached no longer than the key replays: its age is the database's to tell.
 			left := s.cfg.Retention - rec.DBNow.Sub(rec.CompletedAt)
-			s.replays.put(a.ref, cachedReplay{fp: rec.Fingerprint, raw: a.raw, subjectID: rec.SubjectID, resp: rec.Response, expires: s.cfg.Now().Add(left)}, s.cfg.Now())
+			s.replays.Put(a.ref, idemkeys.Cached{Fingerprint: rec.Fingerprint, Raw: a.raw, SubjectID: rec.SubjectID, Response: rec.Response, Expires: s.cfg.Now().Add(left)}, s.cfg.Now())
 			return s.replay(a, rec.SubjectID, rec.Response), nil
 		}
 		if !rec.LeaseActive() {
@@ -679,7 +679,7 @@ func (s *Service) write(a attempt, h holding, sub subject) (Outcome, error) {
 	}
 	switch {
 	case err == nil:
-		s.replays.put(a.ref, cachedReplay{fp: a.fp, raw: a.raw, subjectID: sub.id(), resp: resp, expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
+		s.replays.Put(a.ref, idemkeys.Cached{Fingerprint: a.fp, Raw: a.raw, SubjectID: sub.id(), Response: resp, Expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
 		s.finish(a)
 		sub.recorded(s.obs)
 		s.log.InfoContext(a.client, string(sub.kind())+" settled", s.hash.Attr(a.ref), "object_id", sub.id(), "status", sub.status(), "grant", h.token.Grant())

@@ -115,8 +115,8 @@ type Service struct {
 	waiter   *idemkeys.Waiter
 	log      *slog.Logger
 	obs      Observer
-	replays  *replayCache
-	pace     *pacer
+	replays  *idemkeys.ReplayCache
+	pace     *idemkeys.Pacer
 	draining atomic.Bool
 }
 
@@ -155,7 +155,7 @@ func NewService(store FlowStore, psps *PSPs, cfg Config) *Service {
 	if cfg.Hasher == nil {
 		cfg.Hasher = idemkeys.NewHasher(nil)
 	}
-	return &Service{replays: newReplayCache(cfg.ReplayCacheBytes, cfg.ReplayCacheTTL), pace: &pacer{tat: map[idemkeys.Ref]time.Time{}},
+	return &Service{replays: idemkeys.NewReplayCache(cfg.ReplayCacheBytes, cfg.ReplayCacheTTL), pace: idemkeys.NewPacer(),
 		store: store, psps: psps, hash: cfg.Hasher, cfg: cfg, waiter: idemkeys.NewWaiter(), log: cfg.Logger, obs: cfg.Observer}
 }
 
