@@ -81,7 +81,7 @@ SET review_since = CASE WHEN status = ? THEN review_since WHEN ? = 'requires_rev
     next_action = ?, amount_captured = ?, capture_before = ?, cancellation_reason = ?,
     op_kind = NULL, op_key = NULL, op_amount = NULL, op_reason = NULL,
     event_seq = LAST_INSERT_ID(event_seq + 1), updated_at = NOW(6)
-WHERE merchant_id = ? AND id = ? AND op_key = ? AND op_kind = ?`
+WHERE merchant_id = ? AND id = ? AND op_key = ? AND op_kind = ? AND (? = '' OR status = ?)`
 	floorReadResponse = `
 SELECT response_status, response_body FROM idempotency_keys
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
@@ -212,7 +212,7 @@ func (b *bench) floorCapture(ctx context.Context, paymentID, key string, pspWait
 	if !sleep(ctx, pspWait) {
 		return ctx.Err()
 	}
-	status := string(payments.Succeeded)
+	status, from := string(payments.Succeeded), string(payments.RequiresCapture)
 	err = b.floorTx(ctx, func(tx *sql.Tx) error {
 		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
 			merchantID, payments.EndpointCapturePayment, key, int64(1), paymentID)); err != nil {
@@ -222,7 +222,7 @@ func (b *bench) floorCapture(ctx context.Context, paymentID, key string, pspWait
 			status, status, status, status, payments.ReviewFirstLook.Microseconds(),
 			status, "fake_ch_"+paymentID[4:20], sql.NullString{}, sql.NullString{}, sql.NullString{},
 			sql.NullString{}, int64(12500), sql.NullTime{}, sql.NullString{},
-			merchantID, paymentID, key, kind))
+			merchantID, paymentID, key, kind, from, from))
 		if err != nil {
 			return err
 		}
