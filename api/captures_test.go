@@ -48,6 +48,7 @@ func TestCaptureAndCancelOverHTTP(t *testing.T) {
 	other := decodeView(t, e.post("b", manualBody).body)
 	_, otherKey := e.newMerchant("other shop")
 	wantProblem(t, e.command("/payments/"+other.ID+"/cancel", otherKey, "v", `{}`), http.StatusNotFound, "not-found")
+	wantProblem(t, e.command("/payments/"+other.ID+"/capture", otherKey, "c", `{}`), http.StatusNotFound, "not-found")
 	wantProblem(t, e.command("/payments/"+other.ID+"/cancel", e.apiKey, "v", `{"cancellation_reason": "bored"}`), http.StatusBadRequest, "invalid-request")
 	canceled := e.command("/payments/"+other.ID+"/cancel", e.apiKey, "v", `{"cancellation_reason": "duplicate"}`)
 	wantStatus(t, canceled, http.StatusOK)
@@ -75,6 +76,14 @@ func TestCancelByKeyOverHTTP(t *testing.T) {
 	wantProblem(t, e.command("/payments/cancel_by_key", e.apiKey, "c3", `{}`), http.StatusBadRequest, "invalid-request")
 
 	wantStatus(t, e.post("paid", okBody), http.StatusCreated)
+	// Another merchant's cancellation of the same key is of its own key:
+	// it cancels nothing of this merchant's.
+	_, otherKey := e.newMerchant("other shop")
+	theirs := e.command("/payments/cancel_by_key", otherKey, "c4", `{"idempotency_key": "paid"}`)
+	wantStatus(t, theirs, http.StatusOK)
+	if !strings.Contains(string(theirs.body), `"payment":null`) {
+		t.Fatalf("another merchant's cancellation %s", theirs.body)
+	}
 	refunded := e.command("/payments/cancel_by_key", e.apiKey, "c4", `{"idempotency_key": "paid"}`)
 	wantStatus(t, refunded, http.StatusOK)
 	if !strings.Contains(string(refunded.body), `"status":"refunded"`) || !strings.Contains(string(refunded.body), `"amount_refunded":1000`) {

@@ -364,6 +364,44 @@ func TestManualCaptureNeedsAPSPThatCaptures(t *testing.T) {
 	}
 }
 
+// Two-step checkout takes manual capture too: the payment created without
+// a method and confirmed by its customer ends authorized, not charged in
+// full, and its capture takes the money once.
+func TestTwoStepCheckoutAuthorizes(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	req := e.request("two-step")
+	req.ConfirmLater, req.PaymentMethod, req.CaptureMethod = true, "", payments.CaptureManual
+	created, err := e.svc.Create(ctx, req)
+	if err != nil || created.Response.Status != http.StatusAccepted {
+		t.Fatalf("create: %+v %v", created, err)
+	}
+	if n := e.psp.ChargeCalls(); n != 0 {
+		t.Fatalf("%d charges sent before the confirm", n)
+	}
+	out, err := e.svc.Confirm(ctx, payments.ConfirmRequest{MerchantID: e.merch.ID, PaymentID: created.SubjectID, IdempotencyKey: "c",
+		PaymentMethod: fake.MethodOK})
+	if err != nil || out.Response.Status != http.StatusCreated {
+		t.Fatalf("confirm: %+v %v", out, err)
+	}
+	if v := view(t, out.Response.Body); v.Status != payments.RequiresCapture || v.AmountCapturable == nil || *v.AmountCapturable != req.Amount.Minor {
+		t.Fatalf("confirmed view %+v", v)
+	}
+	p := e.reread(payments.Payment{ID: created.SubjectID})
+	if p.Status != payments.RequiresCapture || p.AmountCaptured != 0 {
+		t.Fatalf("confirmed payment %+v", p)
+	}
+	if got, err := e.capture(p, "cap", nil); err != nil || got.Response.Status != http.StatusCreated {
+		t.Fatalf("capture: %+v %v", got, err)
+	}
+	if p = e.reread(p); p.Status != payments.Succeeded || p.AmountCaptured != req.Amount.Minor {
+		t.Fatalf("captured payment %+v", p)
+	}
+	if n, c := e.psp.ChargeCount(), e.psp.CapturesOf(p.MerchantOrderID); n != 1 || c != 1 {
+		t.Fatalf("%d authorizations and %d captures at the PSP, want 1 and 1", n, c)
+	}
+}
+
 // A payment waiting for its customer with a void in flight is that void's
 // to settle: the looks at payments waiting for their customer pass it by,
 // and an operator's resolution is refused, until the void settles. Before,
