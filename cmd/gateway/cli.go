@@ -137,7 +137,6 @@ func (a *app) parser(ctx context.Context, root *commandLine) (*kong.Kong, error)
 		kong.Description(rootHelp),
 		kong.Writers(a.stdout, a.stderr),
 		kong.Exit(func(code int) { panic(exitRequest{code}) }),
-		kong.Vars(defaultVars()),
 		kong.Resolvers(envResolver(a.getenv, &root.envErrs)),
 		kong.ValueFormatter(helpValue),
 		kong.Help(printHelp),

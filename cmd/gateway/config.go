@@ -8,13 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"gateway/api"
 	"gateway/idemkeys"
 	"gateway/merchants"
 	"gateway/mysql"
-	"gateway/payments"
 	"gateway/reconcile"
-	"gateway/review"
 )
 
 // The configuration is made of groups of flags, each flag also read from its
@@ -26,38 +23,6 @@ import (
 // The names follow one rule: the variable GATEWAY_FOO_BAR is the flag
 // --foo-bar. Defaults come from the payments.Default* and reconcile.Default*
 // constants through the variables below.
-
-// defaultVars are the defaults interpolated into the flags' default tags.
-func defaultVars() map[string]string {
-	vars := map[string]string{
-		"lease":                  durationDefault(payments.DefaultLease),
-		"psp_timeout":            durationDefault(payments.DefaultPSPTimeout),
-		"inflight_wait":          durationDefault(payments.DefaultInFlightWait),
-		"retention":              durationDefault(payments.DefaultRetention),
-		"event_retention":        durationDefault(payments.DefaultEventRetention),
-		"auth_cache_ttl":         durationDefault(merchants.DefaultAuthCacheTTL),
-		"max_clock_skew":         durationDefault(mysql.DefaultMaxClockSkew),
-		"reconcile_schedule":     reconcile.DefaultSchedule,
-		"reconcile_max_attempts": fmt.Sprint(reconcile.DefaultMaxAttempts),
-		"reconcile_batch":        fmt.Sprint(reconcile.DefaultBatchSize),
-		"reconcile_concurrency":  fmt.Sprint(reconcile.DefaultConcurrency),
-		"reconcile_backoff":      durationDefault(reconcile.DefaultBackoffBase),
-		"reconcile_backoff_max":  durationDefault(reconcile.DefaultBackoffMax),
-		"purge_batch":            fmt.Sprint(reconcile.DefaultPurgeBatch),
-		"purge_rest":             fmt.Sprint(reconcile.DefaultPurgeRest),
-		"list_limit_max":         fmt.Sprint(review.MaxListLimit),
-		"confirm_expiry":         durationDefault(payments.DefaultConfirmExpiry),
-		"replay_cache_bytes":     fmt.Sprint(payments.DefaultReplayCacheBytes),
-		"replay_cache_ttl":       durationDefault(payments.DefaultReplayCacheTTL),
-		"auth_failure_rate":      fmt.Sprint(api.DefaultAuthFailureRate),
-		"auth_failure_burst":     fmt.Sprint(api.DefaultAuthFailureBurst),
-		"idle_timeout":           durationDefault(api.DefaultIdleTimeout),
-	}
-	for k, v := range webhookDefaultVars() {
-		vars[k] = v
-	}
-	return vars
-}
 
 // checker is a group of settings that validates itself, alone and across its fields.
 type checker interface {
@@ -131,16 +96,16 @@ func (c *adminConfig) check() []error {
 type httpConfig struct {
 	Addr             string        `name:"addr" env:"GATEWAY_ADDR" default:"127.0.0.1:8080" placeholder:"HOST:PORT" group:"http" help:"HTTP listen address"`
 	Admin            adminConfig   `embed:""`
-	AuthCacheTTL     time.Duration `name:"auth-cache-ttl" env:"GATEWAY_AUTH_CACHE_TTL" default:"${auth_cache_ttl}" group:"http" help:"how long a replica trusts a verified API key without reading the database: a revoked key stops working on every replica within this time (at most 5s); 0s reads every time"`
+	AuthCacheTTL     time.Duration `name:"auth-cache-ttl" env:"GATEWAY_AUTH_CACHE_TTL" default:"2s" group:"http" help:"how long a replica trusts a verified API key without reading the database: a revoked key stops working on every replica within this time (at most 5s); 0s reads every time"`
 	RateLimit        float64       `name:"rate-limit" env:"GATEWAY_RATE_LIMIT" default:"100" group:"http" help:"requests per second each merchant may send to one replica; 0 turns the limit off"`
 	RateBurst        int           `name:"rate-burst" env:"GATEWAY_RATE_BURST" default:"200" group:"http" help:"requests a merchant may send at once above the rate"`
-	AuthFailureRate  float64       `name:"auth-failure-rate" env:"GATEWAY_AUTH_FAILURE_RATE" default:"${auth_failure_rate}" group:"http" help:"failed authentications per second one client address may make in the long run before it is answered 429; 0 turns the limit off"`
-	AuthFailureBurst int           `name:"auth-failure-burst" env:"GATEWAY_AUTH_FAILURE_BURST" default:"${auth_failure_burst}" group:"http" help:"failed authentications one client address may make at once"`
+	AuthFailureRate  float64       `name:"auth-failure-rate" env:"GATEWAY_AUTH_FAILURE_RATE" default:"1" group:"http" help:"failed authentications per second one client address may make in the long run before it is answered 429; 0 turns the limit off"`
+	AuthFailureBurst int           `name:"auth-failure-burst" env:"GATEWAY_AUTH_FAILURE_BURST" default:"20" group:"http" help:"failed authentications one client address may make at once"`
 	TrustedProxies   []string      `name:"trusted-proxies" env:"GATEWAY_TRUSTED_PROXIES" sep:"," placeholder:"CIDR,…" group:"http" help:"addresses (CIDR) of the load balancers in front, whose X-Forwarded-For names the client (unset: the peer is the client)"`
-	InFlightWait     time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"${inflight_wait}" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
+	InFlightWait     time.Duration `name:"inflight-wait" env:"GATEWAY_INFLIGHT_WAIT" default:"2s" group:"http" help:"how long a duplicate request waits for the first one before answering 409"`
 	MaxBodyBytes     int64         `name:"max-body-bytes" env:"GATEWAY_MAX_BODY_BYTES" default:"65536" group:"http" help:"largest accepted request body"`
 	MaxConns         int           `name:"max-conns" env:"GATEWAY_MAX_CONNS" default:"0" group:"http" help:"most client connections open at once; at the cap an idle one is closed, or the next waits (0: derived from the open-files limit, leaving room for the database pool)"`
-	IdleTimeout      time.Duration `name:"idle-timeout" env:"GATEWAY_IDLE_TIMEOUT" default:"${idle_timeout}" group:"http" help:"how long an idle keep-alive connection is kept open (behind a load balancer: above the balancer's own idle timeout)"`
+	IdleTimeout      time.Duration `name:"idle-timeout" env:"GATEWAY_IDLE_TIMEOUT" default:"30s" group:"http" help:"how long an idle keep-alive connection is kept open (behind a load balancer: above the balancer's own idle timeout)"`
 	ShutdownTimeout  time.Duration `name:"shutdown-timeout" env:"GATEWAY_SHUTDOWN_TIMEOUT" default:"30s" group:"http" help:"how long in-flight requests may finish after SIGINT/SIGTERM; at least twice GATEWAY_PSP_TIMEOUT plus 5s"`
 }
 
@@ -198,11 +163,11 @@ func (c *httpConfig) trustedProxies() ([]*net.IPNet, error) {
 
 // flowConfig times the payment flow; the reconciler shares it.
 type flowConfig struct {
-	Lease      time.Duration `name:"lease" env:"GATEWAY_LEASE" default:"${lease}" group:"flow" help:"how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT"`
-	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"${psp_timeout}" group:"flow" help:"deadline of each PSP call"`
-	Retention  time.Duration `name:"idempotency-retention" env:"GATEWAY_IDEMPOTENCY_RETENTION" default:"${retention}" group:"flow" help:"how long a completed key replays its response before it is purged"`
+	Lease      time.Duration `name:"lease" env:"GATEWAY_LEASE" default:"30s" group:"flow" help:"how long a worker owns an unfinished payment before a retry may take it over; must exceed GATEWAY_PSP_TIMEOUT"`
+	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"10s" group:"flow" help:"deadline of each PSP call"`
+	Retention  time.Duration `name:"idempotency-retention" env:"GATEWAY_IDEMPOTENCY_RETENTION" default:"168h" group:"flow" help:"how long a completed key replays its response before it is purged"`
 	// EventRetention is how long GET /events lists an event before the purge deletes it.
-	EventRetention time.Duration `name:"event-retention" env:"GATEWAY_EVENT_RETENTION" default:"${event_retention}" group:"flow" help:"how long an event is kept and listed by GET /events before it is purged"`
+	EventRetention time.Duration `name:"event-retention" env:"GATEWAY_EVENT_RETENTION" default:"720h" group:"flow" help:"how long an event is kept and listed by GET /events before it is purged"`
 }
 
 func (c *flowConfig) check() []error {
@@ -272,7 +237,7 @@ func (c *pspConfig) check() []error {
 // are handed to start a PSP's client, and the secret that verifies
 // Stripe's notifications (Toss's are checked by asking Toss).
 type checkoutConfig struct {
-	ConfirmExpiry        time.Duration `name:"confirm-expiry" env:"GATEWAY_CONFIRM_EXPIRY" default:"${confirm_expiry}" group:"checkout" help:"how long a payment created with \"confirm\": false waits for POST /payments/{id}/confirm before the reconciler cancels it"`
+	ConfirmExpiry        time.Duration `name:"confirm-expiry" env:"GATEWAY_CONFIRM_EXPIRY" default:"1h" group:"checkout" help:"how long a payment created with \"confirm\": false waits for POST /payments/{id}/confirm before the reconciler cancels it"`
 	TossClientKey        string        `name:"toss-client-key" env:"GATEWAY_TOSS_CLIENT_KEY" placeholder:"KEY" group:"checkout" help:"Toss client key (test_ck_…, live_ck_…: public) that two-step checkouts hand to front ends to open Toss's payment widget"`
 	StripePublishableKey string        `name:"stripe-publishable-key" env:"GATEWAY_STRIPE_PUBLISHABLE_KEY" placeholder:"KEY" group:"checkout" help:"Stripe publishable key (pk_…: public) that two-step checkouts hand to front ends for Stripe.js"`
 	StripeWebhookSecret  string        `name:"stripe-webhook-secret" env:"GATEWAY_STRIPE_WEBHOOK_SECRET" hidden:"" secret:"" help:"signing secret (whsec_…) of the Stripe webhook endpoint POST /psp/stripe/webhook; unset: Stripe's notifications are answered 404"`
@@ -296,14 +261,14 @@ func (c *pspConfig) creationWindow() time.Duration {
 
 // reconcileConfig tunes the reconciler and the purge of expired keys.
 type reconcileConfig struct {
-	Schedule    string        `name:"reconcile-schedule" env:"GATEWAY_RECONCILE_SCHEDULE" default:"${reconcile_schedule}" placeholder:"SPEC" group:"reconcile" help:"when the reconciler runs: a cron spec, @every DURATION, or off"`
-	MaxAttempts int           `name:"reconcile-max-attempts" env:"GATEWAY_RECONCILE_MAX_ATTEMPTS" default:"${reconcile_max_attempts}" group:"reconcile" help:"failed PSP lookups before a payment becomes requires_review"`
-	Batch       int           `name:"reconcile-batch" env:"GATEWAY_RECONCILE_BATCH" default:"${reconcile_batch}" group:"reconcile" help:"stale keys claimed per reconciler transaction"`
-	Concurrency int           `name:"reconcile-concurrency" env:"GATEWAY_RECONCILE_CONCURRENCY" default:"${reconcile_concurrency}" group:"reconcile" help:"PSP lookups the reconciler runs at once"`
-	Backoff     time.Duration `name:"reconcile-backoff" env:"GATEWAY_RECONCILE_BACKOFF" default:"${reconcile_backoff}" group:"reconcile" help:"wait after a failed lookup; doubles per attempt"`
-	BackoffMax  time.Duration `name:"reconcile-backoff-max" env:"GATEWAY_RECONCILE_BACKOFF_MAX" default:"${reconcile_backoff_max}" group:"reconcile" help:"longest wait between lookups of one payment"`
-	PurgeBatch  int           `name:"purge-batch" env:"GATEWAY_PURGE_BATCH" default:"${purge_batch}" group:"reconcile" help:"expired keys deleted per purge statement"`
-	PurgeRest   float64       `name:"purge-rest" env:"GATEWAY_PURGE_REST" default:"${purge_rest}" group:"reconcile" help:"rest after each purge batch, as a fraction of the time it took (1: the purge holds its connection at most half the time)"`
+	Schedule    string        `name:"reconcile-schedule" env:"GATEWAY_RECONCILE_SCHEDULE" default:"@every 30s" placeholder:"SPEC" group:"reconcile" help:"when the reconciler runs: a cron spec, @every DURATION, or off"`
+	MaxAttempts int           `name:"reconcile-max-attempts" env:"GATEWAY_RECONCILE_MAX_ATTEMPTS" default:"10" group:"reconcile" help:"failed PSP lookups before a payment becomes requires_review"`
+	Batch       int           `name:"reconcile-batch" env:"GATEWAY_RECONCILE_BATCH" default:"100" group:"reconcile" help:"stale keys claimed per reconciler transaction"`
+	Concurrency int           `name:"reconcile-concurrency" env:"GATEWAY_RECONCILE_CONCURRENCY" default:"16" group:"reconcile" help:"PSP lookups the reconciler runs at once"`
+	Backoff     time.Duration `name:"reconcile-backoff" env:"GATEWAY_RECONCILE_BACKOFF" default:"30s" group:"reconcile" help:"wait after a failed lookup; doubles per attempt"`
+	BackoffMax  time.Duration `name:"reconcile-backoff-max" env:"GATEWAY_RECONCILE_BACKOFF_MAX" default:"30m" group:"reconcile" help:"longest wait between lookups of one payment"`
+	PurgeBatch  int           `name:"purge-batch" env:"GATEWAY_PURGE_BATCH" default:"500" group:"reconcile" help:"expired keys deleted per purge statement"`
+	PurgeRest   float64       `name:"purge-rest" env:"GATEWAY_PURGE_REST" default:"0.25" group:"reconcile" help:"rest after each purge batch, as a fraction of the time it took (1: the purge holds its connection at most half the time)"`
 }
 
 func (c *reconcileConfig) check() []error {
@@ -363,16 +328,16 @@ type serverConfig struct {
 	Pool         poolConfig      `embed:""`
 	HTTP         httpConfig      `embed:""`
 	Flow         flowConfig      `embed:""`
-	MaxClockSkew time.Duration   `name:"max-clock-skew" env:"GATEWAY_MAX_CLOCK_SKEW" default:"${max_clock_skew}" group:"flow" help:"how far this replica's clock may stray from the database's before it stops taking payments and reports not ready"`
+	MaxClockSkew time.Duration   `name:"max-clock-skew" env:"GATEWAY_MAX_CLOCK_SKEW" default:"1s" group:"flow" help:"how far this replica's clock may stray from the database's before it stops taking payments and reports not ready"`
 	PSP          pspConfig       `embed:""`
 	Reconcile    reconcileConfig `embed:""`
 	Webhooks     webhookConfig   `embed:""`
 	Dispatch     dispatchConfig  `embed:""`
 	Log          logConfig       `embed:""`
 	// ReplayCacheBytes bounds the answers kept in memory for replays.
-	ReplayCacheBytes int64 `name:"replay-cache-bytes" env:"GATEWAY_REPLAY_CACHE_BYTES" default:"${replay_cache_bytes}" group:"flow" help:"bytes of final answers this replica keeps in memory to replay without a database read (one merchant holds at most a quarter); 0 keeps none"`
+	ReplayCacheBytes int64 `name:"replay-cache-bytes" env:"GATEWAY_REPLAY_CACHE_BYTES" default:"33554432" group:"flow" help:"bytes of final answers this replica keeps in memory to replay without a database read (one merchant holds at most a quarter); 0 keeps none"`
 	// ReplayCacheTTL bounds how long an answer rewritten on another replica is replayed as it was.
-	ReplayCacheTTL time.Duration `name:"replay-cache-ttl" env:"GATEWAY_REPLAY_CACHE_TTL" default:"${replay_cache_ttl}" group:"flow" help:"how long an answer is replayed from memory before the stored one is read again: every replica answers an operator's correction within this time"`
+	ReplayCacheTTL time.Duration `name:"replay-cache-ttl" env:"GATEWAY_REPLAY_CACHE_TTL" default:"1m" group:"flow" help:"how long an answer is replayed from memory before the stored one is read again: every replica answers an operator's correction within this time"`
 }
 
 func (c *serverConfig) check() []error {

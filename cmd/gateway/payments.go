@@ -39,7 +39,7 @@ type paymentsListCmd struct {
 	Status   string `name:"status" placeholder:"STATUS" help:"only this status: requires_confirmation, processing, requires_action, succeeded, declined, failed, canceled or requires_review"`
 	Merchant string `name:"merchant" placeholder:"ID" id:"mer_" help:"only this merchant's payments (mer_…)"`
 	Since    string `name:"since" placeholder:"WHEN" help:"only payments created since then: a time back from now (30m, 24h, 7d) or a date or time (2026-11-30, 2026-11-30T12:00:00Z)"`
-	Limit    int    `name:"limit" default:"100" help:"most payments to list, 1 to ${list_limit_max}"`
+	Limit    int    `name:"limit" default:"100" help:"most payments to list, 1 to 10000"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a table"`
 }
 
@@ -239,7 +239,7 @@ type paymentsResolveCmd struct {
 
 	// The payment's PSP is asked before the decision is recorded.
 	PSP        pspConfig     `embed:""`
-	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"${psp_timeout}" group:"psp" help:"deadline of the lookup at the payment's PSP"`
+	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"10s" group:"psp" help:"deadline of the lookup at the payment's PSP"`
 }
 
 func (r *paymentsResolveCmd) check() []error {

@@ -40,7 +40,7 @@ type refundsListCmd struct {
 	Status   string `name:"status" placeholder:"STATUS" help:"only this status: pending, succeeded, failed or requires_review"`
 	Merchant string `name:"merchant" placeholder:"ID" id:"mer_" help:"only this merchant's refunds (mer_…)"`
 	Payment  string `name:"payment" placeholder:"ID" id:"pay_" help:"only this payment's refunds (pay_…)"`
-	Limit    int    `name:"limit" default:"100" help:"most refunds to list, 1 to ${list_limit_max}"`
+	Limit    int    `name:"limit" default:"100" help:"most refunds to list, 1 to 10000"`
 	JSON     bool   `name:"json" help:"print one JSON document instead of a table"`
 }
 
@@ -105,7 +105,7 @@ type refundsResolveCmd struct {
 
 	// The refund's PSP is asked before the decision is recorded.
 	PSP        pspConfig     `embed:""`
-	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"${psp_timeout}" group:"psp" help:"deadline of the lookup at the refund's PSP"`
+	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"10s" group:"psp" help:"deadline of the lookup at the refund's PSP"`
 }
 
 func (r *refundsResolveCmd) check() []error {

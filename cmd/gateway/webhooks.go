@@ -21,7 +21,7 @@ import (
 type webhookConfig struct {
 	Key           string        `name:"webhook-key" env:"GATEWAY_WEBHOOK_KEY" hidden:"" secret:"" help:"32 bytes (64 hex digits or base64, e.g. from openssl rand -base64 32) that encrypt the webhook endpoints' signing secrets at rest (AES-256-GCM); the same on every replica. Unset: webhooks are off (/webhook_endpoints answers 404, nothing is dispatched); gateway dev makes one"`
 	AllowNetworks string        `name:"webhook-allow-networks" env:"GATEWAY_WEBHOOK_ALLOW_NETWORKS" placeholder:"CIDR,…" group:"webhooks" help:"networks endpoint URLs may reach besides public addresses, e.g. 127.0.0.0/8,::1/128 for development (unset: none: loopback, private, link-local, multicast and reserved addresses are refused, at registration and at every connection)"`
-	RotationGrace time.Duration `name:"webhook-rotation-grace" env:"GATEWAY_WEBHOOK_ROTATION_GRACE" default:"${webhook_rotation_grace}" group:"webhooks" help:"how long a rotated-out signing secret still signs (beside the new one), unless the rotation asks otherwise"`
+	RotationGrace time.Duration `name:"webhook-rotation-grace" env:"GATEWAY_WEBHOOK_ROTATION_GRACE" default:"24h" group:"webhooks" help:"how long a rotated-out signing secret still signs (beside the new one), unless the rotation asks otherwise"`
 
 	allow []netip.Prefix
 }
@@ -75,13 +75,13 @@ func (c *webhookConfig) parts() (*webhooks.Cipher, *webhooks.Guard, error) {
 // dispatchConfig tunes the webhook dispatcher.
 type dispatchConfig struct {
 	Dispatch     bool          `name:"webhook-dispatch" env:"GATEWAY_WEBHOOK_DISPATCH" default:"true" negatable:"" group:"webhooks" help:"run the webhook dispatcher in this process (true|false); it is safe on every replica"`
-	Timeout      time.Duration `name:"webhook-timeout" env:"GATEWAY_WEBHOOK_TIMEOUT" default:"${webhook_timeout}" group:"webhooks" help:"how long an endpoint has to answer a delivery with 2xx; longer is a failed attempt"`
-	Concurrency  int           `name:"webhook-concurrency" env:"GATEWAY_WEBHOOK_CONCURRENCY" default:"${webhook_concurrency}" group:"webhooks" help:"deliveries to one endpoint in flight at once on this replica"`
-	Interval     time.Duration `name:"webhook-interval" env:"GATEWAY_WEBHOOK_INTERVAL" default:"${webhook_interval}" group:"webhooks" help:"how often the dispatcher looks for new events and due retries"`
-	BackoffBase  time.Duration `name:"webhook-backoff" env:"GATEWAY_WEBHOOK_BACKOFF" default:"${webhook_backoff}" group:"webhooks" help:"wait after a first failed attempt; doubles per attempt, drawn between its half and its whole"`
-	BackoffMax   time.Duration `name:"webhook-backoff-max" env:"GATEWAY_WEBHOOK_BACKOFF_MAX" default:"${webhook_backoff_max}" group:"webhooks" help:"longest wait between two attempts"`
-	MaxAge       time.Duration `name:"webhook-max-age" env:"GATEWAY_WEBHOOK_MAX_AGE" default:"${webhook_max_age}" group:"webhooks" help:"how long a delivery is retried before it is marked failed"`
-	DisableAfter time.Duration `name:"webhook-disable-after" env:"GATEWAY_WEBHOOK_DISABLE_AFTER" default:"${webhook_disable_after}" group:"webhooks" help:"an endpoint failing continuously that long is disabled"`
+	Timeout      time.Duration `name:"webhook-timeout" env:"GATEWAY_WEBHOOK_TIMEOUT" default:"10s" group:"webhooks" help:"how long an endpoint has to answer a delivery with 2xx; longer is a failed attempt"`
+	Concurrency  int           `name:"webhook-concurrency" env:"GATEWAY_WEBHOOK_CONCURRENCY" default:"4" group:"webhooks" help:"deliveries to one endpoint in flight at once on this replica"`
+	Interval     time.Duration `name:"webhook-interval" env:"GATEWAY_WEBHOOK_INTERVAL" default:"1s" group:"webhooks" help:"how often the dispatcher looks for new events and due retries"`
+	BackoffBase  time.Duration `name:"webhook-backoff" env:"GATEWAY_WEBHOOK_BACKOFF" default:"30s" group:"webhooks" help:"wait after a first failed attempt; doubles per attempt, drawn between its half and its whole"`
+	BackoffMax   time.Duration `name:"webhook-backoff-max" env:"GATEWAY_WEBHOOK_BACKOFF_MAX" default:"6h" group:"webhooks" help:"longest wait between two attempts"`
+	MaxAge       time.Duration `name:"webhook-max-age" env:"GATEWAY_WEBHOOK_MAX_AGE" default:"72h" group:"webhooks" help:"how long a delivery is retried before it is marked failed"`
+	DisableAfter time.Duration `name:"webhook-disable-after" env:"GATEWAY_WEBHOOK_DISABLE_AFTER" default:"72h" group:"webhooks" help:"an endpoint failing continuously that long is disabled"`
 }
 
 func (c *dispatchConfig) check() []error {
@@ -97,20 +97,6 @@ func (c *dispatchConfig) check() []error {
 		errs = append(errs, fmt.Errorf("GATEWAY_WEBHOOK_BACKOFF_MAX (%s) must not be below GATEWAY_WEBHOOK_BACKOFF (%s)", c.BackoffMax, c.BackoffBase))
 	}
 	return errs
-}
-
-// webhookDefaultVars are the webhook settings' defaults, for defaultVars.
-func webhookDefaultVars() map[string]string {
-	return map[string]string{
-		"webhook_rotation_grace": durationDefault(webhooks.DefaultRotationGrace),
-		"webhook_timeout":        durationDefault(webhooks.DefaultTimeout),
-		"webhook_concurrency":    fmt.Sprint(webhooks.DefaultConcurrency),
-		"webhook_interval":       durationDefault(webhooks.DefaultInterval),
-		"webhook_backoff":        durationDefault(webhooks.DefaultBackoffBase),
-		"webhook_backoff_max":    durationDefault(webhooks.DefaultBackoffMax),
-		"webhook_max_age":        durationDefault(webhooks.DefaultMaxAge),
-		"webhook_disable_after":  durationDefault(webhooks.DefaultDisableAfter),
-	}
 }
 
 // newDispatcher builds a dispatcher over st.
