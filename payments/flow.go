@@ -257,6 +257,9 @@ func (s *Service) claim(a attempt, claim claim) (Outcome, error) {
 		}
 		// Ours committed: carry on as the claimant, from what is stored.
 		stored, lerr := s.load(a, rec)
+		if errors.Is(lerr, errSettledMeanwhile) {
+			return s.join(a)
+		}
 		if lerr != nil {
 			return Outcome{}, errs.Internal(errors.Join(err, lerr))
 		}
@@ -436,6 +439,9 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 		return Outcome{}, e, false
 	}
 	sub, err := s.load(a, rec)
+	if errors.Is(err, errSettledMeanwhile) {
+		return Outcome{}, nil, true
+	}
 	if err != nil {
 		return Outcome{}, errs.Internal(err), false
 	}
@@ -461,6 +467,12 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 	out, err = s.resume(a, rec, holding{token: token, adapter: adapter}, sub)
 	return out, err, false
 }
+
+// errSettledMeanwhile is load's answer for an operation key whose payment
+// no longer holds its operation in flight: it was settled (and its key
+// completed, in the same transaction) between the read of the key's record
+// and the read of its payment. Looking at the key again finds its answer.
+var errSettledMeanwhile = errors.New("settled since its key was read")
 
 // load reads what a key holds, by the kind its endpoint claims.
 func (s *Service) load(a attempt, rec idemkeys.Record) (subject, error) {
@@ -492,7 +504,7 @@ func (s *Service) load(a attempt, rec idemkeys.Record) (subject, error) {
 			kind = OpVoid
 		}
 		if p.Operation == nil || p.Operation.Kind != kind || p.Operation.Key != a.ref.Key {
-			return nil, fmt.Errorf("payment %s holds no %s of this key in flight", p.ID, kind)
+			return nil, fmt.Errorf("payment %s holds no %s of this key in flight: %w", p.ID, kind, errSettledMeanwhile)
 		}
 		return operationSubject{p: p, op: kind}, nil
 	}

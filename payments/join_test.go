@@ -158,3 +158,47 @@ func TestAKeyThatKeepsVanishingIsUnavailable(t *testing.T) {
 		t.Fatalf("%d claims, want %d", n, maxClaims)
 	}
 }
+
+// settledMeanwhile is a FlowStore whose void key is in progress with an
+// expired lease when first read, and whose payment, read next, no longer
+// holds the void: another worker settled it in between (the key completed
+// with it), as the next read of the key shows.
+type settledMeanwhile struct {
+	FlowStore
+	fp    [32]byte
+	reads atomic.Int32
+}
+
+func (s *settledMeanwhile) Now(context.Context) (time.Time, error) { return time.Now(), nil }
+
+func (s *settledMeanwhile) ClaimOperation(context.Context, OperationClaim, func(Payment, time.Time) (PaymentChange, error)) (Payment, error) {
+	return Payment{}, idemkeys.ErrExists
+}
+
+func (s *settledMeanwhile) Record(_ context.Context, ref idemkeys.Ref) (idemkeys.Record, error) {
+	now := time.Now()
+	rec := idemkeys.Record{Ref: ref, Fingerprint: s.fp, State: idemkeys.InProgress, SubjectID: "pay_1",
+		Token: idemkeys.FirstToken(), LockedUntil: now.Add(-time.Second), DBNow: now}
+	if s.reads.Add(1) > 1 {
+		rec.State, rec.CompletedAt, rec.LockedUntil = idemkeys.Completed, now, time.Time{}
+		rec.Response = idemkeys.Response{Status: 200, Body: []byte(`{"id":"pay_1","status":"canceled"}`)}
+	}
+	return rec, nil
+}
+
+func (s *settledMeanwhile) Payment(context.Context, string, string) (Payment, error) {
+	return Payment{ID: "pay_1", PSP: "fake", Status: Canceled}, nil
+}
+
+// A retry that finds a void's lease expired, while another worker settles
+// that void, answers the settled void: the payment it reads no longer holds
+// the void in flight, so it looks at the key again. Before, it answered 500.
+func TestAnOperationSettledWhileItsKeyWasReadIsReplayed(t *testing.T) {
+	req := CancelRequest{MerchantID: "m", PaymentID: "pay_1", IdempotencyKey: "v"}
+	st := &settledMeanwhile{fp: req.Fingerprint()}
+	svc := NewService(st, OnePSP(fake.New()), Config{InFlightWait: 500 * time.Millisecond})
+	out, err := svc.Cancel(context.Background(), req)
+	if err != nil || !out.Replayed || out.Response.Status != 200 {
+		t.Fatalf("retry: %+v %v, want the settled void's 200 replayed", out, err)
+	}
+}
