@@ -21,8 +21,10 @@ import (
 // chosen command embeds and reports all problems at once.
 //
 // The names follow one rule: the variable GATEWAY_FOO_BAR is the flag
-// --foo-bar. Defaults come from the payments.Default* and reconcile.Default*
-// constants through the variables below.
+// --foo-bar. Defaults are written in the tags, and
+// TestFlagDefaultsAreTheDomainsDefaults holds them to the Default*
+// constants of the packages that own the settings (payments, reconcile,
+// webhooks, api, merchants, mysql).
 
 // checker is a group of settings that validates itself, alone and across its fields.
 type checker interface {
