@@ -113,7 +113,7 @@ type workload struct {
 	requests, retries, netErrors          atomic.Int64
 	jobs, bursts, shared, crashes, giveUp atomic.Int64
 	conflicts, midflight, abandoned       atomic.Int64
-	noRetryAfter                          atomic.Int64 // 409, 429, 502, 503, 504 without Retry-After
+	noRetryAfter                          atomic.Int64 // 429, 502, 503, 504 and 409 request-in-flight without Retry-After
 	byStatus                              [600]atomic.Int64
 
 	traceMu sync.Mutex
@@ -459,8 +459,14 @@ func (w *workload) post(ctx context.Context, replica int, apiKey, key string, bo
 		w.byStatus[a.Status].Add(1)
 	}
 	switch a.Status {
-	case http.StatusConflict, http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		if a.RetryAfter == 0 {
+			w.noRetryAfter.Add(1)
+		}
+	case http.StatusConflict:
+		// Only the 409 to retry promises Retry-After; a key reused past its
+		// retention or canceled by key is final.
+		if a.Type == "request-in-flight" && a.RetryAfter == 0 {
 			w.noRetryAfter.Add(1)
 		}
 	}

@@ -191,8 +191,9 @@ type report struct {
 	Retries   int64            `json:"retries"`
 	NetErrors int64            `json:"network_errors"`
 	Answers   map[string]int64 `json:"answers_by_status"`
-	// NoRetryAfter counts 409, 429, 502, 503 and 504 answers without the
-	// Retry-After header the HTTP contract promises.
+	// NoRetryAfter counts 429, 502, 503 and 504 answers and 409
+	// request-in-flight ones without the Retry-After header the HTTP
+	// contract promises.
 	NoRetryAfter int64            `json:"answers_without_retry_after"`
 	Clientele    map[string]int64 `json:"client_jobs"`
 
