@@ -43,6 +43,7 @@ func (nopObserver) InFlightWaited(time.Duration)            {}
 func (nopObserver) LeaseTakenOver()                         {}
 func (nopObserver) FencingRefused()                         {}
 func (nopObserver) UnconfiguredPSP()                        {}
+func (nopObserver) FailedOver(string, string)               {}
 func (nopObserver) PaymentRecorded(payments.Status, string) {}
 func (nopObserver) RefundRecorded(payments.RefundStatus)    {}
 

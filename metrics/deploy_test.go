@@ -26,6 +26,7 @@ import (
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/reconcile"
+	"gateway/routing"
 	"gateway/webhooks"
 )
 
@@ -74,6 +75,9 @@ func exported(t *testing.T) map[string]series {
 	m.Purged(3)
 	m.PassDone(payments.Backlog{NeedsReview: 2, OldestUnfinished: 5 * time.Minute, Quarantined: 1, OldestReview: time.Hour})
 	m.UnconfiguredPSP()
+	m.FailedOver("fake_a", "fake_b")
+	m.ExtraCharge("fake_a", true)
+	m.WatchBreakers([]string{"fake_a"}, routing.NewHealth([]string{"fake_a"}, routing.DefaultBreaker, nil))
 	m.ClockSkew(30 * time.Millisecond)
 	for _, st := range []payments.Status{payments.Succeeded, payments.Declined, payments.Failed, payments.Canceled, payments.RequiresReview} {
 		m.PaymentRecorded(st, "")

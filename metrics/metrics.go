@@ -47,6 +47,9 @@ type Metrics struct {
 	payments           *prometheus.CounterVec
 	refunds            *prometheus.CounterVec
 	contradictions     *prometheus.CounterVec
+	failovers          *prometheus.CounterVec
+	extraCharges       *prometheus.CounterVec
+	breakers           *breakerStates
 }
 
 var (
@@ -101,6 +104,12 @@ func New(reg prometheus.Registerer) *Metrics {
 		contradictions: f.counterVec("gateway_psp_contradictions_total",
 			"PSP reports (notifications) that contradict a settled payment or refund, by object and what was done: review (sent to requires_review) or none (no money moves back).",
 			"object", "action"),
+		failovers: f.counterVec("gateway_psp_failovers_total",
+			"Payments whose attempt at one account certainly did nothing and whose next attempt went to another, by account from and to.", "from", "to"),
+		extraCharges: f.counterVec("gateway_psp_extra_charges_total",
+			"Earlier attempts an account charged although it answered not processed, by account and what was done: returned (refunded or voided there, the payment in review) or review (the only charge: the payment in review). Alert on any.",
+			"account", "action"),
+		breakers: newBreakerStates(reg),
 	}
 	m.preinit()
 	return m

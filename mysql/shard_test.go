@@ -457,6 +457,14 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	sc.must(err, "Record")
 	_, _, err = s.LoadKey(ctx, ref1)
 	sc.must(err, "LoadKey")
+	// Its first attempt certainly did nothing: the next one, at another account.
+	next := p1
+	next.Attempts = []payments.Attempt{{Number: 1, PSP: p1.PSP, MerchantOrderID: p1.MerchantOrderID,
+		Outcome: payments.AttemptNotProcessed, StartedAt: p1.CreatedAt}}
+	next.Attempt, next.PSP, next.MerchantOrderID = 2, "fake_b", newID("ord")
+	_, err = s.Failover(ctx, ref1, tok1, next, time.Minute)
+	sc.must(err, "Failover")
+	p1 = next
 	sc.must(s.ArmSend(ctx, ref1, tok1, time.Minute, payments.ArmGuard{Forever: true}), "ArmSend")
 	p1.Status, p1.PSPReference = payments.Succeeded, "ch_1"
 	sc.must(s.Settle(ctx, ref1, tok1, payments.PaymentSettled(p1)), "Settle")

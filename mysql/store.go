@@ -96,6 +96,9 @@ type paymentRow struct {
 	OpKey           sql.NullString `db:"op_key"`
 	OpAmount        sql.NullInt64  `db:"op_amount"`
 	OpReason        sql.NullString `db:"op_reason"`
+	Attempt         int            `db:"attempt"`
+	AttemptAt       sql.NullTime   `db:"attempt_at"`
+	Attempts        sql.NullString `db:"attempts"`
 	CreatedAt       time.Time      `db:"created_at"`
 	UpdatedAt       time.Time      `db:"updated_at"`
 }
@@ -104,7 +107,7 @@ const paymentColumns = `merchant_id, id, idem_key, merchant_order_id, status, am
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
     client_secret_hash, capture_method, amount_captured, capture_before, cancellation_reason,
-    op_kind, op_key, op_amount, op_reason, created_at, updated_at`
+    op_kind, op_key, op_amount, op_reason, attempt, attempt_at, attempts, created_at, updated_at`
 
 func (r paymentRow) toDomain() (payments.Payment, error) {
 	p := payments.Payment{
@@ -135,6 +138,8 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 		AmountCaptured:     r.AmountCaptured,
 		CaptureBefore:      r.CaptureBefore.Time,
 		CancellationReason: r.CancelReason.String,
+		Attempt:            r.Attempt,
+		AttemptAt:          r.AttemptAt.Time,
 		CreatedAt:          r.CreatedAt,
 		UpdatedAt:          r.UpdatedAt,
 	}
@@ -146,6 +151,11 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 	if r.Metadata.Valid && r.Metadata.String != "" {
 		if err := json.Unmarshal([]byte(r.Metadata.String), &p.Metadata); err != nil {
 			return payments.Payment{}, fmt.Errorf("payment %s: metadata: %w", r.ID, err)
+		}
+	}
+	if r.Attempts.Valid && r.Attempts.String != "" {
+		if err := json.Unmarshal([]byte(r.Attempts.String), &p.Attempts); err != nil {
+			return payments.Payment{}, fmt.Errorf("payment %s: attempts: %w", r.ID, err)
 		}
 	}
 	if r.NextAction.Valid && r.NextAction.String != "" {

@@ -14,6 +14,7 @@ import (
 	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
+	"gateway/routing"
 )
 
 // Limits on a payment request.
@@ -208,19 +209,22 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
 	}
-	if err := s.accepts(req.Amount); err != nil {
-		return Outcome{}, err
-	}
-	if err := s.capturesLater(req.CaptureMethod); err != nil {
-		return Outcome{}, err
+	if _, err := s.psps.Candidates(routeOf(Payment{MerchantID: req.MerchantID, IdempotencyKey: req.IdempotencyKey,
+		Amount: req.Amount, PaymentMethod: req.PaymentMethod}), req.CaptureMethod == CaptureManual); err != nil {
+		return Outcome{}, cannotAccept(err)
 	}
 	ref := idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey}
 	return s.run(ctx, ref, req.Fingerprint(), req.BodyDigest, func(ctx context.Context, token idemkeys.Token) (subject, *idemkeys.Response, error) {
-		name, adapter := s.psps.Default()
+		p := newPayment(req, Processing, "")
+		name, err := s.route(ctx, ref, p)
+		if err != nil {
+			return paymentSubject{p: p}, nil, err
+		}
+		adapter, _ := s.psps.For(name)
 		if req.ConfirmLater {
 			return s.claimUnconfirmed(ctx, ref, req, token, name, adapter)
 		}
-		p := newPayment(req, Processing, name)
+		p.PSP = name
 		now, err := s.store.Now(ctx)
 		if err != nil {
 			return paymentSubject{p: p}, nil, err
@@ -255,14 +259,13 @@ func (s *Service) claimUnconfirmed(ctx context.Context, ref idemkeys.Ref, req Cr
 	return paymentSubject{p: c.Payment}, &resp, s.store.Claim(ctx, c)
 }
 
-// accepts refuses, before anything is stored or sent, an amount the PSP new
-// payments go to can never take (a currency it does not take, an amount it
-// cannot represent or below its minimum).
-func (s *Service) accepts(m Money) error {
-	_, adapter := s.psps.Default()
-	err := adapter.Capabilities().Check(m.Minor, m.Currency)
-	if err == nil {
-		return nil
+// cannotAccept is the answer, before anything is stored or sent, for a
+// payment no account on its route can take (routing.Accounts.Candidates):
+// a currency or an amount its PSP refuses, or manual capture it cannot do.
+func cannotAccept(err error) error {
+	if errors.Is(err, routing.ErrManualCapture) {
+		return &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot capture later", Err: err,
+			Fields: []errs.FieldError{{Field: "capture_method", Reason: err.Error() + ": leave it out or use automatic"}}}
 	}
 	e := &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
 	var ce *psp.CheckError
@@ -272,20 +275,6 @@ func (s *Service) accepts(m Money) error {
 		e.Fields = []errs.FieldError{{Field: "amount", Reason: err.Error()}}
 	}
 	return e
-}
-
-// capturesLater refuses manual capture, before anything is stored, for a
-// PSP new payments go to that cannot capture later.
-func (s *Service) capturesLater(m CaptureMethod) error {
-	if m != CaptureManual {
-		return nil
-	}
-	_, adapter := s.psps.Default()
-	if _, ok := adapter.(psp.Capturer); ok && adapter.Capabilities().ManualCapture {
-		return nil
-	}
-	return &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot capture later",
-		Fields: []errs.FieldError{{Field: "capture_method", Reason: fmt.Sprintf("%s cannot authorize now and capture later: leave it out or use automatic", adapter.Capabilities().Name)}}}
 }
 
 // newPayment is the payment req creates at the PSP named psp.

@@ -618,8 +618,12 @@ func (s *Service) send(a attempt, h holding, sub subject, deadline time.Time) (O
 		return s.release(a, h, sub, true, refusal)
 	}
 	ctx, cancel := context.WithTimeout(a.work, timeout)
+	sent := time.Now()
 	ans, err := sub.send(ctx, h.adapter)
 	cancel()
+	if sub.kind() == KindPayment {
+		s.psps.Observe(sub.pspName(), err, time.Since(sent))
+	}
 	if err == nil {
 		if ans.unrecorded != nil && !s.soleSend(a, h) {
 			return s.refusedNotAlone(a, h, sub, ans.unrecorded)
@@ -644,6 +648,9 @@ func (s *Service) send(a attempt, h holding, sub subject, deadline time.Time) (O
 		s.log.WarnContext(a.client, "order id taken at the PSP", s.hash.Attr(a.ref), idAttr(sub), sub.id(), "err", err)
 		return s.write(a, h, sub.orderTaken())
 	case class == psp.NotProcessed:
+		if out, err, ok := s.failover(a, h, sub, err); ok {
+			return out, err
+		}
 		s.log.WarnContext(a.client, "PSP did not process the "+what, s.hash.Attr(a.ref), idAttr(sub), sub.id(), "err", err)
 		return s.release(a, h, sub, true, pspError(err))
 	}

@@ -165,6 +165,13 @@ type Payment struct {
 	// Operation is the capture or void in flight on an authorization, nil
 	// when none: one at a time (design §15).
 	Operation *Operation
+	// Attempt is the number of its current attempt (0 or 1: the first),
+	// AttemptAt when that attempt started (zero: at CreatedAt), Attempts
+	// the ones before it, oldest first (design §16). PSP and
+	// MerchantOrderID are the current attempt's.
+	Attempt   int
+	AttemptAt time.Time
+	Attempts  []Attempt
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// ClientSecret lets the customer's browser read and confirm this one

@@ -106,7 +106,7 @@ func TestStatusFinal(t *testing.T) {
 // viewFields is the exact field set of the public payment object.
 var viewFields = []string{
 	"id", "status", "amount", "currency", "payment_method", "merchant_order_id",
-	"psp_reference", "decline_code", "description", "metadata", "amount_refunded", "refunded", "created_at",
+	"psp_reference", "decline_code", "description", "metadata", "amount_refunded", "refunded", "created_at", "attempts",
 }
 
 func samplePayment() payments.Payment {

@@ -45,6 +45,9 @@ type View struct {
 	// CancellationReason says why a canceled payment was canceled, when it
 	// was by a void or an authorization's lapse.
 	CancellationReason *string `json:"cancellation_reason,omitempty"`
+	// Attempts are where the payment was sent: each attempt's account,
+	// order id, outcome and PSP reference, the current one last (design §16).
+	Attempts []AttemptView `json:"attempts"`
 }
 
 // ToView renders p for the public API.
@@ -68,6 +71,7 @@ func ToView(p Payment) View {
 		Refunded:        p.AmountRefunded > 0 && p.AmountRefunded >= p.Amount.Minor,
 		CreatedAt:       p.CreatedAt.UTC().Format(time.RFC3339Nano),
 		ClientSecret:    p.ClientSecret,
+		Attempts:        attemptViews(p),
 	}
 	if p.Manual() {
 		capturable, captured := int64(0), p.Captured()

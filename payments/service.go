@@ -65,6 +65,9 @@ type Observer interface {
 	LeaseTakenOver()
 	// FencingRefused counts writes refused because the writer lost its lease.
 	FencingRefused()
+	// FailedOver counts a payment's next attempt, started at account to
+	// after its attempt at account from certainly did nothing.
+	FailedOver(from, to string)
 	// UnconfiguredPSP counts payments this replica could not resume because
 	// the PSP they were sent to is not configured here.
 	UnconfiguredPSP()
@@ -103,6 +106,7 @@ func (noObserver) InFlightWaited(time.Duration)   {}
 func (noObserver) LeaseTakenOver()                {}
 func (noObserver) FencingRefused()                {}
 func (noObserver) UnconfiguredPSP()               {}
+func (noObserver) FailedOver(string, string)      {}
 func (noObserver) PaymentRecorded(Status, string) {}
 func (noObserver) RefundRecorded(RefundStatus)    {}
 

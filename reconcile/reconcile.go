@@ -86,6 +86,13 @@ type Store interface {
 	// ClaimCancellations takes up to limit cancellations by key still to be
 	// carried out, due for a look, and pushes their next look a lease out.
 	ClaimCancellations(ctx context.Context, lease time.Duration, limit int) ([]payments.KeyCancellation, error)
+
+	// ClaimAttemptChecks marks up to limit earlier attempts due for their
+	// check as looked at for lease and returns them with their payments.
+	ClaimAttemptChecks(ctx context.Context, lease time.Duration, limit int) ([]payments.AttemptCheck, error)
+	// RecordAttemptCheck records c.Attempt's outcome and PSP reference,
+	// fenced on c.Mark, with its next check at next (zero: none).
+	RecordAttemptCheck(ctx context.Context, c payments.AttemptCheck, next time.Time) error
 }
 
 // Canceler carries out a cancellation by key (payments.Service does):
@@ -164,6 +171,9 @@ type Observer interface {
 	Purged(n int64)
 	// PassDone reports, after a pass, what is left unfinished and in review.
 	PassDone(b payments.Backlog)
+	// ExtraCharge counts an earlier attempt its account charged although
+	// it answered not processed; returned says it was given back there.
+	ExtraCharge(account string, returned bool)
 }
 
 type noObserver struct{}
@@ -171,6 +181,7 @@ type noObserver struct{}
 func (noObserver) Settled(Outcome)           {}
 func (noObserver) Purged(int64)              {}
 func (noObserver) PassDone(payments.Backlog) {}
+func (noObserver) ExtraCharge(string, bool)  {}
 
 // Defaults of the reconciler's own settings; the flow's (lease, PSP
 // timeout, retention) come from package payments.
@@ -358,6 +369,8 @@ type Summary struct {
 	Results []Result        `json:"results"`
 	Counts  map[Outcome]int `json:"counts"`
 	Purged  int64           `json:"purged_keys"`
+	// Attempts is what the checks of earlier attempts found (design §16).
+	Attempts AttemptChecks `json:"attempts"`
 	// NeedsReview counts every payment in requires_review after the pass,
 	// not only new ones; RefundsNeedReview every refund.
 	NeedsReview       int `json:"needs_review"`
@@ -461,7 +474,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Summary, error) {
 		sum.Counts[res.Outcome]++
 		r.cfg.Observer.Settled(res.Outcome)
 	}
-	err = errors.Join(err, eerr)
+	attempts, aerr := r.checkAttempts(ctx)
+	sum.Attempts = attempts
+	err = errors.Join(err, eerr, aerr)
 	// The purge runs whatever the claims met: it needs no row to be readable.
 	purged, perr := r.Purge(ctx)
 	sum.Purged = purged

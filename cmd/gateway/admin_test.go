@@ -217,7 +217,7 @@ func TestPaymentsShowAndResolve(t *testing.T) {
 	doc := show(f.review)
 	wantKeys(t, "payments show", doc, "payment", "key", "resolutions")
 	wantKeys(t, "payment", doc["payment"], "id", "merchant_id", "status", "amount", "currency", "payment_method",
-		"merchant_order_id", "psp_reference", "decline_code", "description", "metadata", "amount_refunded", "refunded", "created_at", "updated_at")
+		"merchant_order_id", "psp_reference", "decline_code", "description", "metadata", "amount_refunded", "refunded", "created_at", "updated_at", "attempts")
 	wantKeys(t, "key", doc["key"], "state", "fencing_token", "charge_attempts", "charges_not_sent", "locked_until", "reconcile_after", "reconcile_attempts", "completed_at", "response_status")
 	if rs := doc["resolutions"].([]any); len(rs) != 0 {
 		t.Fatalf("resolutions before any: %v", rs)

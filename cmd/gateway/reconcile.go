@@ -214,3 +214,5 @@ func (o *passProgress) Purged(n int64) {
 }
 
 func (o *passProgress) PassDone(payments.Backlog) {}
+
+func (o *passProgress) ExtraCharge(string, bool) {}
