@@ -104,3 +104,13 @@ func (s *Server) handlePSPWebhook(source string) echo.HandlerFunc {
 		return c.JSON(http.StatusOK, map[string]bool{"received": true})
 	}
 }
+
+// handleAccountWebhook receives the notifications of one configured PSP
+// account (design §16), as handlePSPWebhook does for its source
+// "accounts/NAME".
+func (s *Server) handleAccountWebhook(c echo.Context) error {
+	return s.handlePSPWebhook(AccountNoticeSource(c.Param("account")))(c)
+}
+
+// AccountNoticeSource is the notification source of the PSP account named account.
+func AccountNoticeSource(account string) string { return "accounts/" + account }

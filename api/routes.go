@@ -59,6 +59,7 @@ func (s *Server) routes(e *echo.Echo) {
 	// signature, or the PSP asked again, vouches for them).
 	e.POST("/psp/stripe/webhook", s.handlePSPWebhook("stripe"))
 	e.POST("/psp/toss/webhook", s.handlePSPWebhook("toss"))
+	e.POST("/psp/accounts/:account/webhook", s.handleAccountWebhook)
 
 	// Browser checkout (browser.go): the secret key from the merchant's
 	// server, or a publishable key with the payment's client secret from an

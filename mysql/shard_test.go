@@ -67,6 +67,7 @@ var scatters = append([]scatter{
 	{"the purge's walk over events past retention, in the order of their index, from a cursor", "PurgeEvents", "SELECT", "events", ""},
 	{"the expiry's scan: authorizations past their capture_before", "ExpireAuthorizations", "SELECT", "payments", ""},
 	{"the scan of cancellations by key still to be carried out", "ClaimCancellations", "SELECT", "key_cancellations", ""},
+	{"the attempt checks' scan: earlier attempts of every merchant due for their check", "ClaimAttemptChecks", "SELECT", "payment_attempts", ""},
 	{"the purge of ended webhook deliveries past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeDeliveries", "DELETE", "webhook_deliveries", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
@@ -468,6 +469,13 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	sc.must(s.ArmSend(ctx, ref1, tok1, time.Minute, payments.ArmGuard{Forever: true}), "ArmSend")
 	p1.Status, p1.PSPReference = payments.Succeeded, "ch_1"
 	sc.must(s.Settle(ctx, ref1, tok1, payments.PaymentSettled(p1)), "Settle")
+	// The reconciler's check of its first attempt, at that attempt's account.
+	attemptChecks, err := s.ClaimAttemptChecks(ctx, time.Minute, 10)
+	if err != nil || len(attemptChecks) != 1 {
+		t.Fatalf("ClaimAttemptChecks: %d, %v", len(attemptChecks), err)
+	}
+	attemptChecks[0].Attempt.Outcome = payments.AttemptAbsent
+	sc.must(s.RecordAttemptCheck(ctx, attemptChecks[0], time.Time{}), "RecordAttemptCheck")
 	_, err = s.Payment(ctx, m1.ID, p1.ID)
 	sc.must(err, "Payment")
 	_, err = s.PaymentByKey(ctx, m1.ID, "key-1")

@@ -104,7 +104,7 @@ func (a *app) run(ctx context.Context, args []string) (err error) {
 // parse reads the command line and the variables into a fresh set of
 // commands and validates them. It panics with an exitRequest after --help.
 func (a *app) parse(ctx context.Context, args []string) (*kong.Context, *commandLine, error) {
-	root := &commandLine{}
+	root := &commandLine{getenv: a.getenv}
 	parser, err := a.parser(ctx, root)
 	if err != nil {
 		return nil, nil, err
@@ -226,6 +226,7 @@ type commandLine struct {
 	Merchants   merchantsCmd   `cmd:"" help:"Create and list merchants; create, list and revoke their API keys."`
 	Payments    paymentsCmd    `cmd:"" help:"List and show payments; record an operator's decision on one in review."`
 	Refunds     refundsCmd     `cmd:"" help:"List refunds; record an operator's decision on one in review."`
+	PSPs        pspsCmd        `cmd:"" name:"psps" help:"The PSP accounts this configuration reaches: capabilities, routes and health."`
 	Reconcile   reconcileCmd   `cmd:"" help:"Settle unfinished payments: a daemon, or one pass with a report (--once)."`
 	Webhooks    webhooksCmd    `cmd:"" help:"Merchants' webhook endpoints (create, list, delete, rotate, enable, disable, resend) and the dispatcher."`
 	Dev         devCmd         `cmd:"" help:"What make run does: a private MariaDB, migrations, a demo merchant, the API."`
@@ -235,6 +236,8 @@ type commandLine struct {
 	Help        helpCmd        `cmd:"" help:"Show the help of a command."`
 
 	envErrs []error
+	// getenv reads the variables a configuration names (a secret's "env:NAME").
+	getenv func(string) string
 }
 
 // Validate reports every problem with the chosen command's configuration at once.
@@ -244,7 +247,7 @@ func (c *commandLine) Validate(kctx *kong.Context) error {
 	for _, p := range kctx.Path {
 		switch {
 		case p.Command != nil:
-			errs = append(errs, checks(p.Command.Target)...)
+			errs = append(errs, checks(p.Command.Target, c.getenv)...)
 		case p.Flag != nil && !p.Resolved && isSecret(p.Flag):
 			errs = append(errs, fmt.Errorf("--%s: pass secrets in %s, not on the command line (other users can read it in the process list)", p.Flag.Name, strings.Join(p.Flag.Envs, " or ")))
 		}
@@ -302,8 +305,13 @@ func visibleASCII(s string) bool {
 	return true
 }
 
-// checks runs check() on v and on every group embedded in it.
-func checks(v reflect.Value) []error {
+// envChecker is a group whose check reads variables it names itself.
+type envChecker interface {
+	checkEnv(getenv func(string) string) []error
+}
+
+// checks runs check() (and checkEnv) on v and on every group embedded in it.
+func checks(v reflect.Value, getenv func(string) string) []error {
 	if v.Kind() == reflect.Pointer {
 		v = v.Elem()
 	}
@@ -314,11 +322,14 @@ func checks(v reflect.Value) []error {
 	if c, ok := v.Addr().Interface().(checker); ok {
 		errs = append(errs, c.check()...)
 	}
+	if c, ok := v.Addr().Interface().(envChecker); ok {
+		errs = append(errs, c.checkEnv(getenv)...)
+	}
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if _, embedded := f.Tag.Lookup("embed"); (embedded || f.Anonymous) && f.IsExported() {
-			errs = append(errs, checks(v.Field(i))...)
+			errs = append(errs, checks(v.Field(i), getenv)...)
 		}
 	}
 	return errs

@@ -193,6 +193,7 @@ type pspConfig struct {
 	TossSecretKey   string         `name:"toss-secret-key" env:"GATEWAY_TOSS_SECRET_KEY" hidden:"" secret:"" help:"Toss Payments secret key (test_sk_… or live_sk_…), required with GATEWAY_PSP=toss"`
 	StripeSecretKey string         `name:"stripe-secret-key" env:"GATEWAY_STRIPE_SECRET_KEY" hidden:"" secret:"" help:"Stripe secret or restricted key (sk_…, rk_…), required with GATEWAY_PSP=stripe"`
 	Checkout        checkoutConfig `embed:""`
+	Accounts        accountsConfig `embed:""`
 }
 
 // adapter is the adapter's name; earlier releases called the fakes mock and mockhttp.

@@ -63,6 +63,9 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	if err != nil {
 		return err
 	}
+	if h := psps.Health(); h != nil {
+		m.WatchBreakers(psps.Names(), h)
+	}
 	// Leases are judged on the database's clock; a replica whose own clock
 	// strays from it anyway is taken out of service until it agrees again.
 	guard := mysql.NewClockGuard(dbx, cfg.MaxClockSkew, nil, m.ClockSkew, log)

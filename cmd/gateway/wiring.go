@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"gateway/psp/toss"
 	"gateway/reconcile"
 	"gateway/review"
+	"gateway/routing"
 )
 
 // The parts every command is built from, each from its group of settings.
@@ -126,6 +128,13 @@ func noInstrument(a psp.Adapter) psp.Adapter { return a }
 // knows only this process's charges: it is named for this process, so that
 // no other process ever takes its "not found" for an answer.
 func newPSPs(cfg pspConfig, instrument func(psp.Adapter) psp.Adapter) (*payments.PSPs, error) {
+	acc, errs := cfg.Accounts.load()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if acc != nil {
+		return newAccounts(cfg, acc, instrument)
+	}
 	byName := map[string]psp.Adapter{}
 	add := func(kind string) (string, error) {
 		c := cfg
@@ -158,6 +167,42 @@ func newPSPs(cfg pspConfig, instrument func(psp.Adapter) psp.Adapter) (*payments
 	return payments.NewPSPs(def, byName)
 }
 
+// newAccounts builds the named accounts with their routes and breakers
+// (design §16). Payments sent before the accounts existed name the adapter
+// GATEWAY_PSP chose: the PSPs whose credentials are still set stay
+// reachable under those names, for their lookups, refunds and captures.
+func newAccounts(cfg pspConfig, acc *accounts, instrument func(psp.Adapter) psp.Adapter) (*payments.PSPs, error) {
+	byName := map[string]psp.Adapter{}
+	for _, a := range acc.list {
+		ad, err := newPSP(a.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("PSP account %s: %w", a.name, err)
+		}
+		byName[a.name] = instrument(ad)
+	}
+	for _, legacy := range []struct{ kind, key string }{{"toss", cfg.TossSecretKey}, {"stripe", cfg.StripeSecretKey}} {
+		if _, taken := byName[legacy.kind]; legacy.key == "" || taken {
+			continue
+		}
+		c := cfg
+		c.PSP = legacy.kind
+		ad, err := newPSP(c)
+		if err != nil {
+			return nil, err
+		}
+		byName[payments.PSPName(ad.Capabilities())] = instrument(ad)
+	}
+	p, err := payments.NewPSPs(acc.routes.Default[0].Account, byName)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(acc.list))
+	for _, a := range acc.list {
+		names = append(names, a.name)
+	}
+	return p, p.WithRoutes(acc.routes, routing.NewHealth(names, acc.breaker, nil))
+}
+
 // processID names this process among others, for the in-process fake PSP.
 func processID() string {
 	var b [4]byte
@@ -183,43 +228,76 @@ func newService(cfg *serverConfig, st *mysql.Store, psps *payments.PSPs, log *sl
 
 // newNotices takes the notifications of the configured PSPs that send
 // them: Stripe's when its webhook signing secret is set, Toss's whenever
-// Toss is configured (its notifications are checked by asking Toss). nil
-// when none is.
+// Toss is configured (its notifications are checked by asking Toss), and
+// each named account's of those two adapters on its own route, matched to
+// that account alone. nil when none is.
 func newNotices(cfg pspConfig, st *mysql.Store, timeout time.Duration, lc *logConfig, log *slog.Logger, obs notices.Observer) (api.NoticeReceiver, error) {
 	sources := map[string]notices.Source{}
 	for _, kind := range []string{"stripe", "toss"} {
-		if (kind == "stripe" && cfg.Checkout.StripeWebhookSecret == "") || (kind == "toss" && cfg.TossSecretKey == "") {
-			continue
-		}
 		c := cfg
 		c.PSP = kind
-		var a psp.Adapter
-		var err error
-		if kind == "toss" {
-			// Toss does not sign its notifications: it is asked only about
-			// the orders this gateway holds.
-			tc := tossConfig(c)
-			tc.KnownOrder = func(ctx context.Context, orderID string) (bool, error) {
-				ps, err := st.PaymentsByOrder(ctx, orderID)
-				return len(ps) > 0, err
-			}
-			a, err = toss.New(tc)
-		} else {
-			a, err = newPSP(c)
-		}
+		src, ok, err := noticeSource(c, st)
 		if err != nil {
 			return nil, err
 		}
-		reader, ok := a.(psp.NoticeReader)
-		if !ok {
-			return nil, fmt.Errorf("the %s adapter reads no notifications", kind)
+		if ok {
+			sources[kind] = notices.Source{PSP: payments.PSPName(src.caps), Reader: src.reader}
 		}
-		sources[kind] = notices.Source{PSP: payments.PSPName(a.Capabilities()), Reader: reader}
+	}
+	acc, errs := cfg.Accounts.load()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if acc != nil {
+		for _, a := range acc.list {
+			src, ok, err := noticeSource(a.cfg, st)
+			if err != nil {
+				return nil, fmt.Errorf("PSP account %s: %w", a.name, err)
+			}
+			if ok {
+				sources[api.AccountNoticeSource(a.name)] = notices.Source{PSP: a.name, Reader: src.reader}
+			}
+		}
 	}
 	if len(sources) == 0 {
 		return nil, nil
 	}
 	return notices.New(st, sources, notices.Config{PSPTimeout: timeout, Logger: log, Hasher: lc.hasher(), Observer: obs}), nil
+}
+
+type noticeReader struct {
+	reader psp.NoticeReader
+	caps   psp.Capabilities
+}
+
+// noticeSource is the notification reader of the adapter cfg names: a
+// Stripe one's when its webhook secret is set, a Toss one's when its
+// secret key is; ok false for none.
+func noticeSource(cfg pspConfig, st *mysql.Store) (_ noticeReader, ok bool, err error) {
+	var a psp.Adapter
+	switch {
+	case cfg.PSP == "stripe" && cfg.Checkout.StripeWebhookSecret != "":
+		a, err = newPSP(cfg)
+	case cfg.PSP == "toss" && cfg.TossSecretKey != "":
+		// Toss does not sign its notifications: it is asked only about
+		// the orders this gateway holds.
+		tc := tossConfig(cfg)
+		tc.KnownOrder = func(ctx context.Context, orderID string) (bool, error) {
+			ps, err := st.PaymentsByOrder(ctx, orderID)
+			return len(ps) > 0, err
+		}
+		a, err = toss.New(tc)
+	default:
+		return noticeReader{}, false, nil
+	}
+	if err != nil {
+		return noticeReader{}, false, err
+	}
+	reader, ok := a.(psp.NoticeReader)
+	if !ok {
+		return noticeReader{}, false, fmt.Errorf("the %s adapter reads no notifications", cfg.PSP)
+	}
+	return noticeReader{reader: reader, caps: a.Capabilities()}, true, nil
 }
 
 // newReconciler builds the reconciler; gate, when set, stops it while this

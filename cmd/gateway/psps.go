@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"gateway/psp"
+	"gateway/routing"
+)
+
+type pspsCmd struct {
+	List pspsListCmd `cmd:"" help:"Each PSP account: its adapter, capabilities, the routes that use it, and whether it answers now."`
+}
+
+type pspsListCmd struct {
+	PSP        pspConfig     `embed:""`
+	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"10s" group:"psp" help:"deadline of each account's health probe"`
+	JSON       bool          `name:"json" help:"print one JSON document instead of a table"`
+}
+
+func (l *pspsListCmd) check() []error {
+	return positiveDuration(nil, "GATEWAY_PSP_TIMEOUT", l.PSPTimeout)
+}
+
+type pspAccountJSON struct {
+	Name                string   `json:"name"`
+	Adapter             string   `json:"adapter"`
+	Default             bool     `json:"default"`
+	Routes              []string `json:"routes"`
+	Currencies          int      `json:"currencies"`
+	ManualCapture       bool     `json:"manual_capture"`
+	AuthoritativeLookup bool     `json:"authoritative_lookup"`
+	DedupesOrderID      bool     `json:"dedupes_order_id"`
+	CreationWindowS     float64  `json:"creation_window_seconds"`
+	// Health is this command's probe: a lookup of an order id nobody
+	// uses, answered "not found" by a healthy account. The breakers that
+	// steer payments live in each serving replica (gateway_psp_breaker_state).
+	Health    string  `json:"health"`
+	ProbeMS   float64 `json:"probe_ms"`
+	ProbeNote string  `json:"probe_note,omitempty"`
+}
+
+func (l *pspsListCmd) Run(ctx context.Context, a *app) error {
+	psps, err := newPSPs(l.PSP, noInstrument)
+	if err != nil {
+		return err
+	}
+	def, _ := psps.Default()
+	var out []pspAccountJSON
+	for _, name := range psps.Names() {
+		ad, _ := psps.For(name)
+		caps := ad.Capabilities()
+		health, took, note := probe(ctx, ad, l.PSPTimeout)
+		out = append(out, pspAccountJSON{Name: name, Adapter: caps.Name, Default: name == def, Routes: routesOf(psps.Routes(), name),
+			Currencies: len(caps.Currencies), ManualCapture: caps.ManualCapture, AuthoritativeLookup: caps.AuthoritativeLookup,
+			DedupesOrderID: caps.DedupesOrderID, CreationWindowS: caps.CreationWindow.Seconds(), Health: health,
+			ProbeMS: float64(took.Microseconds()) / 1000, ProbeNote: note})
+	}
+	if l.JSON {
+		return writeJSON(a.stdout, struct {
+			Accounts []pspAccountJSON `json:"accounts"`
+			Count    int              `json:"count"`
+		}{Accounts: out, Count: len(out)})
+	}
+	tw := newTable(a.stdout, "ACCOUNT", "ADAPTER", "ROUTES", "CURRENCIES", "MANUAL CAPTURE", "CREATION WINDOW", "HEALTH", "PROBE")
+	for _, o := range out {
+		routes := strings.Join(o.Routes, ",")
+		if routes == "" {
+			routes = "-"
+		}
+		row(tw, o.Name, o.Adapter, routes, o.Currencies, o.ManualCapture, time.Duration(o.CreationWindowS*float64(time.Second)),
+			o.Health, fmt.Sprintf("%.1f ms", o.ProbeMS))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.stdout, "\nThe breakers that steer new payments live in each serving replica: see gateway_psp_breaker_state on its /metrics.")
+	return nil
+}
+
+// routesOf names the routes that use account: "default" and merchant ids.
+func routesOf(t routing.Table, account string) []string {
+	uses := func(r routing.Route) bool {
+		return slices.ContainsFunc(r, func(e routing.Entry) bool { return e.Account == account })
+	}
+	out := []string{}
+	if uses(t.Default) {
+		out = append(out, "default")
+	}
+	ids := make([]string, 0, len(t.Merchants))
+	for id, r := range t.Merchants {
+		if uses(r) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return append(out, ids...)
+}
+
+// probeOrderID is an order id no payment ever has (the gateway's are ord_…).
+const probeOrderID = "health_probe_0000000000000000"
+
+// probe asks account about an order nobody made: "not found" (or any
+// answer) means it is up and answering.
+func probe(ctx context.Context, ad psp.Adapter, timeout time.Duration) (health string, took time.Duration, note string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	_, err := ad.Lookup(ctx, probeOrderID)
+	took = time.Since(start)
+	if err == nil || errors.Is(err, psp.ErrNotFound) {
+		return "up", took, ""
+	}
+	class, _ := psp.ClassOf(err)
+	if class == 0 {
+		class = psp.Unknown
+	}
+	return "down", took, class.String() + ": " + err.Error()
+}
