@@ -47,8 +47,20 @@ type dbPayment struct {
 	PaymentMethod   string         `db:"payment_method"`
 	PSPReference    sql.NullString `db:"psp_reference"`
 	DeclineCode     sql.NullString `db:"decline_code"`
+	PSP             sql.NullString `db:"psp"`
+	Attempt         int            `db:"attempt"`
 	CreatedAt       time.Time      `db:"created_at"`
 	UpdatedAt       time.Time      `db:"updated_at"`
+}
+
+// dbAttempt is an earlier attempt of a payment (design §16).
+type dbAttempt struct {
+	MerchantID      string `db:"merchant_id"`
+	PaymentID       string `db:"payment_id"`
+	Attempt         int    `db:"attempt"`
+	PSP             string `db:"psp"`
+	MerchantOrderID string `db:"merchant_order_id"`
+	Outcome         string `db:"outcome"`
 }
 
 type dbKey struct {
@@ -70,7 +82,11 @@ type checker struct {
 
 	payments []dbPayment
 	keys     []dbKey
+	attempts []dbAttempt
 	ledger   fakeserver.Ledger
+	// accountOf names the PSP account whose ledger holds each charge's
+	// order id (both, joined by "+", when two do).
+	accountOf map[string]string
 
 	merchantIdx map[string]int
 	payByKey    map[recKey]dbPayment
@@ -83,8 +99,11 @@ type checker struct {
 
 func (c *checker) load(ctx context.Context) error {
 	if err := c.e.db.SelectContext(ctx, &c.payments, `SELECT merchant_id, id, idem_key, merchant_order_id, status, amount,
-    currency, payment_method, psp_reference, decline_code, created_at, updated_at FROM payments`); err != nil {
+    currency, payment_method, psp_reference, decline_code, psp, attempt, created_at, updated_at FROM payments`); err != nil {
 		return fmt.Errorf("read payments: %w", err)
+	}
+	if err := c.e.db.SelectContext(ctx, &c.attempts, `SELECT merchant_id, payment_id, attempt, psp, merchant_order_id, outcome FROM payment_attempts`); err != nil {
+		return fmt.Errorf("read payment attempts: %w", err)
 	}
 	if err := c.e.db.SelectContext(ctx, &c.keys, `SELECT merchant_id, idem_key, state, subject_id, lease_version,
     response_status, response_body FROM idempotency_keys WHERE endpoint = ?`, payments.EndpointCreatePayment); err != nil {
@@ -124,8 +143,38 @@ func (c *checker) idx(merchantID string) int {
 }
 
 func (c *checker) fetchLedger(ctx context.Context) (fakeserver.Ledger, error) {
+	l, err := c.fetchLedgerOf(ctx, c.e.pspURL)
+	if err != nil || c.e.psp2 == nil {
+		c.accountOf = nil
+		return l, err
+	}
+	// Two PSPs: one ledger of both, and which account holds each order.
+	l2, err := c.fetchLedgerOf(ctx, c.e.psp2URL)
+	if err != nil {
+		return l, err
+	}
+	c.accountOf = map[string]string{}
+	for _, ch := range l.Charges {
+		c.accountOf[ch.MerchantOrderID] = "fake_a"
+	}
+	for _, ch := range l2.Charges {
+		if a, both := c.accountOf[ch.MerchantOrderID]; both && a != "fake_b" {
+			c.accountOf[ch.MerchantOrderID] = a + "+fake_b"
+		} else {
+			c.accountOf[ch.MerchantOrderID] = "fake_b"
+		}
+	}
+	l.Charges = append(l.Charges, l2.Charges...)
+	l.Refunds = append(l.Refunds, l2.Refunds...)
+	l.Authorizations = append(l.Authorizations, l2.Authorizations...)
+	l.Captures = append(l.Captures, l2.Captures...)
+	l.Voids = append(l.Voids, l2.Voids...)
+	return l, nil
+}
+
+func (c *checker) fetchLedgerOf(ctx context.Context, pspURL string) (fakeserver.Ledger, error) {
 	var l fakeserver.Ledger
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.e.pspURL+"/admin/ledger", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, pspURL+"/admin/ledger", nil)
 	res, err := c.http.Do(req)
 	if err != nil {
 		return l, fmt.Errorf("GET /admin/ledger: %w", err)
@@ -179,12 +228,21 @@ func (c *checker) check(ctx context.Context, settled bool, inProgress, processin
 func (c *checker) checkCharges() {
 	i1, i2, i3 := c.invs[1], c.invs[2], c.invs[3]
 	perKey := map[recKey]int{}
+	earlier := c.earlierByOrder()
 	for order, chs := range c.charges {
 		i1.Checked++
 		if len(chs) > 1 {
 			i1.fail("order %s charged %d times at the PSP", order, len(chs))
 		}
 		ps := c.payByOrder[order]
+		if a, earlier := earlier[order]; earlier && len(ps) == 0 {
+			// An attempt the gateway left as certainly not processed holds a
+			// charge: a failover that could charge twice.
+			i1.Checked++
+			i1.fail("attempt %d of payment %s at %s (order %s) ended %s, yet the PSP holds charge %s (%s) under its order id",
+				a.Attempt, a.PaymentID, a.PSP, order, a.Outcome, chs[0].Reference, chs[0].Status)
+			continue
+		}
 		if len(ps) == 0 {
 			i2.Checked++
 			i2.fail("PSP charge %s (order %s, %s %d %s) belongs to no payment", chs[0].Reference, order, chs[0].Status, chs[0].Amount, chs[0].Currency)
@@ -209,6 +267,8 @@ func (c *checker) checkCharges() {
 				i2.fail("payment %s has psp_reference %q, the PSP's charge is %s", p.ID, p.PSPReference.String, ch.Reference)
 			case p.Amount != ch.Amount || p.Currency != ch.Currency:
 				i2.fail("payment %s is %d %s, its charge %s is %d %s", p.ID, p.Amount, p.Currency, ch.Reference, ch.Amount, ch.Currency)
+			case c.accountOf != nil && c.accountOf[order] != p.PSP.String:
+				i2.fail("payment %s names account %s, but its charge %s (order %s) is at %s", p.ID, p.PSP.String, ch.Reference, order, c.accountOf[order])
 			}
 			if p.Status == string(payments.Failed) {
 				i3.fail("payment %s is failed, but the PSP has charge %s (%s) for its order %s", p.ID, ch.Reference, ch.Status, order)
@@ -224,8 +284,8 @@ func (c *checker) checkCharges() {
 	// the PSP deduplicate a key's retries and keeps merchants apart.
 	for _, p := range c.payments {
 		i1.Checked++
-		if want := payments.MerchantOrderID(p.MerchantID, p.IdemKey); p.MerchantOrderID != want {
-			i1.fail("payment %s has order id %s, want %s for its (merchant, key)", p.ID, p.MerchantOrderID, want)
+		if want := payments.AttemptOrderID(p.MerchantID, p.IdemKey, max(p.Attempt, 1)); p.MerchantOrderID != want {
+			i1.fail("payment %s has order id %s, want %s for its (merchant, key, attempt %d)", p.ID, p.MerchantOrderID, want, max(p.Attempt, 1))
 		}
 		// The other direction of invariant 2: a payment told succeeded,
 		// declined or authorized must be a charge the PSP made.
@@ -602,4 +662,13 @@ func (c *checker) checkRefusals() {
 			i6.fail("payment %s (merchant %s, key %q) matches no valid request a client sent", p.ID, p.MerchantID, p.IdemKey)
 		}
 	}
+}
+
+// earlierByOrder indexes the earlier attempts by their order ids.
+func (c *checker) earlierByOrder() map[string]dbAttempt {
+	out := make(map[string]dbAttempt, len(c.attempts))
+	for _, a := range c.attempts {
+		out[a.MerchantOrderID] = a
+	}
+	return out
 }

@@ -45,6 +45,11 @@ type env struct {
 	pspSrv   *http.Server
 	pspURL   string // direct, for the admin API
 	pspProxy *faultProxy
+	// The second PSP (--psps 2): the account fake_b; the first is fake_a.
+	psp2      *fakeserver.Server
+	psp2Srv   *http.Server
+	psp2URL   string
+	psp2Proxy *faultProxy
 
 	dbProxies []*faultProxy // one per replica, so that one replica can be partitioned
 	replicas  []*replica
@@ -100,11 +105,20 @@ func setup(ctx context.Context, opts options, getenv func(string) string, say fu
 	}
 	say("gateway binary %s", e.bin)
 
-	if err := e.startPSP(); err != nil {
+	if e.psp, e.pspSrv, e.pspURL, err = e.startPSP(e.opts.seed); err != nil {
 		return nil, err
 	}
 	if e.pspProxy, err = newFaultProxy("psp", strings.TrimPrefix(e.pspURL, "http://"), opts.seed^0xa5a5); err != nil {
 		return nil, err
+	}
+	if opts.psps == 2 {
+		if e.psp2, e.psp2Srv, e.psp2URL, err = e.startPSP(e.opts.seed ^ 0x5eed); err != nil {
+			return nil, err
+		}
+		if e.psp2Proxy, err = newFaultProxy("psp2", strings.TrimPrefix(e.psp2URL, "http://"), opts.seed^0x5a5a); err != nil {
+			return nil, err
+		}
+		say("second fake PSP on %s (proxy %s): accounts fake_a and fake_b, each merchant's route starting at one of them", e.psp2URL, e.psp2Proxy.addr)
 	}
 	for i := range opts.replicas {
 		upstream := e.serverCfg.Addr
@@ -268,20 +282,54 @@ func buildGateway(ctx context.Context, dir string) (string, error) {
 }
 
 // startPSP serves the fake PSP in-process on a loopback port.
-func (e *env) startPSP() error {
-	p, err := fakeserver.New(fakeserver.Options{Seed: e.opts.seed, HoldMax: 30 * time.Second, AuthorizationValidity: e.opts.authValidity})
+func (e *env) startPSP(seed uint64) (*fakeserver.Server, *http.Server, string, error) {
+	p, err := fakeserver.New(fakeserver.Options{Seed: seed, HoldMax: 30 * time.Second, AuthorizationValidity: e.opts.authValidity})
 	if err != nil {
-		return err
+		return nil, nil, "", err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return nil, nil, "", err
 	}
-	e.psp = p
-	e.pspSrv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	e.pspURL = "http://" + ln.Addr().String()
-	go func() { _ = e.pspSrv.Serve(ln) }()
-	return nil
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return p, srv, "http://" + ln.Addr().String(), nil
+}
+
+// pspAccounts is GATEWAY_PSP_ACCOUNTS_JSON with two PSPs: fake_a and
+// fake_b, each through its proxy; merchant i's route starts at fake_a
+// when i is even, at fake_b when it is odd, and fails over to the other.
+func (e *env) pspAccounts() string {
+	type entry struct {
+		Account string `json:"account"`
+	}
+	ab, ba := []entry{{"fake_a"}, {"fake_b"}}, []entry{{"fake_b"}, {"fake_a"}}
+	merchants := map[string][]entry{}
+	for i, m := range e.merchants {
+		merchants[m.ID] = ab
+		if i%2 == 1 {
+			merchants[m.ID] = ba
+		}
+	}
+	window := e.opts.creationWindow.String()
+	doc := map[string]any{
+		"accounts": map[string]any{
+			"fake_a": map[string]string{"adapter": "fakehttp", "url": "http://" + e.pspProxy.addr, "creation_window": window},
+			"fake_b": map[string]string{"adapter": "fakehttp", "url": "http://" + e.psp2Proxy.addr, "creation_window": window},
+		},
+		"routes":  map[string]any{"default": ab, "merchants": merchants},
+		"breaker": map[string]any{"window": "5s", "min_calls": 5, "failure_percent": 50, "cooldown": "2s"},
+	}
+	b, _ := json.Marshal(doc)
+	return string(b)
+}
+
+// firstAccount is the account merchant i's route starts at.
+func firstAccount(i int) string {
+	if i%2 == 1 {
+		return "fake_b"
+	}
+	return "fake_a"
 }
 
 // createMerchant runs `gateway merchants create`, as an operator would.
@@ -340,6 +388,9 @@ func (e *env) newReplica(i int) (*replica, error) {
 		"GATEWAY_LOG_FORMAT":             "json",
 		"GATEWAY_LOG_LEVEL":              "info",
 	}
+	if e.psp2 != nil {
+		vars["GATEWAY_PSP_ACCOUNTS_JSON"] = e.pspAccounts()
+	}
 	for k, v := range e.webhookEnv() {
 		vars[k] = v
 	}
@@ -395,11 +446,19 @@ func (e *env) teardown(keepLogs bool) {
 	if e.pspProxy != nil {
 		e.pspProxy.close()
 	}
-	if e.psp != nil {
-		e.psp.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = e.pspSrv.Shutdown(sctx)
-		cancel()
+	if e.psp2Proxy != nil {
+		e.psp2Proxy.close()
+	}
+	for _, p := range []struct {
+		s   *fakeserver.Server
+		srv *http.Server
+	}{{e.psp, e.pspSrv}, {e.psp2, e.psp2Srv}} {
+		if p.s != nil {
+			p.s.Close()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = p.srv.Shutdown(sctx)
+			cancel()
+		}
 	}
 	if e.db != nil {
 		e.db.Close()

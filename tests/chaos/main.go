@@ -85,12 +85,16 @@ type options struct {
 	pspTimeout     time.Duration
 	creationWindow time.Duration
 	reconcileEvery time.Duration
-	authValidity   time.Duration // how long the fake PSP's authorizations stay capturable
-	partitions     bool
-	freezes        bool
-	halfOpen       bool
-	verbose        bool
-	planOnly       bool
+	// psps is how many standalone fake PSPs the replicas route between
+	// (design §16): 2 gives every merchant a route of two accounts, and
+	// the plan takes the second down, browns it out and flaps it.
+	psps         int
+	authValidity time.Duration // how long the fake PSP's authorizations stay capturable
+	partitions   bool
+	freezes      bool
+	halfOpen     bool
+	verbose      bool
+	planOnly     bool
 	// cluster runs against a private Galera cluster of nodes nodes, with
 	// node faults unless nodeFaults is off; syncWait > 0 sets
 	// wsrep_sync_wait on the replicas' connections.
@@ -124,6 +128,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.lease, "lease", 3*time.Second, "GATEWAY_LEASE of the replicas")
 	fs.DurationVar(&o.pspTimeout, "psp-timeout", time.Second, "GATEWAY_PSP_TIMEOUT of the replicas")
 	fs.DurationVar(&o.creationWindow, "creation-window", 5*time.Second, "GATEWAY_PSP_CREATION_WINDOW of the replicas")
+	fs.IntVar(&o.psps, "psps", 2, "standalone fake PSPs (1 or 2): with 2, each merchant's route has two accounts and the plan takes the second down, browns it out and flaps it")
 	fs.DurationVar(&o.reconcileEvery, "reconcile-every", time.Second, "the replicas' reconciler runs @every this")
 	fs.BoolVar(&o.partitions, "partitions", true, "cut one replica off the database for longer than lease + creation window, once a minute")
 	fs.BoolVar(&o.freezes, "freezes", true, "pause one replica (SIGSTOP) for longer than lease + creation window, once a minute")
@@ -163,6 +168,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, usageError{errors.New("--nodes must be 1 to 9")}
 	case o.replicas < 1 || o.clients < 1 || o.merchants < 1:
 		return o, usageError{errors.New("--replicas, --clients and --merchants must be at least 1")}
+	case o.psps < 1 || o.psps > 2:
+		return o, usageError{errors.New("--psps must be 1 or 2")}
 	case o.refundClients < 0 || o.captureClients < 0:
 		return o, usageError{errors.New("--refund-clients and --capture-clients must not be negative")}
 	case o.authValidity < time.Second:
@@ -180,12 +187,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 
 // report is what a run prints (and writes with --json).
 type report struct {
-	Seed      uint64   `json:"seed"`
-	Duration  string   `json:"duration"`
-	Replicas  int      `json:"replicas"`
-	Clients   int      `json:"clients"`
-	Merchants int      `json:"merchants"`
-	Plan      []string `json:"plan"`
+	// Outage is invariant 28's figure (--psps 2).
+	Outage    *outageIntents `json:"outage,omitempty"`
+	Seed      uint64         `json:"seed"`
+	Duration  string         `json:"duration"`
+	Replicas  int            `json:"replicas"`
+	Clients   int            `json:"clients"`
+	Merchants int            `json:"merchants"`
+	Plan      []string       `json:"plan"`
 
 	Requests  int64            `json:"requests"`
 	Retries   int64            `json:"retries"`
@@ -391,6 +400,18 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		return nil, err
 	}
 	invs = append(invs, captureInvs...)
+	if e.psp2 != nil {
+		x.mu.Lock()
+		outages, aDowns := append([]window(nil), x.outages...), append([]window(nil), x.pspADowns...)
+		x.mu.Unlock()
+		outInv, fig, err := c.checkOutages(ctx, outages, aDowns)
+		if err != nil {
+			return nil, err
+		}
+		invs = append(invs, c.checkFailovers(), outInv)
+		rep.Outage = &fig
+		say("fake_b outages: %d intents routed to it, %d (%.2f %%) succeeded through fake_a", fig.Intents, fig.Succeeded, fig.Percent)
+	}
 	if opts.halfOpen {
 		rep.HalfOpen = x.halfOpenReport(e)
 		invs = append(invs, checkHalfOpen(rep.HalfOpen))
@@ -498,7 +519,8 @@ func (rep *report) fill(w *workload, x *injector, e *env, c *checker, st fakeser
 		"psp":        {},
 		"replicas": {"kills": x.kills.Load(), "graceful stops": x.terms.Load(), "kills skipped": x.killsSkipped.Load(), "restarts": x.restarts.Load(),
 			"freezes": x.freezes.Load(), "partitions": x.partitions.Load()},
-		"outages": {"db down": x.dbDowns.Load(), "db stalled": x.dbStalls.Load(), "psp down": x.pspDowns.Load()},
+		"outages": {"db down": x.dbDowns.Load(), "db stalled": x.dbStalls.Load(), "psp down": x.pspDowns.Load(),
+			"psp2 outage": x.psp2Outages.Load(), "psp2 brownout": x.psp2Brownouts.Load(), "psp2 flap": x.psp2Flaps.Load()},
 	}
 	for _, p := range e.dbProxies {
 		for k, v := range p.stats.snapshot() {

@@ -26,7 +26,7 @@ type event struct {
 func (ev event) String() string {
 	s := fmt.Sprintf("%6.1fs  %-11s", ev.At.Seconds(), ev.Kind)
 	switch ev.Kind {
-	case "db-profile", "psp-profile":
+	case "db-profile", "psp-profile", "psp2-profile":
 		s += " " + ev.Profile
 	case "kill", "restart":
 		s += fmt.Sprintf(" replica %d, started again after %s", ev.Target, ev.For.Round(time.Millisecond))
@@ -114,6 +114,20 @@ func makePlan(o options) []event {
 		evs = append(evs, event{At: t, Kind: "psp-down", For: f})
 		t += f + between(12*time.Second, 25*time.Second)
 	}
+	// The second PSP (fake_b): its own weather, and now and then a full
+	// outage (every connection refused, several seconds), a brownout (slow,
+	// timing out after it charged) or a flap (down and up, again and again).
+	if o.psps == 2 {
+		for t := time.Duration(0); t < d; t += between(3*time.Second, 7*time.Second) {
+			evs = append(evs, event{At: t, Kind: "psp2-profile", Profile: pick(map[string]float64{"calm": 0.4, "noisy": 0.4, "stormy": 0.2})})
+		}
+		kinds := []string{"psp2-outage", "psp2-brownout", "psp2-flap"}
+		for i, t := 0, between(4*time.Second, 7*time.Second); t < d-3*time.Second; i++ {
+			f := between(3*time.Second, 6*time.Second)
+			evs = append(evs, event{At: t, Kind: kinds[i%len(kinds)], For: f})
+			t += f + between(4*time.Second, 9*time.Second)
+		}
+	}
 	// SIGKILL a replica, restart it a moment later; now and then a graceful
 	// restart (SIGTERM: in-flight requests drain) instead.
 	for t := between(2*time.Second, 6*time.Second); t < d-time.Second; t += between(3*time.Second, 9*time.Second) {
@@ -195,6 +209,11 @@ type injector struct {
 
 	kills, terms, killsSkipped, restarts, freezes, partitions atomic.Int64
 	dbDowns, dbStalls, pspDowns                               atomic.Int64
+	psp2Outages, psp2Brownouts, psp2Flaps                     atomic.Int64
+
+	// outages are the second PSP's full outages, pspADowns the first's
+	// short ones, as they happened.
+	outages, pspADowns []window // under mu
 
 	// outer bounds what outlives the chaos phase: the watch of a half-open
 	// session, which ends when the server ends the session.
@@ -283,9 +302,56 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		end()
 	case "psp-down":
 		x.pspDowns.Add(1)
+		w := window{From: time.Now()}
 		end := e.pspProxy.down()
 		sleepCtx(ctx, ev.For)
 		end()
+		w.To = time.Now()
+		x.mu.Lock()
+		x.pspADowns = append(x.pspADowns, w)
+		x.mu.Unlock()
+	case "psp2-profile":
+		f := pspProfiles[ev.Profile]
+		if maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond); f.Latency.Max > maxMS {
+			f.Latency.Max = maxMS
+			f.Latency.Min = min(f.Latency.Min, maxMS)
+		}
+		if err := e.psp2.SetFaults(f); err != nil {
+			e.say("psp2 faults: %v", err)
+		}
+		e.psp2Proxy.setFaults(pspProxyProfiles[ev.Profile])
+	case "psp2-outage":
+		x.psp2Outages.Add(1)
+		w := window{From: time.Now()}
+		end := e.psp2Proxy.down()
+		sleepCtx(ctx, ev.For)
+		end()
+		w.To = time.Now()
+		x.mu.Lock()
+		x.outages = append(x.outages, w)
+		x.mu.Unlock()
+	case "psp2-brownout":
+		x.psp2Brownouts.Add(1)
+		maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond)
+		f := fakeserver.Faults{Latency: fakeserver.Latency{Min: min(400, maxMS), Max: min(2000, maxMS)}, TimeoutAfterCharge: 0.3, ErrorAfterCharge: 0.1}
+		if err := e.psp2.SetFaults(f); err != nil {
+			e.say("psp2 faults: %v", err)
+		}
+		sleepCtx(ctx, ev.For)
+		_ = e.psp2.SetFaults(pspProfiles["calm"])
+	case "psp2-flap":
+		x.psp2Flaps.Add(1)
+		for end := time.Now().Add(ev.For); time.Now().Before(end); {
+			up := e.psp2Proxy.down()
+			if !sleepCtx(ctx, 300*time.Millisecond) {
+				up()
+				break
+			}
+			up()
+			if !sleepCtx(ctx, 400*time.Millisecond) {
+				break
+			}
+		}
 	case "freeze":
 		t, ok := x.hold(ev.Target, ev.Kind)
 		if !ok {
@@ -385,6 +451,10 @@ func (x *injector) calm() {
 	}
 	x.e.pspProxy.calm()
 	_ = x.e.psp.SetFaults(fakeserver.Faults{})
+	if x.e.psp2 != nil {
+		x.e.psp2Proxy.calm()
+		_ = x.e.psp2.SetFaults(fakeserver.Faults{})
+	}
 	for _, r := range x.e.replicas {
 		r.thaw()
 	}
