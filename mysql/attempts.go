@@ -12,6 +12,7 @@ import (
 	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/payments"
+	"gateway/reconcile"
 )
 
 // Failover implements payments.FlowStore in one transaction: the key's
@@ -89,9 +90,9 @@ type attemptRow struct {
 // ClaimAttemptChecks implements reconcile.Store: up to limit earlier
 // attempts due for their check, each marked as looked at for lease (the
 // mark fences RecordAttemptCheck), with their payments.
-func (s *Store) ClaimAttemptChecks(ctx context.Context, lease time.Duration, limit int) (_ []payments.AttemptCheck, err error) {
+func (s *Store) ClaimAttemptChecks(ctx context.Context, lease time.Duration, limit int) (_ []reconcile.AttemptCheck, err error) {
 	defer errs.Wrap(&err, "Store.ClaimAttemptChecks")
-	var out []payments.AttemptCheck
+	var out []reconcile.AttemptCheck
 	err = TransactReadCommitted(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = out[:0]
 		var rows []attemptRow
@@ -118,7 +119,7 @@ FROM payment_attempts WHERE check_after <= NOW(6) ORDER BY check_after LIMIT ? F
 			if err != nil {
 				return err
 			}
-			out = append(out, payments.AttemptCheck{MerchantID: r.MerchantID, PaymentID: r.PaymentID, Checks: r.CheckAttempts,
+			out = append(out, reconcile.AttemptCheck{MerchantID: r.MerchantID, PaymentID: r.PaymentID, Checks: r.CheckAttempts,
 				Mark: mark, Payment: p, DBNow: now, Attempt: payments.Attempt{Number: r.Attempt, PSP: r.PSP,
 					MerchantOrderID: r.MerchantOrderID, Outcome: payments.AttemptOutcome(r.Outcome), PSPCode: r.PSPCode.String,
 					PSPReference: r.PSPReference.String, StartedAt: r.StartedAt, EndedAt: r.EndedAt}})
@@ -132,7 +133,7 @@ FROM payment_attempts WHERE check_after <= NOW(6) ORDER BY check_after LIMIT ? F
 // the attempt's row and on its payment's copy, fenced on the claim's mark;
 // next is its next check (zero: none, the attempt is settled).
 // idemkeys.ErrFenced when another check moved it.
-func (s *Store) RecordAttemptCheck(ctx context.Context, c payments.AttemptCheck, next time.Time) (err error) {
+func (s *Store) RecordAttemptCheck(ctx context.Context, c reconcile.AttemptCheck, next time.Time) (err error) {
 	defer errs.Wrap(&err, "Store.RecordAttemptCheck(%s #%d)", c.PaymentID, c.Attempt.Number)
 	return settleErr(Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		if err := exactlyOne(tx.ExecContext(ctx, `

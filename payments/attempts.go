@@ -83,7 +83,7 @@ func routeOf(p Payment) routing.Payment {
 func (s *Service) route(ctx context.Context, ref idemkeys.Ref, p Payment) (string, error) {
 	cands, err := s.psps.Candidates(routeOf(p), p.Manual())
 	if err != nil {
-		return "", cannotAccept(err)
+		return "", routing.CannotAccept(err)
 	}
 	if name, ok := s.psps.Choose(cands, nil); ok {
 		return name, nil
@@ -163,17 +163,4 @@ func attemptViews(p Payment) []AttemptView {
 		out = append(out, AttemptView{Attempt: t.Number, Account: t.PSP, OrderID: t.MerchantOrderID, Outcome: string(t.Outcome), PSPReference: nullable(t.PSPReference)})
 	}
 	return append(out, AttemptView{Attempt: p.AttemptNumber(), Account: p.PSP, OrderID: p.MerchantOrderID, Outcome: string(p.Status), PSPReference: nullable(p.PSPReference)})
-}
-
-// AttemptCheck is an earlier attempt the reconciler checks at its account
-// now (design §16), with its payment as it stands. Mark is the claim's
-// mark, the fence of the check's write.
-type AttemptCheck struct {
-	MerchantID, PaymentID string
-	Attempt               Attempt
-	Checks                int
-	Mark                  time.Time
-	Payment               Payment
-	// DBNow is the database's clock at the claim.
-	DBNow time.Time
 }

@@ -2,7 +2,6 @@ package payments
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -211,7 +210,7 @@ func (s *Service) Create(ctx context.Context, req CreateRequest) (Outcome, error
 	}
 	if _, err := s.psps.Candidates(routeOf(Payment{MerchantID: req.MerchantID, IdempotencyKey: req.IdempotencyKey,
 		Amount: req.Amount, PaymentMethod: req.PaymentMethod}), req.CaptureMethod == CaptureManual); err != nil {
-		return Outcome{}, cannotAccept(err)
+		return Outcome{}, routing.CannotAccept(err)
 	}
 	ref := idemkeys.Ref{MerchantID: req.MerchantID, Endpoint: EndpointCreatePayment, Key: req.IdempotencyKey}
 	return s.run(ctx, ref, req.Fingerprint(), req.BodyDigest, func(ctx context.Context, token idemkeys.Token) (subject, *idemkeys.Response, error) {
@@ -257,24 +256,6 @@ func (s *Service) claimUnconfirmed(ctx context.Context, ref idemkeys.Ref, req Cr
 	resp := Render(shown)
 	c.Answer = &resp
 	return paymentSubject{p: c.Payment}, &resp, s.store.Claim(ctx, c)
-}
-
-// cannotAccept is the answer, before anything is stored or sent, for a
-// payment no account on its route can take (routing.Accounts.Candidates):
-// a currency or an amount its PSP refuses, or manual capture it cannot do.
-func cannotAccept(err error) error {
-	if errors.Is(err, routing.ErrManualCapture) {
-		return &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot capture later", Err: err,
-			Fields: []errs.FieldError{{Field: "capture_method", Reason: err.Error() + ": leave it out or use automatic"}}}
-	}
-	e := &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
-	var ce *psp.CheckError
-	if errors.As(err, &ce) {
-		e.Fields = []errs.FieldError{{Field: ce.Field, Reason: ce.Reason}}
-	} else {
-		e.Fields = []errs.FieldError{{Field: "amount", Reason: err.Error()}}
-	}
-	return e
 }
 
 // newPayment is the payment req creates at the PSP named psp.

@@ -23,6 +23,19 @@ import (
 // either way the payment goes to requires_review with the evidence, and
 // ExtraCharge counts it for the alert.
 
+// AttemptCheck is an earlier attempt the reconciler checks at its account
+// now (design §16), with its payment as it stands. Mark is the claim's
+// mark, the fence of the check's write.
+type AttemptCheck struct {
+	MerchantID, PaymentID string
+	Attempt               payments.Attempt
+	Checks                int
+	Mark                  time.Time
+	Payment               payments.Payment
+	// DBNow is the database's clock at the claim.
+	DBNow time.Time
+}
+
 // AttemptChecks counts what a pass's checks of earlier attempts found.
 type AttemptChecks struct {
 	Absent   int `json:"absent"`
@@ -60,7 +73,7 @@ func (r *Reconciler) checkAttempts(ctx context.Context) (AttemptChecks, error) {
 }
 
 // checkAttempt looks one attempt up at its account and records what it found.
-func (r *Reconciler) checkAttempt(ctx context.Context, c payments.AttemptCheck, sum *AttemptChecks) error {
+func (r *Reconciler) checkAttempt(ctx context.Context, c AttemptCheck, sum *AttemptChecks) error {
 	later := func(at time.Time) error {
 		sum.Later++
 		return r.store.RecordAttemptCheck(ctx, c, at)
@@ -149,7 +162,7 @@ func chargedElsewhere(p payments.Payment) bool {
 
 // giveBack refunds the extra charge ch at its account, or voids it when
 // only authorized; returned says the money is back (or released).
-func (r *Reconciler) giveBack(ctx context.Context, adapter psp.Adapter, c payments.AttemptCheck, ch psp.Charge) (returned bool, detail string, err error) {
+func (r *Reconciler) giveBack(ctx context.Context, adapter psp.Adapter, c AttemptCheck, ch psp.Charge) (returned bool, detail string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
 	defer cancel()
 	order := ExtraReturnOrderID(c.Attempt.MerchantOrderID)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"gateway/errs"
 	"gateway/psp"
 )
 
@@ -146,4 +147,22 @@ func (a *Accounts) Observe(account string, err error, took time.Duration) {
 		failed = !ok || class != psp.Rejected
 	}
 	a.health.Record(account, failed, took)
+}
+
+// CannotAccept is the answer, before anything is stored or sent, for a
+// payment no account on its route can take (Candidates' error): a
+// currency or an amount its PSP refuses, or manual capture it cannot do.
+func CannotAccept(err error) error {
+	if errors.Is(err, ErrManualCapture) {
+		return &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot capture later", Err: err,
+			Fields: []errs.FieldError{{Field: "capture_method", Reason: err.Error() + ": leave it out or use automatic"}}}
+	}
+	e := &errs.Error{Code: errs.CodePSPCannotAccept, Message: "the payment provider cannot accept this payment", Err: err}
+	var ce *psp.CheckError
+	if errors.As(err, &ce) {
+		e.Fields = []errs.FieldError{{Field: ce.Field, Reason: ce.Reason}}
+	} else {
+		e.Fields = []errs.FieldError{{Field: "amount", Reason: err.Error()}}
+	}
+	return e
 }
