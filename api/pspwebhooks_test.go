@@ -510,3 +510,41 @@ func TestANotificationDuringTheChargeMakesTheActionLookDueAtOnce(t *testing.T) {
 		t.Fatal("the payment waiting for its customer is not due for a look at once")
 	}
 }
+
+// With several PSP accounts, each account's notifications come to its own
+// route and are matched only to payments sent to that account: a report
+// about the same order id from another account settles nothing.
+func TestAccountNotificationsAreMatchedToTheirAccountOnly(t *testing.T) {
+	reader := &stubReader{}
+	mine := payments.PSPName(fake.New().Capabilities())
+	e := newEnv(t, func(s *envSetup) {
+		s.notices = func(st *mysql.Store) api.NoticeReceiver {
+			return notices.New(st, map[string]notices.Source{
+				api.AccountNoticeSource("fake_other"): {PSP: "fake_other", Reader: reader},
+				api.AccountNoticeSource(mine):         {PSP: mine, Reader: reader},
+			}, notices.Config{})
+		}
+	})
+	v := e.createLater("k", laterBody)
+	wantStatus(t, e.confirm(v.ID, "c", `{"payment_method": "pm_card_3ds"}`), http.StatusAccepted)
+	c, err := e.psp.Lookup(t.Context(), v.MerchantOrderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err = e.psp.ThreeDS(c.Reference, true)
+	if err != nil || c.Status != psp.Succeeded {
+		t.Fatalf("3-D Secure: %+v %v", c, err)
+	}
+	reader.say(psp.Notice{ID: "evt_1", Type: "charge.succeeded", Charges: []psp.Charge{c}})
+
+	wantReceived(t, e.notify("/psp/accounts/fake_other/webhook", nil, []byte(`{}`)))
+	if got := decodeView(t, e.get("/payments/"+v.ID).body); got.Status != payments.RequiresAction {
+		t.Fatalf("another account's notification settled the payment: %s", got.Status)
+	}
+	wantReceived(t, e.notify("/psp/accounts/"+mine+"/webhook", nil, []byte(`{}`)))
+	if got := decodeView(t, e.get("/payments/"+v.ID).body); got.Status != payments.Succeeded {
+		t.Fatalf("its own account's notification left it %s", got.Status)
+	}
+	// An account that is not configured has no route.
+	wantProblem(t, e.notify("/psp/accounts/nobody/webhook", nil, []byte(`{}`)), http.StatusNotFound, "not-found")
+}

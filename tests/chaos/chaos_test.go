@@ -74,6 +74,26 @@ func TestPlanIsSeeded(t *testing.T) {
 			t.Errorf("a 3-minute plan has no %s: %v", k, kinds)
 		}
 	}
+	// A second PSP adds its outages, brownouts and flaps without changing the others' draws.
+	o.psps = 2
+	var others []event
+	psp2 := map[string]int{}
+	for _, ev := range makePlan(o) {
+		if strings.HasPrefix(ev.Kind, "psp2-") {
+			psp2[ev.Kind]++
+		} else {
+			others = append(others, ev)
+		}
+	}
+	if !slices.Equal(others, a) {
+		t.Errorf("--psps 2 changed the plan's other faults")
+	}
+	for _, k := range []string{"psp2-outage", "psp2-brownout", "psp2-flap", "psp2-profile"} {
+		if psp2[k] == 0 {
+			t.Errorf("a 3-minute plan with two PSPs has no %s: %v", k, psp2)
+		}
+	}
+	o.psps = 0
 	if kinds["node-kill"]+kinds["node-isolate"] > 0 {
 		t.Errorf("a plan without --cluster has node faults: %v", kinds)
 	}

@@ -114,20 +114,6 @@ func makePlan(o options) []event {
 		evs = append(evs, event{At: t, Kind: "psp-down", For: f})
 		t += f + between(12*time.Second, 25*time.Second)
 	}
-	// The second PSP (fake_b): its own weather, and now and then a full
-	// outage (every connection refused, several seconds), a brownout (slow,
-	// timing out after it charged) or a flap (down and up, again and again).
-	if o.psps == 2 {
-		for t := time.Duration(0); t < d; t += between(3*time.Second, 7*time.Second) {
-			evs = append(evs, event{At: t, Kind: "psp2-profile", Profile: pick(map[string]float64{"calm": 0.4, "noisy": 0.4, "stormy": 0.2})})
-		}
-		kinds := []string{"psp2-outage", "psp2-brownout", "psp2-flap"}
-		for i, t := 0, between(4*time.Second, 7*time.Second); t < d-3*time.Second; i++ {
-			f := between(3*time.Second, 6*time.Second)
-			evs = append(evs, event{At: t, Kind: kinds[i%len(kinds)], For: f})
-			t += f + between(4*time.Second, 9*time.Second)
-		}
-	}
 	// SIGKILL a replica, restart it a moment later; now and then a graceful
 	// restart (SIGTERM: in-flight requests drain) instead.
 	for t := between(2*time.Second, 6*time.Second); t < d-time.Second; t += between(3*time.Second, 9*time.Second) {
@@ -191,6 +177,24 @@ func makePlan(o options) []event {
 		h := rand.New(rand.NewPCG(o.seed, o.seed^0x13198a2e03707344))
 		for t := 2*time.Second + time.Duration(h.Int64N(int64(2*time.Second))); t < d-15*time.Second; t += 15*time.Second + time.Duration(h.Int64N(int64(15*time.Second))) {
 			evs = append(evs, event{At: t, Kind: "db-half-open", Target: h.IntN(o.replicas)})
+		}
+	}
+	// The second PSP (fake_b): its own weather, and now and then a full
+	// outage (every connection refused, several seconds), a brownout (slow,
+	// timing out after it charged) or a flap (down and up, again and again).
+	// Drawn from a stream of their own, so that --psps leaves the others' draws alone.
+	if o.psps == 2 {
+		r2 := rand.New(rand.NewPCG(o.seed^0x9e3779b97f4a7c15, o.seed))
+		between2 := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(r2.Int64N(int64(hi-lo)+1)) }
+		weather := []string{"calm", "calm", "noisy", "noisy", "stormy"}
+		for t := time.Duration(0); t < d; t += between2(3*time.Second, 7*time.Second) {
+			evs = append(evs, event{At: t, Kind: "psp2-profile", Profile: weather[r2.IntN(len(weather))]})
+		}
+		kinds := []string{"psp2-outage", "psp2-brownout", "psp2-flap"}
+		for i, t := 0, between2(4*time.Second, 7*time.Second); t < d-3*time.Second; i++ {
+			f := between2(3*time.Second, 6*time.Second)
+			evs = append(evs, event{At: t, Kind: kinds[i%len(kinds)], For: f})
+			t += f + between2(4*time.Second, 9*time.Second)
 		}
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At < evs[j].At })
