@@ -78,8 +78,9 @@ func routeOf(p Payment) routing.Payment {
 
 // route is the account a new payment goes to: the first candidate of its
 // route whose breaker lets it through. A 422 when no account on the route
-// can take it; a 503 when every one that can is unhealthy, unless the key
-// is claimed already (a retry answers from what it holds).
+// can take it; a 503 service-unavailable (nothing stored: the key stays
+// free) when every one that can is unhealthy, unless the key is claimed
+// already (a retry answers from what it holds).
 func (s *Service) route(ctx context.Context, ref idemkeys.Ref, p Payment) (string, error) {
 	cands, err := s.psps.Candidates(routeOf(p), p.Manual())
 	if err != nil {
@@ -91,7 +92,7 @@ func (s *Service) route(ctx context.Context, ref idemkeys.Ref, p Payment) (strin
 	if _, err := s.store.Record(ctx, ref); err == nil {
 		return "", idemkeys.ErrExists
 	}
-	return "", &errs.Error{Code: errs.CodePSPUnavailable, RetryAfter: 5 * time.Second,
+	return "", &errs.Error{Code: errs.CodeUnavailable, RetryAfter: 5 * time.Second,
 		Message: "no payment provider on this merchant's route is available right now; retry with the same Idempotency-Key"}
 }
 

@@ -321,8 +321,10 @@ func TestEveryAccountUnhealthyIsA503AndStoresNothing(t *testing.T) {
 			t.Fatalf("create %d: %v", i, err)
 		}
 	}
+	// Not psp-unavailable, which says the key was claimed and sent: the
+	// key stays free, as for a replica out of service.
 	_, err := r.create("refused", "KRW", 1_000)
-	if e := (*errs.Error)(nil); errs.CodeOf(err) != errs.CodePSPUnavailable || !errors.As(err, &e) || e.RetryAfter == 0 {
+	if e := (*errs.Error)(nil); errs.CodeOf(err) != errs.CodeUnavailable || !errors.As(err, &e) || e.RetryAfter == 0 {
 		t.Fatalf("all unhealthy: %v", err)
 	}
 	if n := r.count(`SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'refused'`); n != 0 {
