@@ -12,7 +12,7 @@ import (
 	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/payments"
-	"gateway/reconcile"
+	"gateway/routing"
 )
 
 // Failover implements payments.FlowStore in one transaction: the key's
@@ -90,9 +90,9 @@ type attemptRow struct {
 // ClaimAttemptChecks implements reconcile.Store: up to limit earlier
 // attempts due for their check, each marked as looked at for lease (the
 // mark fences RecordAttemptCheck), with their payments.
-func (s *Store) ClaimAttemptChecks(ctx context.Context, lease time.Duration, limit int) (_ []reconcile.AttemptCheck, err error) {
+func (s *Store) ClaimAttemptChecks(ctx context.Context, lease time.Duration, limit int) (_ []payments.AttemptCheck, err error) {
 	defer errs.Wrap(&err, "Store.ClaimAttemptChecks")
-	var out []reconcile.AttemptCheck
+	var out []payments.AttemptCheck
 	err = TransactReadCommitted(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = out[:0]
 		var rows []attemptRow
@@ -119,9 +119,9 @@ FROM payment_attempts WHERE check_after <= NOW(6) ORDER BY check_after LIMIT ? F
 			if err != nil {
 				return err
 			}
-			out = append(out, reconcile.AttemptCheck{MerchantID: r.MerchantID, PaymentID: r.PaymentID, Checks: r.CheckAttempts,
-				Mark: mark, Payment: p, DBNow: now, Attempt: payments.Attempt{Number: r.Attempt, PSP: r.PSP,
-					MerchantOrderID: r.MerchantOrderID, Outcome: payments.AttemptOutcome(r.Outcome), PSPCode: r.PSPCode.String,
+			out = append(out, payments.AttemptCheck{MerchantID: r.MerchantID, PaymentID: r.PaymentID, Checks: r.CheckAttempts,
+				Mark: mark, Payment: p, DBNow: now, Attempt: routing.Attempt{Number: r.Attempt, PSP: r.PSP,
+					MerchantOrderID: r.MerchantOrderID, Outcome: routing.AttemptOutcome(r.Outcome), PSPCode: r.PSPCode.String,
 					PSPReference: r.PSPReference.String, StartedAt: r.StartedAt, EndedAt: r.EndedAt}})
 		}
 		return nil
@@ -133,7 +133,7 @@ FROM payment_attempts WHERE check_after <= NOW(6) ORDER BY check_after LIMIT ? F
 // the attempt's row and on its payment's copy, fenced on the claim's mark;
 // next is its next check (zero: none, the attempt is settled).
 // idemkeys.ErrFenced when another check moved it.
-func (s *Store) RecordAttemptCheck(ctx context.Context, c reconcile.AttemptCheck, next time.Time) (err error) {
+func (s *Store) RecordAttemptCheck(ctx context.Context, c payments.AttemptCheck, next time.Time) (err error) {
 	defer errs.Wrap(&err, "Store.RecordAttemptCheck(%s #%d)", c.PaymentID, c.Attempt.Number)
 	return settleErr(Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		if err := exactlyOne(tx.ExecContext(ctx, `
@@ -147,7 +147,7 @@ WHERE merchant_id = ? AND payment_id = ? AND attempt = ? AND check_after = ?`,
 		if err := tx.GetContext(ctx, &copyJSON, `SELECT attempts FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`, c.MerchantID, c.PaymentID); err != nil {
 			return err
 		}
-		var history []payments.Attempt
+		var history []routing.Attempt
 		if copyJSON.Valid && copyJSON.String != "" {
 			if err := json.Unmarshal([]byte(copyJSON.String), &history); err != nil {
 				return err

@@ -22,6 +22,7 @@ import (
 	"gateway/mysql/mysqltest"
 	"gateway/payments"
 	"gateway/review"
+	"gateway/routing"
 )
 
 // The gateway is meant to move to Vitess, sharded by merchant, without a
@@ -460,8 +461,8 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	sc.must(err, "LoadKey")
 	// Its first attempt certainly did nothing: the next one, at another account.
 	next := p1
-	next.Attempts = []payments.Attempt{{Number: 1, PSP: p1.PSP, MerchantOrderID: p1.MerchantOrderID,
-		Outcome: payments.AttemptNotProcessed, StartedAt: p1.CreatedAt}}
+	next.Attempts = []routing.Attempt{{Number: 1, PSP: p1.PSP, MerchantOrderID: p1.MerchantOrderID,
+		Outcome: routing.AttemptNotProcessed, StartedAt: p1.CreatedAt}}
 	next.Attempt, next.PSP, next.MerchantOrderID = 2, "fake_b", newID("ord")
 	_, err = s.Failover(ctx, ref1, tok1, next, time.Minute)
 	sc.must(err, "Failover")
@@ -474,7 +475,7 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	if err != nil || len(attemptChecks) != 1 {
 		t.Fatalf("ClaimAttemptChecks: %d, %v", len(attemptChecks), err)
 	}
-	attemptChecks[0].Attempt.Outcome = payments.AttemptAbsent
+	attemptChecks[0].Attempt.Outcome = routing.AttemptAbsent
 	sc.must(s.RecordAttemptCheck(ctx, attemptChecks[0], time.Time{}), "RecordAttemptCheck")
 	_, err = s.Payment(ctx, m1.ID, p1.ID)
 	sc.must(err, "Payment")

@@ -14,40 +14,6 @@ import (
 	"gateway/routing"
 )
 
-// Attempt is an earlier attempt of a payment (design §16): sent to its
-// account under its own order id, it ended certainly not processed, and
-// the reconciler checks it at its account once its creation window passed.
-type Attempt struct {
-	Number          int            `json:"attempt"`
-	PSP             string         `json:"account"`
-	MerchantOrderID string         `json:"order_id"`
-	Outcome         AttemptOutcome `json:"outcome"`
-	PSPCode         string         `json:"psp_code,omitempty"`
-	PSPReference    string         `json:"psp_reference,omitempty"`
-	StartedAt       time.Time      `json:"started_at"`
-	EndedAt         time.Time      `json:"ended_at"`
-}
-
-// AttemptOutcome is what an earlier attempt came to.
-type AttemptOutcome string
-
-const (
-	// AttemptNotProcessed: it ended certainly not processed; not checked yet.
-	AttemptNotProcessed AttemptOutcome = "not_processed"
-	// AttemptAbsent: its account holds nothing under its order id, past
-	// its creation window.
-	AttemptAbsent AttemptOutcome = "absent"
-	// AttemptExtraCharge: its account charged it anyway while another
-	// attempt charged too: it is being given back.
-	AttemptExtraCharge AttemptOutcome = "extra_charge"
-	// AttemptExtraReturned: that extra charge was refunded (or its
-	// authorization voided) at its account.
-	AttemptExtraReturned AttemptOutcome = "extra_returned"
-	// AttemptCharged: its account charged it anyway and no other attempt
-	// did: the payment's money is there, and a person decides.
-	AttemptCharged AttemptOutcome = "charged"
-)
-
 // AttemptNumber is the number of p's current attempt.
 func (p Payment) AttemptNumber() int { return max(p.Attempt, 1) }
 
@@ -118,8 +84,8 @@ func (s *Service) failover(a attempt, h holding, sub subject, cause error) (out 
 		return Outcome{}, nil, false
 	}
 	next := p
-	next.Attempts = append(slices.Clip(p.Attempts), Attempt{Number: p.AttemptNumber(), PSP: p.PSP,
-		MerchantOrderID: p.MerchantOrderID, Outcome: AttemptNotProcessed, PSPCode: rejectionCode(cause), StartedAt: p.AttemptStart()})
+	next.Attempts = append(slices.Clip(p.Attempts), routing.Attempt{Number: p.AttemptNumber(), PSP: p.PSP,
+		MerchantOrderID: p.MerchantOrderID, Outcome: routing.AttemptNotProcessed, PSPCode: rejectionCode(cause), StartedAt: p.AttemptStart()})
 	next.Attempt = p.AttemptNumber() + 1
 	next.PSP, next.MerchantOrderID = to, AttemptOrderID(p.MerchantID, p.IdempotencyKey, next.Attempt)
 	armed := s.cfg.Now()
@@ -164,4 +130,17 @@ func attemptViews(p Payment) []AttemptView {
 		out = append(out, AttemptView{Attempt: t.Number, Account: t.PSP, OrderID: t.MerchantOrderID, Outcome: string(t.Outcome), PSPReference: nullable(t.PSPReference)})
 	}
 	return append(out, AttemptView{Attempt: p.AttemptNumber(), Account: p.PSP, OrderID: p.MerchantOrderID, Outcome: string(p.Status), PSPReference: nullable(p.PSPReference)})
+}
+
+// AttemptCheck is an earlier attempt the reconciler checks at its account
+// now (design §16), with its payment as it stands. Mark is the claim's
+// mark, the fence of the check's write.
+type AttemptCheck struct {
+	MerchantID, PaymentID string
+	Attempt               routing.Attempt
+	Checks                int
+	Mark                  time.Time
+	Payment               Payment
+	// DBNow is the database's clock at the claim.
+	DBNow time.Time
 }

@@ -15,6 +15,7 @@ import (
 
 	"gateway/idemkeys"
 	"gateway/psp"
+	"gateway/routing"
 )
 
 // Status is where a payment is in its life.
@@ -171,7 +172,7 @@ type Payment struct {
 	// MerchantOrderID are the current attempt's.
 	Attempt   int
 	AttemptAt time.Time
-	Attempts  []Attempt
+	Attempts  []routing.Attempt
 	CreatedAt time.Time
 	UpdatedAt time.Time
 	// ClientSecret lets the customer's browser read and confirm this one

@@ -11,6 +11,7 @@ import (
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
+	"gateway/routing"
 )
 
 // Earlier attempts (design §16): each ended "not processed" and its
@@ -22,19 +23,6 @@ import (
 // an order id derived from the attempt's, so a repeat moves nothing more);
 // either way the payment goes to requires_review with the evidence, and
 // ExtraCharge counts it for the alert.
-
-// AttemptCheck is an earlier attempt the reconciler checks at its account
-// now (design §16), with its payment as it stands. Mark is the claim's
-// mark, the fence of the check's write.
-type AttemptCheck struct {
-	MerchantID, PaymentID string
-	Attempt               payments.Attempt
-	Checks                int
-	Mark                  time.Time
-	Payment               payments.Payment
-	// DBNow is the database's clock at the claim.
-	DBNow time.Time
-}
 
 // AttemptChecks counts what a pass's checks of earlier attempts found.
 type AttemptChecks struct {
@@ -73,7 +61,7 @@ func (r *Reconciler) checkAttempts(ctx context.Context) (AttemptChecks, error) {
 }
 
 // checkAttempt looks one attempt up at its account and records what it found.
-func (r *Reconciler) checkAttempt(ctx context.Context, c AttemptCheck, sum *AttemptChecks) error {
+func (r *Reconciler) checkAttempt(ctx context.Context, c payments.AttemptCheck, sum *AttemptChecks) error {
 	later := func(at time.Time) error {
 		sum.Later++
 		return r.store.RecordAttemptCheck(ctx, c, at)
@@ -95,14 +83,14 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c AttemptCheck, sum *Atte
 	cancel()
 	switch {
 	case errors.Is(err, psp.ErrNotFound) && caps.AuthoritativeLookup:
-		c.Attempt.Outcome = payments.AttemptAbsent
+		c.Attempt.Outcome = routing.AttemptAbsent
 		sum.Absent++
 		return r.store.RecordAttemptCheck(ctx, c, time.Time{})
 	case err != nil:
 		return again()
 	case ch.Status == psp.Declined || ch.Status == psp.Voided:
 		// Held, but no money moved.
-		c.Attempt.Outcome, c.Attempt.PSPReference = payments.AttemptAbsent, ch.Reference
+		c.Attempt.Outcome, c.Attempt.PSPReference = routing.AttemptAbsent, ch.Reference
 		sum.Absent++
 		return r.store.RecordAttemptCheck(ctx, c, time.Time{})
 	case ch.Status == psp.Pending || c.Payment.Status == payments.Processing || c.Payment.Operation != nil:
@@ -112,7 +100,7 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c AttemptCheck, sum *Atte
 	}
 	c.Attempt.PSPReference = ch.Reference
 	if !chargedElsewhere(c.Payment) {
-		c.Attempt.Outcome = payments.AttemptCharged
+		c.Attempt.Outcome = routing.AttemptCharged
 		why := fmt.Sprintf("attempt %d at %s answered not processed, yet %s holds charge %s (%s, %d %s) under order id %s; no other attempt charged",
 			c.Attempt.Number, c.Attempt.PSP, c.Attempt.PSP, ch.Reference, ch.Status, ch.Amount, ch.Currency, c.Attempt.MerchantOrderID)
 		if err := r.toReview(ctx, c.Payment, ch.Reference, why); err != nil {
@@ -125,7 +113,7 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c AttemptCheck, sum *Atte
 	}
 	// Another attempt charged: this charge is extra. Give it back.
 	returned, detail, err := r.giveBack(ctx, adapter, c, ch)
-	if c.Attempt.Outcome != payments.AttemptExtraCharge && c.Attempt.Outcome != payments.AttemptExtraReturned {
+	if c.Attempt.Outcome != routing.AttemptExtraCharge && c.Attempt.Outcome != routing.AttemptExtraReturned {
 		why := fmt.Sprintf("attempt %d at %s answered not processed, yet %s charged it (%s, %d %s, order id %s) while attempt %d charged at %s: the extra charge is given back there (%s)",
 			c.Attempt.Number, c.Attempt.PSP, c.Attempt.PSP, ch.Reference, ch.Amount, ch.Currency, c.Attempt.MerchantOrderID,
 			c.Payment.AttemptNumber(), c.Payment.PSP, detail)
@@ -137,13 +125,13 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c AttemptCheck, sum *Atte
 			"payment_id", c.PaymentID, "attempt", c.Attempt.Number, "account", c.Attempt.PSP, "returned", returned)
 	}
 	if !returned {
-		c.Attempt.Outcome = payments.AttemptExtraCharge
+		c.Attempt.Outcome = routing.AttemptExtraCharge
 		if err != nil {
 			r.log.WarnContext(ctx, "giving back an extra charge", "payment_id", c.PaymentID, "attempt", c.Attempt.Number, "err", err)
 		}
 		return again()
 	}
-	c.Attempt.Outcome = payments.AttemptExtraReturned
+	c.Attempt.Outcome = routing.AttemptExtraReturned
 	sum.Returned++
 	return r.store.RecordAttemptCheck(ctx, c, time.Time{})
 }
@@ -162,7 +150,7 @@ func chargedElsewhere(p payments.Payment) bool {
 
 // giveBack refunds the extra charge ch at its account, or voids it when
 // only authorized; returned says the money is back (or released).
-func (r *Reconciler) giveBack(ctx context.Context, adapter psp.Adapter, c AttemptCheck, ch psp.Charge) (returned bool, detail string, err error) {
+func (r *Reconciler) giveBack(ctx context.Context, adapter psp.Adapter, c payments.AttemptCheck, ch psp.Charge) (returned bool, detail string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PSPTimeout)
 	defer cancel()
 	order := ExtraReturnOrderID(c.Attempt.MerchantOrderID)

@@ -196,7 +196,7 @@ func TestFailoverAfterARefusedConnectionAndAnExplicitNotProcessed(t *testing.T) 
 	orders := map[string]bool{p.MerchantOrderID: true}
 	for i, want := range []string{"fake_down", "fake_a"} {
 		a := p.Attempts[i]
-		if a.PSP != want || a.Number != i+1 || a.Outcome != payments.AttemptNotProcessed || a.MerchantOrderID != payments.AttemptOrderID(r.merch.ID, "failover", i+1) {
+		if a.PSP != want || a.Number != i+1 || a.Outcome != routing.AttemptNotProcessed || a.MerchantOrderID != payments.AttemptOrderID(r.merch.ID, "failover", i+1) {
 			t.Fatalf("attempt %d: %+v", i+1, a)
 		}
 		orders[a.MerchantOrderID] = true
@@ -246,7 +246,7 @@ func TestFailoverAfterARefusedConnectionAndAnExplicitNotProcessed(t *testing.T) 
 	if n := r.count(`SELECT COUNT(*) FROM payment_attempts WHERE payment_id = ? AND psp = 'fake_down' AND outcome = 'not_processed' AND check_after IS NOT NULL`, p.ID); n != 1 {
 		t.Fatalf("%d unproven attempts at fake_down still due", n)
 	}
-	if got := r.reread(p); got.Attempts[1].Outcome != payments.AttemptAbsent || got.Attempts[0].Outcome != payments.AttemptNotProcessed {
+	if got := r.reread(p); got.Attempts[1].Outcome != routing.AttemptAbsent || got.Attempts[0].Outcome != routing.AttemptNotProcessed {
 		t.Fatalf("the payment's attempts %+v", got.Attempts)
 	}
 	if sum := runOnce(t, r.reconcilerOf()); sum.Attempts != (reconcile.AttemptChecks{}) {
@@ -369,7 +369,7 @@ func TestAPlantedDoubleChargeIsRefundedAtOnePSPAndFlagged(t *testing.T) {
 		t.Fatalf("%d refunds at fake_b", n)
 	}
 	got := r.reread(p)
-	if got.Status != payments.RequiresReview || got.Attempts[0].Outcome != payments.AttemptExtraReturned {
+	if got.Status != payments.RequiresReview || got.Attempts[0].Outcome != routing.AttemptExtraReturned {
 		t.Fatalf("payment %s (%s), attempt %+v", got.Status, got.ReviewReason, got.Attempts[0])
 	}
 	if n := r.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND to_status = 'requires_review'`, p.ID); n != 1 {

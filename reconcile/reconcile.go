@@ -89,10 +89,10 @@ type Store interface {
 
 	// ClaimAttemptChecks marks up to limit earlier attempts due for their
 	// check as looked at for lease and returns them with their payments.
-	ClaimAttemptChecks(ctx context.Context, lease time.Duration, limit int) ([]AttemptCheck, error)
+	ClaimAttemptChecks(ctx context.Context, lease time.Duration, limit int) ([]payments.AttemptCheck, error)
 	// RecordAttemptCheck records c.Attempt's outcome and PSP reference,
 	// fenced on c.Mark, with its next check at next (zero: none).
-	RecordAttemptCheck(ctx context.Context, c AttemptCheck, next time.Time) error
+	RecordAttemptCheck(ctx context.Context, c payments.AttemptCheck, next time.Time) error
 }
 
 // Canceler carries out a cancellation by key (payments.Service does):

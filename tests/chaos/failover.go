@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"gateway/payments"
+	"gateway/routing"
 )
 
 // Two PSPs (--psps 2, design §16): invariant 27, a failover never charges
@@ -32,7 +33,7 @@ func (c *checker) checkFailovers() *invariant {
 		charges := len(c.charges[p.MerchantOrderID])
 		for _, a := range earlier {
 			inv.Checked++
-			if a.Outcome != string(payments.AttemptNotProcessed) && a.Outcome != string(payments.AttemptAbsent) {
+			if a.Outcome != string(routing.AttemptNotProcessed) && a.Outcome != string(routing.AttemptAbsent) {
 				inv.fail("attempt %d of payment %s at %s ended %s", a.Attempt, p.ID, a.PSP, a.Outcome)
 			}
 			if a.MerchantOrderID != payments.AttemptOrderID(p.MerchantID, p.IdemKey, a.Attempt) {
