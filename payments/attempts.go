@@ -63,8 +63,8 @@ func (s *Service) route(ctx context.Context, ref idemkeys.Ref, p Payment) (strin
 }
 
 // failover starts the next attempt of a payment whose send certainly did
-// nothing, at the next healthy account of its route, and sends it (design
-// §16). ok is false when there is none to start: not a payment's charge, a
+// nothing, at the next account of its route (a healthy one first), and
+// sends it (design §16). ok is false when there is none to start: not a payment's charge, a
 // confirm's (its front end holds the first account's client), no account
 // left, or another send of the order id may still land (then the caller
 // gives the key back as it would have).
@@ -79,7 +79,7 @@ func (s *Service) failover(a attempt, h holding, sub subject, cause error) (out 
 	for _, t := range p.Attempts {
 		tried = append(tried, t.PSP)
 	}
-	to, found := s.psps.Choose(cands, tried)
+	to, found := s.psps.Next(cands, tried)
 	if cerr != nil || !found {
 		return Outcome{}, nil, false
 	}

@@ -137,6 +137,23 @@ func (a *Accounts) Choose(candidates, tried []string) (string, bool) {
 	return "", false
 }
 
+// Next is where a payment's next attempt goes after its attempt certainly
+// did nothing: the first of candidates not in tried whose breaker lets it
+// through, else the first not in tried at all. A breaker steers new
+// payments; for a payment that would otherwise wait, an account that may
+// be unhealthy is better than none, and its answer feeds its breaker.
+func (a *Accounts) Next(candidates, tried []string) (string, bool) {
+	if c, ok := a.Choose(candidates, tried); ok {
+		return c, true
+	}
+	for _, c := range candidates {
+		if !slices.Contains(tried, c) {
+			return c, true
+		}
+	}
+	return "", false
+}
+
 // Observe feeds account's breaker the outcome of a charge sent to it:
 // err's class (not processed and unknown are failures; a result, a
 // rejection or an order conflict is not) and how long it took.

@@ -216,8 +216,11 @@ type injector struct {
 	psp2Outages, psp2Brownouts, psp2Flaps                     atomic.Int64
 
 	// outages are the second PSP's full outages, pspADowns the first's
-	// short ones, as they happened.
+	// short ones, as they happened; aHeld holds the first's weather off
+	// during the second's outage, aProfile is the weather to go back to.
 	outages, pspADowns []window // under mu
+	aHeld              bool
+	aProfile           string
 
 	// outer bounds what outlives the chaos phase: the watch of a half-open
 	// session, which ends when the server ends the session.
@@ -266,15 +269,13 @@ func (x *injector) apply(ctx context.Context, ev event) {
 			p.setFaults(dbProfiles[ev.Profile])
 		}
 	case "psp-profile":
-		f := pspProfiles[ev.Profile]
-		if maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond); f.Latency.Max > maxMS {
-			f.Latency.Max = maxMS // a charge must land within the creation window
-			f.Latency.Min = min(f.Latency.Min, maxMS)
+		x.mu.Lock()
+		x.aProfile = ev.Profile
+		held := x.aHeld
+		x.mu.Unlock()
+		if !held {
+			x.setAWeather(ev.Profile)
 		}
-		if err := e.psp.SetFaults(f); err != nil {
-			e.say("psp faults: %v", err)
-		}
-		e.pspProxy.setFaults(pspProxyProfiles[ev.Profile])
 	case "db-down", "db-stall":
 		var ends []func()
 		for _, p := range e.dbProxies {
@@ -325,7 +326,14 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		}
 		e.psp2Proxy.setFaults(pspProxyProfiles[ev.Profile])
 	case "psp2-outage":
+		// A full outage of one PSP with the other working: fake_a's weather
+		// holds off meanwhile (its short outages are left out of the count).
 		x.psp2Outages.Add(1)
+		x.mu.Lock()
+		x.aHeld = true
+		x.mu.Unlock()
+		_ = e.psp.SetFaults(fakeserver.Faults{})
+		e.pspProxy.setFaults(proxyFaults{})
 		w := window{From: time.Now()}
 		end := e.psp2Proxy.down()
 		sleepCtx(ctx, ev.For)
@@ -333,7 +341,12 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		w.To = time.Now()
 		x.mu.Lock()
 		x.outages = append(x.outages, w)
+		x.aHeld = false
+		profile := x.aProfile
 		x.mu.Unlock()
+		if profile != "" {
+			x.setAWeather(profile)
+		}
 	case "psp2-brownout":
 		x.psp2Brownouts.Add(1)
 		maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond)
@@ -462,4 +475,17 @@ func (x *injector) calm() {
 	for _, r := range x.e.replicas {
 		r.thaw()
 	}
+}
+
+// setAWeather gives the first PSP (and its proxy) a fault profile.
+func (x *injector) setAWeather(profile string) {
+	f := pspProfiles[profile]
+	if maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond); f.Latency.Max > maxMS {
+		f.Latency.Max = maxMS // a charge must land within the creation window
+		f.Latency.Min = min(f.Latency.Min, maxMS)
+	}
+	if err := x.e.psp.SetFaults(f); err != nil {
+		x.e.say("psp faults: %v", err)
+	}
+	x.e.pspProxy.setFaults(pspProxyProfiles[profile])
 }
