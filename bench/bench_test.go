@@ -18,7 +18,9 @@ import (
 	"gateway/merchants"
 	"gateway/mysql"
 	"gateway/payments"
+	"gateway/psp"
 	"gateway/psp/fake"
+	"gateway/routing"
 )
 
 // TestEveryScenarioRuns runs the whole benchmark briefly against the test
@@ -85,8 +87,147 @@ func TestEveryScenarioRuns(t *testing.T) {
 			t.Errorf("hammered key: %+v, want exactly one charge and one payment", h)
 		}
 	}
+	if seen[scRoutes] != 2 {
+		t.Errorf("routes rows: %d, want the throughput's and the statements'", seen[scRoutes])
+	}
+	if len(rep.Routes) != 2*2 {
+		t.Fatalf("routes checks: %d, want one per phase of 2 rounds", len(rep.Routes))
+	}
+	for _, c := range rep.Routes {
+		if !c.OK || c.Created == 0 || c.Statements.All == 0 || len(c.Charges) != c.Accounts {
+			t.Errorf("routes phase %s: %+v", c.Phase, c)
+		}
+		for _, a := range c.Charges {
+			if a.Ledger == 0 {
+				t.Errorf("routes phase %s: account %s charged nothing", c.Phase, a.Account)
+			}
+		}
+	}
 	if len(rep.Violations) != 0 {
 		t.Errorf("violations: %v", rep.Violations)
+	}
+}
+
+// TestRoutesChecks feeds the routes scenario's checks what a phase could
+// count: each must fail on its own fault and hold otherwise.
+func TestRoutesChecks(t *testing.T) {
+	even := func() routesCheck {
+		return routesCheck{Accounts: 2, Answers: 1000, Created: 1000, Charges: []accountCharges{
+			{Account: "fake_a", Ledger: 510, Succeeded: 510, ChargeCalls: 510, DBPayments: 510},
+			{Account: "fake_b", Ledger: 490, Succeeded: 490, ChargeCalls: 490, DBPayments: 490},
+		}}
+	}
+	for _, tc := range []struct {
+		name  string
+		alter func(*routesCheck)
+		ok    bool
+	}{
+		{name: "even", alter: func(*routesCheck) {}, ok: true},
+		{name: "one account unused", alter: func(c *routesCheck) {
+			c.Charges[0].Ledger, c.Charges[0].Succeeded, c.Charges[0].ChargeCalls, c.Charges[0].DBPayments = 1000, 1000, 1000, 1000
+			c.Charges[1] = accountCharges{Account: "fake_b"}
+		}},
+		{name: "split 60:40", alter: func(c *routesCheck) {
+			c.Charges[0].Ledger, c.Charges[0].Succeeded, c.Charges[0].ChargeCalls, c.Charges[0].DBPayments = 600, 600, 600, 600
+			c.Charges[1].Ledger, c.Charges[1].Succeeded, c.Charges[1].ChargeCalls, c.Charges[1].DBPayments = 400, 400, 400, 400
+		}},
+		{name: "a second Charge call", alter: func(c *routesCheck) { c.Charges[1].ChargeCalls++ }},
+		{name: "a charge without its 201", alter: func(c *routesCheck) { c.Created-- }},
+		{name: "charged at another account than the payment names", alter: func(c *routesCheck) {
+			c.Charges[0].DBPayments--
+			c.Charges[1].DBPayments++
+		}},
+		{name: "a payment naming an unknown account", alter: func(c *routesCheck) { c.OtherDBPayments = 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := even()
+			tc.alter(&c)
+			c.verify()
+			if c.OK != tc.ok {
+				t.Errorf("ok %v, want %v: %v", c.OK, tc.ok, c.Problems)
+			}
+		})
+	}
+	if tol := routesShareTolerance(100); tol != 0.25 {
+		t.Errorf("tolerance for 100 charges: %v, want 5 standard deviations, 0.25", tol)
+	}
+
+	phase := func(stmts, answers int64) routesCheck { return routesCheck{StatementsTotal: stmts, Answers: answers} }
+	one := []routesCheck{phase(11000, 1000), phase(22000, 2000)}
+	if s1, s2, ok := routesStatementsHeld(one, []routesCheck{phase(11040, 1000), phase(22000, 2000)}); !ok || s1 != 11 {
+		t.Errorf("0.013 more per payment: %v vs %v, held %v; want held", s2, s1, ok)
+	}
+	if s1, s2, ok := routesStatementsHeld(one, []routesCheck{phase(12000, 1000), phase(24000, 2000)}); ok {
+		t.Errorf("one more statement per payment: %v vs %v held", s2, s1)
+	}
+
+	before := map[int64]statementCounts{1: {Questions: 10, Select: 3}, 2: {Questions: 5, Select: 1}}
+	after := map[int64]statementCounts{1: {Questions: 21, Select: 5, Insert: 4}, 2: {Questions: 6, Select: 2}}
+	sum, opened, closed := poolStatements(before, after)
+	if sum != (statementCounts{Questions: 10, Select: 1, Insert: 4}) || opened != 0 || closed != 0 {
+		t.Errorf("pool statements %+v, opened %d, closed %d; want the reads of the counters left out", sum, opened, closed)
+	}
+}
+
+// TestRoutedPaymentIssuesTheSameStatements makes payments through a
+// service whose route splits them between two accounts, each watched by
+// its breaker, and through one with one account, each over a connection
+// that records what it sends: choosing the account must add no statement.
+func TestRoutedPaymentIssuesTheSameStatements(t *testing.T) {
+	ctx := context.Background()
+	dbe, err := openDatabase(ctx, os.Getenv, newProgress(io.Discard), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dbe.cleanup() })
+	cfg := serviceConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	service := func(psps *payments.PSPs) (*payments.Service, *recorder, string) {
+		db, rec := openRecorded(t, dbe.dsn)
+		st := mysql.NewStore(db)
+		merchant, key, err := merchants.NewMerchant("Routes check", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateMerchant(ctx, merchant, key); err != nil {
+			t.Fatal(err)
+		}
+		return payments.NewService(st, psps, cfg), rec, merchant.ID
+	}
+	a, b := fake.New(), fake.New()
+	two, err := payments.NewPSPs("fake_a", map[string]psp.Adapter{"fake_a": a, "fake_b": b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := two.WithRoutes(routing.Table{Default: routing.Route{{Account: "fake_a", Weight: 1}, {Account: "fake_b", Weight: 1}}},
+		routing.NewHealth(two.Names(), routing.DefaultBreaker, nil)); err != nil {
+		t.Fatal(err)
+	}
+	oneSvc, oneRec, oneMerchant := service(payments.OnePSP(fake.New()))
+	twoSvc, twoRec, twoMerchant := service(two)
+
+	pay := func(svc *payments.Service, rec *recorder, merchantID, key string) []string {
+		t.Helper()
+		rec.take()
+		out, err := svc.Create(ctx, createRequest(merchantID, key))
+		if err != nil || out.Replayed || out.Response.Status != 201 {
+			t.Fatalf("payment %s: %+v, %v", key, out, err)
+		}
+		var got []string
+		for _, s := range rec.take() {
+			got = append(got, s.String())
+		}
+		return got
+	}
+	want := pay(oneSvc, oneRec, oneMerchant, "routes-one-0")
+	for i := 0; a.ChargeCount() == 0 || b.ChargeCount() == 0; i++ {
+		if i == 64 {
+			t.Fatalf("64 payments did not reach both accounts: fake_a %d, fake_b %d", a.ChargeCount(), b.ChargeCount())
+		}
+		if got := pay(twoSvc, twoRec, twoMerchant, fmt.Sprintf("routes-two-%d", i)); !slices.Equal(got, want) {
+			t.Fatalf("a payment routed between two accounts sent\n  %s\nwhere one account's sent\n  %s",
+				strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
 	}
 }
 
@@ -96,7 +237,9 @@ func TestParseScenarios(t *testing.T) {
 		want []int
 		bad  bool
 	}{
-		{in: "all", want: []int{1, 2, 3, 4, 5, 6, 7, 9}},
+		{in: "all", want: []int{1, 2, 3, 4, 5, 6, 7, 9, 10}},
+		{in: "routes", want: []int{10}},
+		{in: "10,capture", want: []int{9, 10}},
 		{in: "webhooks", want: []int{6}},
 		{in: "refund,1", want: []int{1, 7}},
 		{in: "capture,refund", want: []int{7, 9}},

@@ -276,19 +276,45 @@ type gateway struct {
 	hammererKey string
 	srv         *http.Server
 	scenario    atomic.Pointer[string] // for pprof labels of server goroutines
-	logFile     *os.File
+	logw        io.Writer              // its log, which another gateway of the run may share
+	keyLookups  *keyLookups            // the API key lookups its auth cache missed
+	logFile     *os.File               // closed with it when its own
 }
 
 func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gateway, error) {
-	g := &gateway{}
 	var logw io.Writer = io.Discard
+	var logFile *os.File
 	if logPath != "" {
 		f, err := os.Create(logPath)
 		if err != nil {
 			return nil, err
 		}
-		g.logFile, logw = f, f
+		logFile, logw = f, f
 	}
+	f := fake.New()
+	charges := &chargeCounter{PSP: f}
+	g, err := startGatewayWith(ctx, dsn, logw, label, func(instrument func(psp.Adapter) psp.Adapter) (*payments.PSPs, error) {
+		return payments.OnePSP(instrument(charges)), nil
+	})
+	if err != nil {
+		if logFile != nil {
+			err = errors.Join(err, logFile.Close())
+		}
+		return nil, err
+	}
+	g.fake, g.charges, g.logFile = f, charges, logFile
+	return g, nil
+}
+
+// accountsFunc builds a gateway's PSP accounts from its adapters, each
+// wrapped by instrument as serve wraps them (metrics.InstrumentPSP).
+type accountsFunc func(instrument func(psp.Adapter) psp.Adapter) (*payments.PSPs, error)
+
+// startGatewayWith starts the stack as serve wires it, with the PSP
+// accounts that accounts builds (their breakers watched on /metrics, as
+// serve does), logging to logw; its merchants are its own.
+func startGatewayWith(ctx context.Context, dsn string, logw io.Writer, label bool, accounts accountsFunc) (*gateway, error) {
+	g := &gateway{logw: logw}
 	// JSON at info level, as serve logs by default: the cost of formatting
 	// every "payment settled" line and every request's access line is part of the path.
 	log := slog.New(api.LogHandler(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo})))
@@ -301,13 +327,18 @@ func startGateway(ctx context.Context, dsn, logPath string, label bool) (*gatewa
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
-	g.fake = fake.New()
-	g.charges = &chargeCounter{PSP: g.fake}
-	adapter := metrics.InstrumentPSP(g.charges, m)
+	psps, err := accounts(func(a psp.Adapter) psp.Adapter { return metrics.InstrumentPSP(a, m) })
+	if err != nil {
+		return nil, errors.Join(err, g.close())
+	}
+	if h := psps.Health(); h != nil {
+		m.WatchBreakers(psps.Names(), h)
+	}
 	cfg := serviceConfig()
 	cfg.Logger, cfg.Observer = log, m
-	svc := payments.NewService(g.store, payments.OnePSP(adapter), cfg)
-	auth := merchants.NewAuth(g.store, merchants.AuthConfig{CacheTTL: merchants.DefaultAuthCacheTTL})
+	svc := payments.NewService(g.store, psps, cfg)
+	g.keyLookups = &keyLookups{AuthStore: g.store}
+	auth := merchants.NewAuth(g.keyLookups, merchants.AuthConfig{CacheTTL: merchants.DefaultAuthCacheTTL})
 	handler := api.NewHandler(svc, auth, g.store, api.Options{
 		Listings:     listings.New(g.store),
 		MaxBodyBytes: maxBodyBytes,
@@ -379,6 +410,19 @@ func (g *gateway) close() error {
 		errs = append(errs, g.logFile.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// keyLookups counts the API key lookups (one SELECT each) that the
+// gateway's auth cache did not answer: every DefaultAuthCacheTTL, the
+// requests in flight when its entry lapses each read the key.
+type keyLookups struct {
+	merchants.AuthStore
+	n atomic.Int64
+}
+
+func (k *keyLookups) ActiveKeysByPrefix(ctx context.Context, prefix string) ([]merchants.StoredKey, []merchants.Merchant, error) {
+	k.n.Add(1)
+	return k.AuthStore.ActiveKeysByPrefix(ctx, prefix)
 }
 
 // chargeCounter counts the gateway's Charge calls for one watched order id.

@@ -54,7 +54,7 @@ WHERE merchant_id = ? AND id = ? AND status = 'processing'`
     payment_method, description, metadata, psp_reference, decline_code, psp_code, psp, review_reason,
     review_since, review_after, review_attempts, review_not_found_at, expires_at, confirm_key, next_action,
     client_secret_hash, capture_method, amount_captured, capture_before, cancellation_reason,
-    op_kind, op_key, op_amount, op_reason, created_at, updated_at`
+    op_kind, op_key, op_amount, op_reason, attempt, attempt_at, attempts, created_at, updated_at`
 	floorPaymentLock = `SELECT ` + floorPaymentColumns + `, event_seq, NOW(6) AS db_now FROM payments WHERE merchant_id = ? AND id = ? FOR UPDATE`
 	floorMoveAmounts = `UPDATE payments SET amount_refunded = amount_refunded + ?, amount_reserved = amount_reserved + ?
 WHERE merchant_id = ? AND id = ? AND amount_reserved + ? <= IF(capture_method = 'manual', amount_captured, amount)`

@@ -82,11 +82,12 @@ const (
 	// scLarge numbers the rows of --large.
 	scLarge
 	scCapture
+	scRoutes
 )
 
 // allScenarios are the scenarios --scenarios all runs, in order.
 func allScenarios() []int {
-	return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks, scRefund, scCapture}
+	return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks, scRefund, scCapture, scRoutes}
 }
 
 const usageText = `Usage: go run . [flags]   (in bench/; or make bench BENCH_ARGS='...')
@@ -101,6 +102,8 @@ Scenarios (--scenarios takes numbers or names, comma-separated; default all):
                  dispatcher vs receivers answering in 20 ms               goal >= 0.80 x endpoints x concurrency / 20 ms
   7 refund       fresh partial refunds of succeeded payments, 64 clients   goal >= 0.80 x floor
   9 capture      captures of manual authorizations, 64 clients             goal >= 0.85 x floor
+  10 routes      fresh payments, 2 accounts 1:1 vs 1 account, 64 clients  goal >= 0.95 x 1 account
+                 DB statements per payment, 2 accounts vs 1               <= 1 account's + 0.05; 1 charge per 201, ~1:1
                  (8 is the history, --large)
 
 Environment:
@@ -108,7 +111,9 @@ Environment:
                                        (default: a private MariaDB in a temporary directory)
 
 Exit status: 0 when every check held (goals are reported, not enforced), 1 when the
-hammered key was charged other than once or requests failed unexpectedly, 2 on usage errors.
+hammered key was charged other than once, requests failed unexpectedly, or a routes phase
+charged other than once per 201, left an account unused or issued more statements per payment
+with 2 accounts than with 1; 2 on usage errors.
 
 Flags:
 `
@@ -193,13 +198,13 @@ func parseScenarios(s string) ([]int, error) {
 		f = strings.TrimSpace(strings.ToLower(f))
 		n, ok := map[string]int{
 			"fresh": scFresh, "replay": scReplay, "psp-latency": scSlowPSP, "hammer": scHammer, "reconcile": scReconcile,
-			"webhooks": scWebhooks, "refund": scRefund, "capture": scCapture,
+			"webhooks": scWebhooks, "refund": scRefund, "capture": scCapture, "routes": scRoutes,
 		}[f]
 		if !ok {
 			var err error
 			n, err = strconv.Atoi(f)
 			if err != nil || !slices.Contains(allScenarios(), n) {
-				return nil, fmt.Errorf("unknown scenario %q: use 1-7, 9 or fresh, replay, psp-latency, hammer, reconcile, webhooks, refund, capture", f)
+				return nil, fmt.Errorf("unknown scenario %q: use 1-7, 9, 10 or fresh, replay, psp-latency, hammer, reconcile, webhooks, refund, capture, routes", f)
 			}
 		}
 		seen[n] = true

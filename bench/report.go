@@ -26,6 +26,8 @@ type report struct {
 	Pool      poolInfo      `json:"pool"`
 	Rows      []row         `json:"scenarios"`
 	Hammer    []hammerCheck `json:"hammer"`
+	// Routes are the routes scenario's phases, each checked.
+	Routes []routesCheck `json:"routes,omitempty"`
 	// PeakRSSBytes is the whole process's peak: the gateway, its clients
 	// and the floor loops share it.
 	PeakRSSBytes int64    `json:"peak_rss_bytes"`
@@ -129,7 +131,7 @@ func (r *report) print(w io.Writer) {
 		}
 		floor, ratio := "-", "-"
 		if x.Reference > 0 {
-			floor = fmt.Sprintf("%.0f %s (%s)", x.Reference, x.Unit, x.FloorLabel)
+			floor = fmt.Sprintf("%s %s (%s)", amount(x.Reference, x.Unit), x.Unit, x.FloorLabel)
 			ratio = fmt.Sprintf("%.2f", x.Ratio)
 		}
 		met := x.MetText
@@ -139,8 +141,8 @@ func (r *report) print(w io.Writer) {
 		if met == "" {
 			met = "-"
 		}
-		fmt.Fprintf(tw, "%d %s\t%.0f %s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			x.Scenario, x.Name, x.Gateway.Throughput, x.Unit, p50, p99, floor, ratio, x.GoalText, met)
+		fmt.Fprintf(tw, "%d %s\t%s %s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			x.Scenario, x.Name, amount(x.Gateway.Throughput, x.Unit), x.Unit, p50, p99, floor, ratio, x.GoalText, met)
 	}
 	_ = tw.Flush()
 
@@ -163,6 +165,8 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 
+	printRoutes(w, r.Routes)
+
 	fmt.Fprintf(w, "\nCPU cores busy in the measured windows, of %d (bench = this process: gateway, its clients, floor loops;\n"+
 		"db = %s; irq = kernel interrupt work, mostly loopback TCP; other = every other process;\n"+
 		"CPU µs/REQ = (bench + db + irq) / throughput, which other processes hardly disturb):\n", r.CPUs, r.DB.Server)
@@ -176,6 +180,9 @@ func (r *report) print(w io.Writer) {
 	for _, x := range r.Rows {
 		if x.Scenario == scHammer && x.Reference == 0 {
 			continue // the hammering clients share the phase, hence the numbers, of the row above
+		}
+		if x.Unit == unitStatements {
+			continue // counted in the phases of the row above
 		}
 		name := fmt.Sprintf("%d %s", x.Scenario, x.Name)
 		if x.Floor != nil {
@@ -245,6 +252,15 @@ func (r *report) writeJSON(path string) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// amount is a figure of the table in unit: whole numbers, but statements
+// per payment to two decimals.
+func amount(v float64, unit string) string {
+	if unit == unitStatements {
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func ms(v float64) string {

@@ -60,6 +60,8 @@ func (b *bench) runAll(ctx context.Context) (*report, error) {
 			err = b.scenarioRefund(ctx, hc, rep)
 		case scCapture:
 			err = b.scenarioCapture(ctx, hc, rep)
+		case scRoutes:
+			err = b.scenarioRoutes(ctx, hc, rep)
 		}
 		if err != nil {
 			rep.PeakRSSBytes = b.rss.overall()
