@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"gateway/psp"
+	"gateway/psp/fake"
 	"gateway/routing"
 )
 
@@ -174,5 +176,37 @@ func TestBreakerWindowAndSlowCalls(t *testing.T) {
 	}
 	if b.State() != routing.Open {
 		t.Fatalf("3 slow calls of 4: %v", b.State())
+	}
+}
+
+// A new payment goes only to an account whose breaker lets it through; a
+// next attempt prefers one, and takes any untried account rather than none.
+func TestChooseAndNext(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
+	cfg := routing.BreakerConfig{Window: 10 * time.Second, MinCalls: 1, FailurePercent: 50, Cooldown: time.Minute}
+	acc, err := routing.NewAccounts("a", map[string]psp.Adapter{"a": fake.New(), "b": fake.New(), "c": fake.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := routing.NewHealth(acc.Names(), cfg, clock.Now)
+	if err := acc.WithRoutes(routing.Table{Default: routing.Route{{Account: "a"}, {Account: "b"}, {Account: "c"}}}, h); err != nil {
+		t.Fatal(err)
+	}
+	h.Record("b", true, time.Millisecond) // b's breaker opens
+	cands := []string{"a", "b", "c"}
+	if got, _ := acc.Choose(cands, nil); got != "a" {
+		t.Fatalf("new payment to %s", got)
+	}
+	if got, _ := acc.Next(cands, []string{"a"}); got != "c" {
+		t.Fatalf("next after a: %s, want the healthy c before the open b", got)
+	}
+	if got, ok := acc.Choose(cands, []string{"a", "c"}); ok {
+		t.Fatalf("a new payment may go to the open b: %s", got)
+	}
+	if got, ok := acc.Next(cands, []string{"a", "c"}); !ok || got != "b" {
+		t.Fatalf("next after a and c: %s %v, want b, open or not", got, ok)
+	}
+	if _, ok := acc.Next(cands, cands); ok {
+		t.Fatal("a next attempt with every account tried")
 	}
 }
