@@ -410,7 +410,7 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		}
 		invs = append(invs, c.checkFailovers(), outInv)
 		rep.Outage = &fig
-		say("fake_b outages: %d intents routed to it, %d (%.2f %%) succeeded through fake_a", fig.Intents, fig.Succeeded, fig.Percent)
+		say("fake_b outages: %d intents routed to it, %d (%.2f %%) charged, %d of them at fake_a", fig.Intents, fig.Succeeded, fig.Percent, fig.ThroughOther)
 	}
 	if opts.halfOpen {
 		rep.HalfOpen = x.halfOpenReport(e)

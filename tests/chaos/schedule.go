@@ -341,6 +341,10 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		w.To = time.Now()
 		x.mu.Lock()
 		x.outages = append(x.outages, w)
+		x.mu.Unlock()
+		// The intents of the outage's last moments are still being charged.
+		sleepCtx(ctx, aCalmAfter)
+		x.mu.Lock()
 		x.aHeld = false
 		profile := x.aProfile
 		x.mu.Unlock()
@@ -476,6 +480,9 @@ func (x *injector) calm() {
 		r.thaw()
 	}
 }
+
+// aCalmAfter is how long fake_a's weather stays held off after an outage of fake_b.
+const aCalmAfter = 3 * time.Second
 
 // setAWeather gives the first PSP (and its proxy) a fault profile.
 func (x *injector) setAWeather(profile string) {
