@@ -16,12 +16,12 @@ import (
 )
 
 // Failover implements payments.FlowStore in one transaction: the key's
-// counters start again for the new attempt (fenced on the token, on the
-// ended attempt's send being the only one authorised, and on no
-// cancellation by key), the ended attempt becomes a row of
+// counters start again for the new attempt under the next token (fenced on
+// the token, on the ended attempt's send being the only one authorised,
+// and on no cancellation by key), the ended attempt becomes a row of
 // payment_attempts (due for its check at once: the reconciler waits out
 // its account's creation window), and the payment moves to the new one.
-func (s *Store) Failover(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p payments.Payment, window time.Duration) (at time.Time, err error) {
+func (s *Store) Failover(ctx context.Context, ref idemkeys.Ref, token, next idemkeys.Token, p payments.Payment, window time.Duration) (at time.Time, err error) {
 	defer errs.Wrap(&err, "Store.Failover(%s)", p.ID)
 	if len(p.Attempts) == 0 {
 		return time.Time{}, errors.New("no attempt ended")
@@ -30,12 +30,12 @@ func (s *Store) Failover(ctx context.Context, ref idemkeys.Ref, token idemkeys.T
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		const arm = `
 UPDATE idempotency_keys
-SET send_attempts = 1, sends_not_sent = 0, not_found_at = NULL,
+SET lease_version = ?, send_attempts = 1, sends_not_sent = 0, not_found_at = NULL,
     may_send_until = GREATEST(COALESCE(may_send_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND),
     locked_until = GREATEST(COALESCE(locked_until, NOW(6)), NOW(6) + INTERVAL ? MICROSECOND), updated_at = NOW(6)
 WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND cancel_requested_at IS NULL
   AND subject_id = ? AND send_attempts = sends_not_sent + 1`
-		args := append([]any{micros(window), micros(window)}, append(refArgs(ref), int64(token), p.ID)...)
+		args := append([]any{int64(next), micros(window), micros(window)}, append(refArgs(ref), int64(token), p.ID)...)
 		if err := exactlyOne(tx.ExecContext(ctx, arm, args...)); err != nil {
 			return err
 		}

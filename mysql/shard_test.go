@@ -464,9 +464,12 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	next.Attempts = []routing.Attempt{{Number: 1, PSP: p1.PSP, MerchantOrderID: p1.MerchantOrderID,
 		Outcome: routing.AttemptNotProcessed, StartedAt: p1.CreatedAt}}
 	next.Attempt, next.PSP, next.MerchantOrderID = 2, "fake_b", newID("ord")
-	_, err = s.Failover(ctx, ref1, tok1, next, time.Minute)
+	_, err = s.Failover(ctx, ref1, tok1, tok1.Next(), next, time.Minute)
 	sc.must(err, "Failover")
 	p1 = next
+	rec1, err := s.Record(ctx, ref1)
+	sc.must(err, "Record after the failover")
+	tok1 = rec1.Token
 	sc.must(s.ArmSend(ctx, ref1, tok1, time.Minute, payments.ArmGuard{Forever: true}), "ArmSend")
 	p1.Status, p1.PSPReference = payments.Succeeded, "ch_1"
 	sc.must(s.Settle(ctx, ref1, tok1, payments.PaymentSettled(p1)), "Settle")

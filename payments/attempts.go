@@ -88,8 +88,8 @@ func (s *Service) failover(a attempt, h holding, sub subject, cause error) (out 
 		MerchantOrderID: p.MerchantOrderID, Outcome: routing.AttemptNotProcessed, PSPCode: rejectionCode(cause), StartedAt: p.AttemptStart()})
 	next.Attempt = p.AttemptNumber() + 1
 	next.PSP, next.MerchantOrderID = to, AttemptOrderID(p.MerchantID, p.IdempotencyKey, next.Attempt)
-	armed := s.cfg.Now()
-	at, ferr := s.store.Failover(s.writeCtx(a), a.ref, h.token, next, s.cfg.PSPTimeout)
+	armed, token := s.cfg.Now(), h.token.Next()
+	at, ferr := s.store.Failover(s.writeCtx(a), a.ref, h.token, token, next, s.cfg.PSPTimeout)
 	switch {
 	case errors.Is(ferr, ErrArmRefused):
 		return Outcome{}, nil, false
@@ -99,10 +99,12 @@ func (s *Service) failover(a attempt, h holding, sub subject, cause error) (out 
 		return out, err, true
 	case ferr != nil:
 		// Committed or not, nothing of either attempt's order id was sent
-		// that can land, which is what the release counts.
+		// that can land: give back whichever token now holds the lease.
+		s.release(a, holding{token: token}, sub, true, nil)
 		out, err = s.release(a, h, sub, true, pspError(cause))
 		return out, err, true
 	}
+	h.token = token
 	next.AttemptAt = at
 	next.Attempts[len(next.Attempts)-1].EndedAt = at
 	s.obs.FailedOver(p.PSP, to)

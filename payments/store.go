@@ -57,13 +57,16 @@ type FlowStore interface {
 
 	// Failover ends p's attempt before its current one (the last of
 	// p.Attempts, certainly not processed) and starts the current one (p's
-	// PSP, MerchantOrderID and Attempt), arming one send of it within
-	// window from now: fenced on token and on the ended attempt's send
-	// being the only one of its order id ever authorised, and refused while
-	// a cancellation by key is requested (ErrArmRefused; nothing written).
-	// It returns the database's time of the change. idemkeys.ErrFenced:
-	// the caller lost the lease. errs.ErrWriteUnknown: re-read.
-	Failover(ctx context.Context, ref idemkeys.Ref, token idemkeys.Token, p Payment, window time.Duration) (time.Time, error)
+	// PSP, MerchantOrderID and Attempt) under the lease's next token,
+	// arming one send of it within window from now: fenced on token and on
+	// the ended attempt's send being the only one of its order id ever
+	// authorised, and refused while a cancellation by key is requested
+	// (ErrArmRefused; nothing written). The new token fences out every
+	// worker that read the key before: a takeover compares the token it
+	// read, and must not resume the ended attempt. It returns the
+	// database's time of the change. idemkeys.ErrFenced: the caller lost
+	// the lease. errs.ErrWriteUnknown: re-read.
+	Failover(ctx context.Context, ref idemkeys.Ref, token, next idemkeys.Token, p Payment, window time.Duration) (time.Time, error)
 
 	// ClaimConfirm inserts a confirm's key (IN_PROGRESS, c.Token, a lease
 	// that is also the window to send the charge in; its subject the

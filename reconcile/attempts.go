@@ -98,8 +98,14 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c payments.AttemptCheck, 
 		// operation is still in flight: look again later.
 		return again()
 	}
+	elsewhere, known := chargedElsewhere(c.Payment)
+	if !known {
+		// The payment's own attempt is still unsettled (in review without
+		// a charge it knows): which charge is the extra one is not known yet.
+		return again()
+	}
 	c.Attempt.PSPReference = ch.Reference
-	if !chargedElsewhere(c.Payment) {
+	if !elsewhere {
 		c.Attempt.Outcome = routing.AttemptCharged
 		why := fmt.Sprintf("attempt %d at %s answered not processed, yet %s holds charge %s (%s, %d %s) under order id %s; no other attempt charged",
 			c.Attempt.Number, c.Attempt.PSP, c.Attempt.PSP, ch.Reference, ch.Status, ch.Amount, ch.Currency, c.Attempt.MerchantOrderID)
@@ -137,15 +143,20 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c payments.AttemptCheck, 
 }
 
 // chargedElsewhere reports whether p's own attempt holds its money (or
-// did: a refund or a capture since counts too).
-func chargedElsewhere(p payments.Payment) bool {
+// did), so that another attempt's charge is extra and is given back: a
+// payment succeeded, authorized, in review with its charge known, or
+// canceled (its merchant wants none of the money). known is false while
+// that cannot be told yet (in review without a charge it knows).
+func chargedElsewhere(p payments.Payment) (elsewhere, known bool) {
 	switch p.Status {
-	case payments.Succeeded, payments.RequiresCapture:
-		return true
-	case payments.RequiresReview, payments.Canceled:
-		return p.PSPReference != "" && (p.Captured() > 0 || p.AmountRefunded > 0 || p.Status == payments.RequiresReview)
+	case payments.Succeeded, payments.RequiresCapture, payments.Canceled:
+		return true, true
+	case payments.RequiresReview:
+		return p.PSPReference != "", p.PSPReference != ""
+	case payments.Failed, payments.Declined:
+		return false, true
 	}
-	return false
+	return false, false
 }
 
 // giveBack refunds the extra charge ch at its account, or voids it when

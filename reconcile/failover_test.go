@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gateway/errs"
+	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
@@ -415,5 +416,77 @@ func TestAPaymentFromBeforeTheUpgradeIsReconciledAndRefunded(t *testing.T) {
 	}
 	if n := e.count(`SELECT COUNT(*) FROM payment_attempts`); n != 0 {
 		t.Fatalf("%d attempt rows", n)
+	}
+}
+
+// A worker that read the key before a failover (its lease about to lapse)
+// must not take it over after: the failover moved the lease to a new
+// token, so the takeover's compare-and-set on the token it read fails even
+// once the lease has expired, and the ended attempt is never sent again.
+// (Found by the model: gap/takeover-resumes-the-attempt-failed-over.)
+func TestATakeoverReadBeforeAFailoverIsFenced(t *testing.T) {
+	r := newRouted(t, routing.Table{Default: routing.Route{{Account: "fake_a"}, {Account: "fake_b"}}}, nil)
+	p := r.crash("stale", false)
+	ref := idemkeys.Ref{MerchantID: r.merch.ID, Endpoint: payments.EndpointCreatePayment, Key: "stale"}
+	seen, err := r.store.Record(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := p
+	next.PSP = "fake_b"
+	next.Attempt = 2
+	next.MerchantOrderID = payments.AttemptOrderID(r.merch.ID, "stale", 2)
+	next.Attempts = []routing.Attempt{{Number: 1, PSP: p.PSP, MerchantOrderID: p.MerchantOrderID, Outcome: routing.AttemptNotProcessed, StartedAt: p.CreatedAt}}
+	if _, err := r.store.Failover(context.Background(), ref, seen.Token, seen.Token.Next(), next, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	r.advance(lease + time.Second)
+	if _, err := r.store.TakeOver(context.Background(), ref, seen.Token, lease); !errors.Is(err, idemkeys.ErrFenced) {
+		t.Fatalf("a takeover with the token read before the failover: %v, want fenced", err)
+	}
+	// A retry reads the key afresh and goes on with attempt 2, at fake_b.
+	out, err := r.create("stale", "KRW", 1_000)
+	if err != nil || out.Response.Status != http.StatusCreated {
+		t.Fatalf("retry: %+v %v", out, err)
+	}
+	if total, each := r.charges(); total != 1 || each["fake_b"] != 1 {
+		t.Fatalf("ledgers %v", each)
+	}
+}
+
+// The check of an attempt that its account charged anyway waits while the
+// payment's own attempt is in review without a charge it knows: which
+// charge is the extra one is not known yet. Once the payment settles
+// succeeded, the first account's charge is given back.
+// (Found by the model: gap/attempt-charged-beside-review.)
+func TestAnAttemptCheckWaitsForAPaymentInReview(t *testing.T) {
+	r := newRouted(t, routing.Table{Default: routing.Route{{Account: "fake_a"}, {Account: "fake_b"}}}, nil)
+	r.fakes["fake_a"].FailNextCharges(fake.FaultNotProcessed, 1)
+	p := r.created("review", "KRW", 1_000)
+	first := p.Attempts[0].MerchantOrderID
+	if _, err := r.fakes["fake_a"].Charge(context.Background(), psp.ChargeRequest{MerchantOrderID: first, Amount: 1_000, Currency: "KRW", PaymentMethod: fake.MethodOK}); err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 2's outcome as nobody could learn it: in review, no charge known.
+	if _, err := r.db.Exec(`UPDATE payments SET status = 'requires_review', psp_reference = NULL, review_after = NOW(6) + INTERVAL 1 DAY WHERE id = ?`, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.advance(creationWindow + time.Second)
+	sum := runOnce(t, r.reconcilerOf())
+	if sum.Attempts != (reconcile.AttemptChecks{Later: 1}) || len(r.fakes["fake_a"].Refunds()) != 0 {
+		t.Fatalf("attempt checks %+v, refunds at fake_a %d", sum.Attempts, len(r.fakes["fake_a"].Refunds()))
+	}
+	if n := r.count(`SELECT COUNT(*) FROM payment_attempts WHERE payment_id = ? AND outcome = 'not_processed' AND check_after IS NOT NULL`, p.ID); n != 1 {
+		t.Fatalf("the attempt was settled while its payment was in review: %d still due", n)
+	}
+	// The review settles it succeeded at fake_b: the check then gives fake_a's charge back.
+	charge := r.fakes["fake_b"].Charges()[0]
+	if _, err := r.db.Exec(`UPDATE payments SET status = 'succeeded', psp_reference = ? WHERE id = ?`, charge.Reference, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.advance(time.Hour)
+	sum = runOnce(t, r.reconcilerOf())
+	if sum.Attempts.Returned != 1 || len(r.fakes["fake_a"].Refunds()) != 1 || len(r.fakes["fake_b"].Refunds()) != 0 {
+		t.Fatalf("attempt checks %+v, refunds at fake_a %d, fake_b %d", sum.Attempts, len(r.fakes["fake_a"].Refunds()), len(r.fakes["fake_b"].Refunds()))
 	}
 }
