@@ -463,7 +463,9 @@ func (e *env) teardown(keepLogs bool) {
 	if e.db != nil {
 		e.db.Close()
 	}
-	if e.dropDB != nil {
+	if keepLogs && e.opts.keepDB && e.stopDB == nil {
+		e.say("database %s kept for a look (--keep-db): drop it when done", e.dbName)
+	} else if e.dropDB != nil {
 		if err := e.dropDB(); err != nil {
 			e.say("drop database %s: %v", e.dbName, err)
 		}

@@ -85,6 +85,8 @@ type options struct {
 	pspTimeout     time.Duration
 	creationWindow time.Duration
 	reconcileEvery time.Duration
+	// keepDB keeps a failed run's database for a look.
+	keepDB bool
 	// psps is how many standalone fake PSPs the replicas route between
 	// (design §16): 2 gives every merchant a route of two accounts, and
 	// the plan takes the second down, browns it out and flaps it.
@@ -123,6 +125,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.merchants, "merchants", 3, "merchants (2 or 3 keep key sharing between merchants frequent)")
 	fs.DurationVar(&o.settle, "settle", 60*time.Second, "longest wait, after the faults stop, for the reconcilers to finish every payment")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the report as JSON to `FILE`")
+	fs.BoolVar(&o.keepDB, "keep-db", false, "keep the run's database when an invariant fails, on a server of GATEWAY_TEST_DSN (a private server is stopped anyway)")
 	fs.StringVar(&o.logDir, "log-dir", "", "keep the replicas' logs in `DIR` (default: a temporary directory, kept only when an invariant fails)")
 	fs.StringVar(&o.gatewayBin, "gateway-bin", "", "use this gateway binary instead of building cmd/gateway")
 	fs.DurationVar(&o.lease, "lease", 3*time.Second, "GATEWAY_LEASE of the replicas")
