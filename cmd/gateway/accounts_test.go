@@ -4,8 +4,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"gateway/metrics"
 	"gateway/psp/fake/fakeserver"
+	"gateway/routing"
 )
 
 func fakeServer(t *testing.T) string {
@@ -131,5 +137,42 @@ func TestPSPAccountSecretsAreReadFromTheirVariables(t *testing.T) {
 	}
 	if def, _ := psps.Default(); def != "toss_kr" {
 		t.Fatalf("default account %q", def)
+	}
+}
+
+// With GATEWAY_ADMIN_ADDR naming a serving replica, the list shows each
+// account's breaker there, as its /metrics publishes it.
+func TestPSPsListShowsTheBreakersOfAReplica(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	h := routing.NewHealth([]string{"fake_a", "fake_b"}, routing.BreakerConfig{Window: time.Minute, MinCalls: 1, FailurePercent: 50, Cooldown: time.Hour}, nil)
+	h.Record("fake_b", true, time.Millisecond)
+	m.WatchBreakers([]string{"fake_a", "fake_b"}, h)
+	admin := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer admin.Close()
+
+	a, b := fakeServer(t), fakeServer(t)
+	doc := `{"accounts": {"fake_a": {"adapter": "fakehttp", "url": "` + a + `"}, "fake_b": {"adapter": "fakehttp", "url": "` + b + `"}},
+	  "routes": {"default": [{"account": "fake_a"}, {"account": "fake_b"}]}}`
+	out, _, err := runCmd(t, env("GATEWAY_PSP_ACCOUNTS_JSON", doc, "GATEWAY_ADMIN_ADDR", strings.TrimPrefix(admin.URL, "http://")), "psps", "list", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Accounts []pspAccountJSON `json:"accounts"`
+	}
+	decodeOne(t, out, &got)
+	if len(got.Accounts) != 2 || got.Accounts[0].Breaker == nil || *got.Accounts[0].Breaker != "closed" ||
+		got.Accounts[1].Breaker == nil || *got.Accounts[1].Breaker != "open" {
+		t.Fatalf("accounts %+v", got.Accounts)
+	}
+	// Without it, no breaker is claimed.
+	out, _, err = runCmd(t, env("GATEWAY_PSP_ACCOUNTS_JSON", doc), "psps", "list", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decodeOne(t, out, &got)
+	if got.Accounts[0].Breaker != nil {
+		t.Fatalf("a breaker shown without a replica: %+v", got.Accounts[0])
 	}
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +21,7 @@ type pspsCmd struct {
 
 type pspsListCmd struct {
 	PSP        pspConfig     `embed:""`
+	Admin      adminConfig   `embed:""`
 	PSPTimeout time.Duration `name:"psp-timeout" env:"GATEWAY_PSP_TIMEOUT" default:"10s" group:"psp" help:"deadline of each account's health probe"`
 	JSON       bool          `name:"json" help:"print one JSON document instead of a table"`
 }
@@ -42,6 +46,9 @@ type pspAccountJSON struct {
 	Health    string  `json:"health"`
 	ProbeMS   float64 `json:"probe_ms"`
 	ProbeNote string  `json:"probe_note,omitempty"`
+	// Breaker is the account's breaker in the serving replica at
+	// GATEWAY_ADMIN_ADDR (closed, half_open, open); null without one.
+	Breaker *string `json:"breaker"`
 }
 
 func (l *pspsListCmd) Run(ctx context.Context, a *app) error {
@@ -50,6 +57,10 @@ func (l *pspsListCmd) Run(ctx context.Context, a *app) error {
 		return err
 	}
 	def, _ := psps.Default()
+	breakers, err := breakerStates(ctx, l.Admin.AdminAddr, l.PSPTimeout)
+	if err != nil {
+		return err
+	}
 	var out []pspAccountJSON
 	for _, name := range psps.Names() {
 		ad, _ := psps.For(name)
@@ -59,6 +70,9 @@ func (l *pspsListCmd) Run(ctx context.Context, a *app) error {
 			Currencies: len(caps.Currencies), ManualCapture: caps.ManualCapture, AuthoritativeLookup: caps.AuthoritativeLookup,
 			DedupesOrderID: caps.DedupesOrderID, CreationWindowS: caps.CreationWindow.Seconds(), Health: health,
 			ProbeMS: float64(took.Microseconds()) / 1000, ProbeNote: note})
+		if st, ok := breakers[name]; ok {
+			out[len(out)-1].Breaker = &st
+		}
 	}
 	if l.JSON {
 		return writeJSON(a.stdout, struct {
@@ -66,20 +80,65 @@ func (l *pspsListCmd) Run(ctx context.Context, a *app) error {
 			Count    int              `json:"count"`
 		}{Accounts: out, Count: len(out)})
 	}
-	tw := newTable(a.stdout, "ACCOUNT", "ADAPTER", "ROUTES", "CURRENCIES", "MANUAL CAPTURE", "CREATION WINDOW", "HEALTH", "PROBE")
+	tw := newTable(a.stdout, "ACCOUNT", "ADAPTER", "ROUTES", "CURRENCIES", "MANUAL CAPTURE", "CREATION WINDOW", "HEALTH", "PROBE", "BREAKER")
 	for _, o := range out {
 		routes := strings.Join(o.Routes, ",")
 		if routes == "" {
 			routes = "-"
 		}
+		breaker := "-"
+		if o.Breaker != nil {
+			breaker = *o.Breaker
+		}
 		row(tw, o.Name, o.Adapter, routes, o.Currencies, o.ManualCapture, time.Duration(o.CreationWindowS*float64(time.Second)),
-			o.Health, fmt.Sprintf("%.1f ms", o.ProbeMS))
+			o.Health, fmt.Sprintf("%.1f ms", o.ProbeMS), breaker)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(a.stdout, "\nThe breakers that steer new payments live in each serving replica: see gateway_psp_breaker_state on its /metrics.")
+	if l.Admin.AdminAddr == "" {
+		fmt.Fprintln(a.stdout, "\nThe breakers that steer new payments live in each serving replica: set GATEWAY_ADMIN_ADDR to a replica's admin address to show its.")
+	}
 	return nil
+}
+
+// breakerStates reads gateway_psp_breaker_state from the /metrics of the
+// replica at addr, by account; none when addr is empty.
+func breakerStates(ctx context.Context, addr string, timeout time.Duration) (map[string]string, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("the breakers of the replica at GATEWAY_ADMIN_ADDR: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the breakers of the replica at GATEWAY_ADMIN_ADDR: GET /metrics answered %s", res.Status)
+	}
+	names := map[float64]string{float64(routing.Closed): routing.Closed.String(), float64(routing.HalfOpen): routing.HalfOpen.String(), float64(routing.Open): routing.Open.String()}
+	out := map[string]string{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	const prefix = `gateway_psp_breaker_state{account="`
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		account, value, ok := strings.Cut(rest, `"} `)
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if ok && err == nil {
+			out[account] = names[v]
+		}
+	}
+	return out, sc.Err()
 }
 
 // routesOf names the routes that use account: "default" and merchant ids.
