@@ -109,7 +109,10 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c payments.AttemptCheck, 
 		c.Attempt.Outcome = routing.AttemptCharged
 		why := fmt.Sprintf("attempt %d at %s answered not processed, yet %s holds charge %s (%s, %d %s) under order id %s; no other attempt charged",
 			c.Attempt.Number, c.Attempt.PSP, c.Attempt.PSP, ch.Reference, ch.Status, ch.Amount, ch.Currency, c.Attempt.MerchantOrderID)
-		if err := r.toReview(ctx, c.Payment, ch.Reference, why); err != nil {
+		// The payment's own reference stays as it is: a later check must
+		// not read the first account's charge as the payment's (it would
+		// refund it as extra).
+		if err := r.toReview(ctx, c.Payment, "", why); err != nil {
 			return err
 		}
 		r.cfg.Observer.ExtraCharge(c.Attempt.PSP, false)

@@ -490,3 +490,45 @@ func TestAnAttemptCheckWaitsForAPaymentInReview(t *testing.T) {
 		t.Fatalf("attempt checks %+v, refunds at fake_a %d, fake_b %d", sum.Attempts, len(r.fakes["fake_a"].Refunds()), len(r.fakes["fake_b"].Refunds()))
 	}
 }
+
+// An attempt that answered not processed and charged anyway while no other
+// attempt charged: the payment (answered failed) goes to review with the
+// evidence, keeps its own reference, and the review queue leaves it there
+// for a person, whatever its current attempt's account says.
+// (Found by the model: gaps 6 and 7.)
+func TestAnAttemptChargedWhileThePaymentFailedStaysInReview(t *testing.T) {
+	r := newRouted(t, routing.Table{Default: routing.Route{{Account: "fake_a"}, {Account: "fake_b"}}}, nil)
+	r.fakes["fake_a"].FailNextCharges(fake.FaultNotProcessed, 1)
+	r.fakes["fake_b"].FailNextCharges(fake.FaultNotProcessed, 1)
+	out, err := r.create("nowhere", "KRW", 1_000)
+	if errs.CodeOf(err) != errs.CodePSPUnavailable {
+		t.Fatalf("create: %+v %v", out, err)
+	}
+	r.advance(lease + time.Second)
+	runOnce(t, r.reconcilerOf()) // every send certainly did nothing: failed
+	p, err := r.store.PaymentByKey(context.Background(), r.merch.ID, "nowhere")
+	if err != nil || p.Status != payments.Failed || len(p.Attempts) != 1 {
+		t.Fatalf("payment %+v %v", p, err)
+	}
+	if _, err := r.fakes["fake_a"].Charge(context.Background(), psp.ChargeRequest{MerchantOrderID: p.Attempts[0].MerchantOrderID, Amount: 1_000, Currency: "KRW", PaymentMethod: fake.MethodOK}); err != nil {
+		t.Fatal(err)
+	}
+	r.advance(creationWindow + time.Second)
+	if sum := runOnce(t, r.reconcilerOf()); sum.Attempts.Charged != 1 {
+		t.Fatalf("attempt checks %+v", sum.Attempts)
+	}
+	got := r.reread(p)
+	if got.Status != payments.RequiresReview || got.PSPReference != "" || got.Attempts[0].Outcome != routing.AttemptCharged {
+		t.Fatalf("payment %s ref %q, attempt %+v", got.Status, got.PSPReference, got.Attempts[0])
+	}
+	for range 4 {
+		r.advance(2 * time.Hour)
+		runOnce(t, r.reconcilerOf())
+	}
+	if got := r.reread(p); got.Status != payments.RequiresReview {
+		t.Fatalf("the review queue settled it %s from its current attempt alone", got.Status)
+	}
+	if n := len(r.fakes["fake_a"].Refunds()); n != 0 {
+		t.Fatalf("%d refunds of the payment's only charge", n)
+	}
+}

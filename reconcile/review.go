@@ -8,6 +8,7 @@ import (
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
+	"gateway/routing"
 )
 
 // reviewActor is how the review queue signs the decisions it records.
@@ -24,6 +25,15 @@ func (r *Reconciler) reexamine(ctx context.Context, item payments.InReview) deci
 	res := Result{PaymentID: pay.ID, MerchantID: pay.MerchantID, InReview: true,
 		Attempts: pay.Review.Attempts, Age: item.DBNow.Sub(pay.CreatedAt)}
 	ref := payments.OutcomeKey(pay)
+	for _, a := range pay.Attempts {
+		if a.Outcome == routing.AttemptCharged || a.Outcome == routing.AttemptExtraCharge {
+			// An earlier attempt's account holds money the current
+			// attempt's answer says nothing of (design §16): only a person
+			// settles it.
+			res.Outcome, res.Detail = StillInReview, fmt.Sprintf("attempt %d at %s holds a charge (%s): a person decides", a.Number, a.PSP, a.Outcome)
+			return r.reviewLater(ref, item, res, payments.Reschedule{After: jitter(r.cfg.ReviewBackoffMax), Attempts: pay.Review.Attempts})
+		}
+	}
 	adapter, ok := r.psps.For(pay.PSP)
 	if !ok {
 		res.Outcome, res.Detail = Unconfigured, fmt.Sprintf("PSP %q is not configured on this replica", pay.PSP)
