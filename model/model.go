@@ -1,7 +1,8 @@
 // Package model owns the SPIN models of the payment protocol (charge.pml,
 // refund.pml; capture.pml: captures and voids of an authorization;
-// cancelkey.pml: cancel-by-key), of the paths around it (notice.pml: PSP
-// notifications against final answers; eventlog.pml: GET /events paging; delivery.pml:
+// cancelkey.pml: cancel-by-key; attempts.pml: failover between PSP
+// accounts), of the paths around it (notice.pml: PSP notifications
+// against final answers; eventlog.pml: GET /events paging; delivery.pml:
 // webhook deliveries against the purge; refundq.pml: the refund queue) and
 // the runner that checks them: every property over every interleaving of a
 // small world, and every mutant and known gap, which must fail. The models
@@ -24,7 +25,7 @@ import (
 	"time"
 )
 
-//go:embed charge.pml refund.pml capture.pml cancelkey.pml notice.pml eventlog.pml delivery.pml refundq.pml
+//go:embed charge.pml refund.pml capture.pml cancelkey.pml notice.pml eventlog.pml delivery.pml refundq.pml attempts.pml
 var models embed.FS
 
 // Check is one run of the model checker over one configuration of a model.
@@ -32,7 +33,8 @@ type Check struct {
 	// Name identifies the check in the summary and in -run patterns.
 	Name string
 	// Model is the file checked: charge.pml, refund.pml, capture.pml,
-	// cancelkey.pml, notice.pml, eventlog.pml, delivery.pml or refundq.pml.
+	// cancelkey.pml, attempts.pml, notice.pml, eventlog.pml, delivery.pml or
+	// refundq.pml.
 	Model string
 	// Flags configure the model (spin -D…), see the model's header.
 	Flags []string
@@ -63,8 +65,8 @@ type Result struct {
 	Elapsed     time.Duration // the search, wall clock (pan's own figure)
 	CPU         time.Duration // the search, CPU time (user + system)
 	// Violated names what pan found: a property (p1_once, …, p5, p6live,
-	// p7_truth, …, p10live, p11_cap, …, p12_late), or "invalid end state";
-	// empty when the search found nothing.
+	// p7_truth, …, p10live, p11_cap, …, p12_late, p13_once, …), or
+	// "invalid end state"; empty when the search found nothing.
 	Violated string
 	// Output is pan's full report.
 	Output string

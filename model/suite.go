@@ -9,7 +9,9 @@ import "slices"
 // refund 1's one, plus the reconciler. Capture worlds: two operation keys
 // on one authorization, each client with a retry, plus the reconciler.
 // Cancel-by-key worlds: the canceled key's request and a late duplicate of
-// it, one cancellation, plus the reconciler.
+// it, one cancellation, plus the reconciler. Attempt worlds: one payment
+// routed to accounts A then B, client 1's request and client 2's, plus the
+// reconciler (the key, the check of the earlier attempt, the review queue).
 
 // protocol is the charge protocol as main implements it: with declines,
 // permanent request errors and ArmCharge failing without landing,
@@ -27,6 +29,15 @@ func with(base []string, more ...string) []string {
 // twoCaptures is the capture world with key 1 a capture too: 2 and 1 of
 // the authorization of 2.
 var twoCaptures = []string{"-DKIND1=1", "-DAMT0=2", "-DAMT1=1"}
+
+// Attempt worlds (attempts.pml). noJoinStall: no worker stalls between the
+// join's reads and TakeOver, the world in which gap 4 stays shut (README,
+// "Gaps"); lyingPSP: account A answers "not processed" once and may charge
+// anyway.
+var (
+	noJoinStall = []string{"-DJOINSTALL=0"}
+	lyingPSP    = with(noJoinStall, "-DLIAR=1")
+)
 
 var (
 	agree = []string{"p2_agree", "p4_answers"}
@@ -107,6 +118,12 @@ func Suite(quick bool) []Check {
 			What: "p12: cancel-by-key of an authorizing key against its request, a late duplicate and the reconciler: voided, or nothing charged"},
 		{Name: "cancelkey/automatic", Model: "cancelkey.pml", Flags: []string{"-DMANUAL=0"},
 			What: "p12 for a charge that takes the money at once: refunded in full, or nothing charged"},
+		{Name: "attempts/two-accounts", Model: "attempts.pml", Flags: noJoinStall, Quick: true,
+			What: "p13: failover from account A to B only after a certain not-processed; two workers, the reconciler, its check of attempt 1, the review queue"},
+		{Name: "attempts/token-per-attempt", Model: "attempts.pml", Flags: []string{"-DTOFIX=1"},
+			What: "p13 with a stall between the join's reads and TakeOver, when Store.Failover grants a new token (gap 4's fix, not on main)"},
+		{Name: "attempts/lying-psp", Model: "attempts.pml", Flags: with(lyingPSP, "-DRUNKNOWN=0", "-DRCRASH=0", "-DREVIEWQ=0"), Quick: true,
+			What: "p13_net, p13_kept, p13_agree: A answers not processed and charges anyway; the check refunds the extra charge or sends the payment to review"},
 
 		// The protocol before each finding's fix: each must produce its
 		// counter-example, so undoing a fix on main is caught (README, "Findings").
@@ -190,6 +207,11 @@ func Suite(quick bool) []Check {
 		{Name: "mutant/cancel-leaves-authorization", Model: "cancelkey.pml", Flags: []string{"-DMUT_K_HOLDLEFT"}, Expect: []string{"p12_net"},
 			What: "FinishCancellation takes an authorization (requires_capture) for a payment that charged nothing"},
 
+		{Name: "mutant/attempts-failover-after-unknown", Model: "attempts.pml", Flags: with(noJoinStall, "-DMUT_FAILOVER_UNKNOWN"), Expect: []string{"p13_once"},
+			What: "the next attempt starts after an unknown outcome too: the first account's charge lands beside the second's"},
+		{Name: "mutant/attempts-share-order-id", Model: "attempts.pml", Flags: with(noJoinStall, "-DMUT_SAME_ORDER_ID", "-DSHARED=1"), Expect: []string{"p13_kept", "p13_answers", "p13_agree"},
+			What: "attempt 2 reuses attempt 1's order id at a second account of the same PSP: the check of attempt 1 finds attempt 2's charge and refunds it"},
+
 		// Known gaps of main: each must produce its counter-example (README, "Gaps").
 		{Name: "gap/notice-fenced-by-stale-decline", Model: "notice.pml", Flags: []string{"-DDECLFINAL=0"}, Expect: []string{"p7_truth"},
 			What: "a success report fenced by a decline another replica read just before is acknowledged unapplied"},
@@ -197,15 +219,24 @@ func Suite(quick bool) []Check {
 			What: "a failed refund the PSP carried out stays failed when another refund took its amount (ErrExceedsPayment)"},
 		{Name: "gap/purged-before-fan-out", Model: "delivery.pml", Flags: []string{"-DLATEFAN=1"}, Expect: []string{"p9_lost"},
 			What: "an event older than the retention before the fan-out reached it is purged with no delivery made"},
+		{Name: "gap/attempts-takeover-resends-the-one-failed-over", Model: "attempts.pml",
+			Flags: []string{"-DREVIEWQ=0", "-DRUNKNOWN=0", "-DRCRASH=0", "-DDECLINES=0", "-DFOERR=0", "-DBREAKER=0"}, Expect: []string{"p13_once", "p13_kept", "p13_answers", "p13_agree"},
+			What: "a takeover that read the payment before its failover passes TakeOver (the token is the same) and sends attempt 1 again at A"},
+		{Name: "gap/attempts-charged-beside-an-unknown-one", Model: "attempts.pml", Flags: with(lyingPSP, "-DRCRASH=0", "-DREVIEWQ=0", "-DREQS2=0"), Expect: []string{"p13_net"},
+			What: "attempt 1 charged anyway while attempt 2 went to review unknown: recorded as the payment's money, attempt 2's charge stands too"},
+		{Name: "gap/attempts-recheck-refunds-the-payments-money", Model: "attempts.pml", Flags: with(lyingPSP, "-DRUNKNOWN=0", "-DREVIEWQ=0", "-DREQS2=0"), Expect: []string{"p13_kept"},
+			What: "the check stops between its review and its record: the next one reads its own psp_reference as another attempt's charge and refunds the only one"},
+		{Name: "gap/attempts-review-queue-undoes-the-review", Model: "attempts.pml", Flags: with(lyingPSP, "-DRUNKNOWN=0", "-DRCRASH=0", "-DREQS2=0"), Expect: []string{"p13_agree"},
+			What: "the review queue resolves a payment the check sent to review by its current attempt alone: declined or failed while attempt 1's charge stands"},
 	}
 	for i := range c {
 		if len(c[i].Expect) > 0 {
 			c[i].Quick = true // a counter-example is found in a moment
 		} else {
-			// Only the charge and refund worlds run to millions of states
-			// for long; the others are searched faster than -O2 compiles
-			// them.
-			c[i].Optimize = !quick && (c[i].Model == "charge.pml" || c[i].Model == "refund.pml")
+			// Only the charge, refund and attempt worlds run to millions
+			// of states for long; the others are searched faster than -O2
+			// compiles them.
+			c[i].Optimize = !quick && (c[i].Model == "charge.pml" || c[i].Model == "refund.pml" || c[i].Model == "attempts.pml")
 		}
 	}
 	if !quick {
@@ -221,6 +252,9 @@ func Suite(quick bool) []Check {
 		}
 		if x.Model == "capture.pml" && !slices.Contains(x.Flags, "-DREQS1=1") {
 			x.Flags = with(x.Flags, "-DREQS1=1") // key 1's client sends one request
+		}
+		if x.Model == "attempts.pml" && len(x.Expect) == 0 {
+			x.Flags = with(x.Flags, "-DREQS2=0") // one client worker
 		}
 		q = append(q, x)
 	}
