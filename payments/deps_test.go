@@ -13,7 +13,7 @@ import (
 // the migration library, or an HTTP framework.
 func TestDomainPackagesImportNoDriver(t *testing.T) {
 	forbidden := []string{"github.com/go-sql-driver/mysql", "github.com/jmoiron/sqlx", "github.com/golang-migrate/migrate", "github.com/labstack/echo"}
-	for _, pkg := range []string{"gateway/payments", "gateway/listings", "gateway/notices", "gateway/review", "gateway/idemkeys", "gateway/reconcile", "gateway/psp"} {
+	for _, pkg := range []string{"gateway/payments", "gateway/listings", "gateway/notices", "gateway/review", "gateway/idemkeys", "gateway/reconcile", "gateway/psp", "gateway/routing"} {
 		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
