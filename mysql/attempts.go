@@ -135,7 +135,34 @@ FROM payment_attempts WHERE check_after <= NOW(6) ORDER BY check_after LIMIT ? F
 // idemkeys.ErrFenced when another check moved it.
 func (s *Store) RecordAttemptCheck(ctx context.Context, c payments.AttemptCheck, next time.Time) (err error) {
 	defer errs.Wrap(&err, "Store.RecordAttemptCheck(%s #%d)", c.PaymentID, c.Attempt.Number)
+	return settleErr(Transact(ctx, s.db, func(tx *sqlx.Tx) error { return recordAttemptIn(ctx, tx, c, next) }))
+}
+
+// ReviewAttempt implements reconcile.Store: RecordAttemptCheck and, in the
+// same transaction, the change decide makes of the payment (its review),
+// with its audit row; decide's idemkeys.ErrFenced (the payment is in
+// review already) leaves the payment as it is and records the attempt
+// alone. One transaction, so that no look in between sees the one without
+// the other: a later check reading the review without the attempt's
+// finding, or the review queue settling the payment from its current
+// attempt before the finding is on it.
+func (s *Store) ReviewAttempt(ctx context.Context, c payments.AttemptCheck, next time.Time, decide func(payments.Payment, time.Time) (payments.PaymentChange, error), res payments.Resolution) (err error) {
+	defer errs.Wrap(&err, "Store.ReviewAttempt(%s #%d)", c.PaymentID, c.Attempt.Number)
 	return settleErr(Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if err := recordAttemptIn(ctx, tx, c, next); err != nil {
+			return err
+		}
+		_, err := resolveIn(ctx, tx, decide, res, `merchant_id = ? AND id = ?`, c.MerchantID, c.PaymentID)
+		if errors.Is(err, idemkeys.ErrFenced) {
+			return nil
+		}
+		return err
+	}))
+}
+
+// recordAttemptIn is RecordAttemptCheck's work in tx.
+func recordAttemptIn(ctx context.Context, tx *sqlx.Tx, c payments.AttemptCheck, next time.Time) error {
+	{
 		if err := exactlyOne(tx.ExecContext(ctx, `
 UPDATE payment_attempts SET outcome = ?, psp_reference = ?, check_after = ?, check_attempts = ?
 WHERE merchant_id = ? AND payment_id = ? AND attempt = ? AND check_after = ?`,
@@ -164,5 +191,5 @@ WHERE merchant_id = ? AND payment_id = ? AND attempt = ? AND check_after = ?`,
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE payments SET attempts = ? WHERE merchant_id = ? AND id = ?`, string(b), c.MerchantID, c.PaymentID)
 		return err
-	}))
+	}
 }

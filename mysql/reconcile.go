@@ -385,7 +385,17 @@ func (s *Store) Resolve(ctx context.Context, id string, decide func(payments.Pay
 	defer errs.Wrap(&err, "Store.Resolve(%s)", id)
 	var out payments.Payment
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
-		locked, err := lockPayment(ctx, tx, `id = ?`, id)
+		out, err = resolveIn(ctx, tx, decide, res, `id = ?`, id)
+		return err
+	})
+	return out, err
+}
+
+// resolveIn is Resolve's work in tx, on the payment where names.
+func resolveIn(ctx context.Context, tx *sqlx.Tx, decide func(payments.Payment, time.Time) (payments.PaymentChange, error), res payments.Resolution, where string, args ...any) (payments.Payment, error) {
+	var out payments.Payment
+	err := func() error {
+		locked, err := lockPayment(ctx, tx, where, args...)
 		if err != nil {
 			return err
 		}
@@ -456,6 +466,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`,
 		}
 		out = after
 		return nil
-	})
+	}()
 	return out, err
 }

@@ -478,8 +478,17 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	if err != nil || len(attemptChecks) != 1 {
 		t.Fatalf("ClaimAttemptChecks: %d, %v", len(attemptChecks), err)
 	}
-	attemptChecks[0].Attempt.Outcome = routing.AttemptAbsent
-	sc.must(s.RecordAttemptCheck(ctx, attemptChecks[0], time.Time{}), "RecordAttemptCheck")
+	// Looked at again at once, then recorded with the payment's review.
+	sc.must(s.RecordAttemptCheck(ctx, attemptChecks[0], time.Now().Add(-time.Hour)), "RecordAttemptCheck")
+	attemptChecks, err = s.ClaimAttemptChecks(ctx, time.Minute, 10)
+	if err != nil || len(attemptChecks) != 1 {
+		t.Fatalf("ClaimAttemptChecks again: %d, %v", len(attemptChecks), err)
+	}
+	attemptChecks[0].Attempt.Outcome = routing.AttemptCharged
+	// (Its payment stays as it is here: decide finds nothing to change.)
+	sc.must(s.ReviewAttempt(ctx, attemptChecks[0], time.Time{}, payments.ChangePayment(func(p payments.Payment) (payments.Payment, error) {
+		return p, idemkeys.ErrFenced
+	}), payments.Resolution{PaymentID: p1.ID, To: payments.RequiresReview, Reason: "shard check", Actor: "shard check"}), "ReviewAttempt")
 	_, err = s.Payment(ctx, m1.ID, p1.ID)
 	sc.must(err, "Payment")
 	_, err = s.PaymentByKey(ctx, m1.ID, "key-1")

@@ -111,38 +111,43 @@ func (r *Reconciler) checkAttempt(ctx context.Context, c payments.AttemptCheck, 
 			c.Attempt.Number, c.Attempt.PSP, c.Attempt.PSP, ch.Reference, ch.Status, ch.Amount, ch.Currency, c.Attempt.MerchantOrderID)
 		// The payment's own reference stays as it is: a later check must
 		// not read the first account's charge as the payment's (it would
-		// refund it as extra).
-		if err := r.toReview(ctx, c.Payment, "", why); err != nil {
+		// refund it as extra). The review and the finding are one write.
+		c.Attempt.Outcome = routing.AttemptCharged
+		if err := r.store.ReviewAttempt(ctx, c, time.Time{}, reviewOf(why), r.resolution(c.Payment, why)); err != nil {
 			return err
 		}
 		r.cfg.Observer.ExtraCharge(c.Attempt.PSP, false)
 		r.log.ErrorContext(ctx, "an attempt that answered not processed was charged: payment sent to requires_review", "payment_id", c.PaymentID, "attempt", c.Attempt.Number, "account", c.Attempt.PSP)
 		sum.Charged++
-		return r.store.RecordAttemptCheck(ctx, c, time.Time{})
+		return nil
 	}
 	// Another attempt charged: this charge is extra. Give it back.
+	first := c.Attempt.Outcome != routing.AttemptExtraCharge
 	returned, detail, err := r.giveBack(ctx, adapter, c, ch)
-	if c.Attempt.Outcome != routing.AttemptExtraCharge && c.Attempt.Outcome != routing.AttemptExtraReturned {
-		why := fmt.Sprintf("attempt %d at %s answered not processed, yet %s charged it (%s, %d %s, order id %s) while attempt %d charged at %s: the extra charge is given back there (%s)",
-			c.Attempt.Number, c.Attempt.PSP, c.Attempt.PSP, ch.Reference, ch.Amount, ch.Currency, c.Attempt.MerchantOrderID,
-			c.Payment.AttemptNumber(), c.Payment.PSP, detail)
-		if rerr := r.toReview(ctx, c.Payment, "", why); rerr != nil {
-			return rerr
+	next := time.Time{}
+	c.Attempt.Outcome = routing.AttemptExtraReturned
+	if !returned {
+		if err != nil {
+			r.log.WarnContext(ctx, "giving back an extra charge", "payment_id", c.PaymentID, "attempt", c.Attempt.Number, "err", err)
 		}
+		c.Checks++
+		c.Attempt.Outcome, next = routing.AttemptExtraCharge, c.DBNow.Add(jitter(backoff(r.cfg.BackoffBase, r.cfg.BackoffMax, c.Checks)))
+		sum.Later++
+	} else {
+		sum.Returned++
+	}
+	why := fmt.Sprintf("attempt %d at %s answered not processed, yet %s charged it (%s, %d %s, order id %s) while attempt %d charged at %s: the extra charge is given back there (%s)",
+		c.Attempt.Number, c.Attempt.PSP, c.Attempt.PSP, ch.Reference, ch.Amount, ch.Currency, c.Attempt.MerchantOrderID,
+		c.Payment.AttemptNumber(), c.Payment.PSP, detail)
+	if err := r.store.ReviewAttempt(ctx, c, next, reviewOf(why), r.resolution(c.Payment, why)); err != nil {
+		return err
+	}
+	if first {
 		r.cfg.Observer.ExtraCharge(c.Attempt.PSP, returned)
 		r.log.ErrorContext(ctx, "an attempt that answered not processed was charged as well: the extra charge is given back, payment sent to requires_review",
 			"payment_id", c.PaymentID, "attempt", c.Attempt.Number, "account", c.Attempt.PSP, "returned", returned)
 	}
-	if !returned {
-		c.Attempt.Outcome = routing.AttemptExtraCharge
-		if err != nil {
-			r.log.WarnContext(ctx, "giving back an extra charge", "payment_id", c.PaymentID, "attempt", c.Attempt.Number, "err", err)
-		}
-		return again()
-	}
-	c.Attempt.Outcome = routing.AttemptExtraReturned
-	sum.Returned++
-	return r.store.RecordAttemptCheck(ctx, c, time.Time{})
+	return nil
 }
 
 // chargedElsewhere reports whether p's own attempt holds its money (or
@@ -191,23 +196,22 @@ func (r *Reconciler) giveBack(ctx context.Context, adapter psp.Adapter, c paymen
 	return rf.Status == psp.RefundSucceeded, fmt.Sprintf("refund %s of %d %s: %s", order, amount, ch.Currency, rf.Status), nil
 }
 
-// toReview sends p to requires_review with why, unless it is there already.
-func (r *Reconciler) toReview(ctx context.Context, p payments.Payment, ref, why string) error {
+// reviewOf is the change that sends a payment to requires_review with why;
+// idemkeys.ErrFenced (nothing to change) when it is there already.
+func reviewOf(why string) func(payments.Payment, time.Time) (payments.PaymentChange, error) {
 	why = truncate(why, 500)
-	_, err := r.store.Resolve(ctx, p.ID, payments.ChangePayment(func(now payments.Payment) (payments.Payment, error) {
+	return payments.ChangePayment(func(now payments.Payment) (payments.Payment, error) {
 		if now.Status == payments.RequiresReview {
 			return now, idemkeys.ErrFenced
 		}
 		now.Status, now.ReviewReason = payments.RequiresReview, why
-		if now.PSPReference == "" {
-			now.PSPReference = ref
-		}
 		return now, nil
-	}), payments.Resolution{PaymentID: p.ID, To: payments.RequiresReview, PSPReference: ref, Reason: why, Actor: attemptActor})
-	if errors.Is(err, idemkeys.ErrFenced) {
-		return nil
-	}
-	return err
+	})
+}
+
+// resolution is the audit row of the review an attempt check starts.
+func (r *Reconciler) resolution(p payments.Payment, why string) payments.Resolution {
+	return payments.Resolution{PaymentID: p.ID, To: payments.RequiresReview, Reason: truncate(why, 500), Actor: attemptActor}
 }
 
 func truncate(s string, n int) string {

@@ -93,6 +93,10 @@ type Store interface {
 	// RecordAttemptCheck records c.Attempt's outcome and PSP reference,
 	// fenced on c.Mark, with its next check at next (zero: none).
 	RecordAttemptCheck(ctx context.Context, c payments.AttemptCheck, next time.Time) error
+	// ReviewAttempt is RecordAttemptCheck and, in the same transaction,
+	// decide's change of the payment (its review) with an audit row;
+	// decide's idemkeys.ErrFenced records the attempt alone.
+	ReviewAttempt(ctx context.Context, c payments.AttemptCheck, next time.Time, decide func(payments.Payment, time.Time) (payments.PaymentChange, error), res payments.Resolution) error
 }
 
 // Canceler carries out a cancellation by key (payments.Service does):
