@@ -51,13 +51,25 @@
  * charge.pml. The join's reads (Store.Record, then load's Store.Payment)
  * and TakeOver's compare-and-set are two steps (JOINSTALL): the
  * compare-and-set checks the token and locked_until it read, not the
- * attempt the payment was read at, and the failover moves the payment to
- * its next attempt under the same token (README, "Gaps", 4; TOFIX closes
- * it). Each step of an attempt check is its own (a claim, the lookup with
- * what follows from it, the review, the record), and the check may stop
- * between them (RCRASH). A worker's crash is a worker that stops (after the
- * failover's commit, before its send, too); its client's retry is the
- * other worker, as in charge.pml's safety checks.
+ * attempt the payment was read at; the failover moves the payment to its
+ * next attempt under the lease's next token (TOKEN_FIX), which fences out
+ * a takeover read before it. Each step of an attempt check is its own (a
+ * claim, the lookup with what follows from it, the review, the record),
+ * and the check may stop between them (RCRASH) or pause there while the
+ * review queue looks (CHECKPAUSE). The review queue's claim (claimLooks:
+ * the payment with its attempts' copy) and its lookup with the Resolve it
+ * leads to are two steps too. A worker's crash is a worker
+ * that stops (after the failover's commit, before its send, too); its
+ * client's retry is the other worker, as in charge.pml's safety checks.
+ *
+ * Findings fixed on main (README, "Findings", 5-8), each undone by its
+ * flag set to 0 (the fixed/ checks): TOKEN_FIX (faed385: Store.Failover
+ * sets lease_version to the next token), WAIT_FIX (faed385:
+ * chargedElsewhere answers "not known" for a payment in review without a
+ * psp_reference, and the check waits), REF_FIX (79b2117: the check's
+ * toReview of an attempt charged alone leaves psp_reference as it is),
+ * PERSON_FIX (79b2117: reexamine leaves a payment whose attempts' copy
+ * holds an attempt charged or extra_charge to a person).
  *
  * Left out: a third account, two-step confirms (never fail over),
  * cancellation by key (the failover's cancel_requested_at IS NULL),
@@ -101,11 +113,32 @@
 #define REVIEWQ 1       /* the review queue looks at a payment in review again (reconcile/review.go) */
 #endif
 #ifndef JOINSTALL
-#define JOINSTALL 1     /* a worker may stall between the join's reads and TakeOver (gap 4 opens) */
+#define JOINSTALL 1     /* a worker may stall between the join's reads and TakeOver */
 #endif
-#ifndef TOFIX
-#define TOFIX 0         /* the fix of gap 4 (not on main): Store.Failover grants the worker a new token */
+/* The fixes of findings 5-8 (README), on main: 0 undoes one (fixed/ checks). */
+#ifndef TOKEN_FIX
+#define TOKEN_FIX 1     /* Store.Failover sets lease_version = next; the worker goes on under it (faed385) */
 #endif
+#ifndef WAIT_FIX
+#define WAIT_FIX 1      /* chargedElsewhere: in review without psp_reference is not known: again (faed385) */
+#endif
+#ifndef REF_FIX
+#define REF_FIX 1       /* toReview(p, "") for an attempt charged alone: psp_reference kept (79b2117) */
+#endif
+#ifndef PERSON_FIX
+#define PERSON_FIX 1    /* reexamine: an attempt charged or extra_charge in the copy → a person (79b2117) */
+#endif
+#ifndef REVIEW_TX
+#define REVIEW_TX 1     /* main: the check's review and its record are one transaction (Store.ReviewAttempt); 0: the two writes of before (gaps 8 and 9) */
+#endif
+#ifndef CHECKPAUSE
+#define CHECKPAUSE 1    /* the check may pause between its review and its record past the review's first look */
+#endif
+/* CHECKPAUSE=0: the check's record (or its stop) comes before the review
+ * queue's first look at the payment it sent to review (ReviewFirstLook, 5
+ * min after toReview; the record is the check's next statement). A pause
+ * past its mark (30 s) that another reconciler's check ends by claiming
+ * the row again (fencing the paused record) is a stop (RCRASH). */
 
 #define MAXATT 2        /* reconciler passes that learn nothing before requires_review */
 #define NSLOT  4
@@ -163,6 +196,8 @@ byte  pref;             /* psp_reference: the ledger entry IDX + 1 it names, 0 n
 /* payment_attempts: attempt 1's row once the payment failed over */
 byte  arow;
 bit   a1w;              /* its ended_at + CW has passed */
+/* the attempt check between the review it started and its record (or its stop) */
+bit   cpend;
 
 /* ---- the PSPs' ledgers: entry IDX = ledger * 2 + order id - 1 ------------ */
 byte  chg[4];           /* C_NONE, C_SUCC, C_DECL */
@@ -468,7 +503,9 @@ notproc:
    *    1 AND status = 'processing'. Either UPDATE matching nothing rolls
    *    back: the key still ours → ErrArmRefused → Release, not sent; else
    *    ErrFenced → join. Then Service.send of attempt 2 (deadline: armed +
-   *    PSPTimeout); a crash after the commit leaves it claimed and unsent. */
+   *    PSPTimeout); a crash after the commit leaves it claimed and unsent.
+   *    TOKEN_FIX: the UPDATE sets lease_version = next (h.token.Next())
+   *    too, and the worker goes on under it. */
   if
   :: atomic {
        skip;   /* keeps the inner if from merging into the outer selection */
@@ -481,7 +518,7 @@ notproc:
             pre[0] = (PENDING(0) && six[0] == IX1); pre[1] = (PENDING(1) && six[1] == IX1);
             pre[2] = (PENDING(2) && six[2] == IX1); pre[3] = (PENDING(3) && six[3] == IX1);
             patt = 2; myatt[me] = 2; dlp[me] = 0; unk = 0;
-#if TOFIX
+#if TOKEN_FIX
             fresh(tok[me]); ktok = tok[me];
 #endif
             goto check
@@ -494,8 +531,10 @@ notproc:
   :: atomic { BREAKER && myatt[me] == 1 -> w_release(1 - unk) }   /* B's breaker is open */
 #if FOERR
   /* The COMMIT's answer is lost (ErrWriteUnknown): committed, and the
-   * worker releases as not sent, fenced on the token it holds. (Not
-   * committed is the ErrArmRefused branch.) */
+   * worker releases as not sent under the next token (TOKEN_FIX: the
+   * release of holding{token: next} passes, h.token's is fenced; before
+   * it, under the token it holds). (Not committed is the ErrArmRefused
+   * branch: the release under the next token is fenced, h.token's passes.) */
   :: atomic {
        myatt[me] == 1 && FENCED_BY(tok[me]) && kca == kcns + 1 && patt == 1 && pstatus == P_PROC ->
        kca = 1; kcns = 0; kexp = 0; mcup = 0; cwp = 0;
@@ -503,8 +542,8 @@ notproc:
        pre[0] = (PENDING(0) && six[0] == IX1); pre[1] = (PENDING(1) && six[1] == IX1);
        pre[2] = (PENDING(2) && six[2] == IX1); pre[3] = (PENDING(3) && six[3] == IX1);
        patt = 2;
-#if TOFIX
-       fresh(r); ktok = r; r = 0;
+#if TOKEN_FIX
+       fresh(tok[me]); ktok = tok[me];
 #endif
        w_release(1)
      }
@@ -655,9 +694,40 @@ rdone:
 
 /* ---- the reconciler: the check of the earlier attempt -------------------- */
 
-/* chargedElsewhere(p): the payment's own attempt holds its money: succeeded,
- * or requires_review with a psp_reference. */
+/* chargedElsewhere(p) → (elsewhere, known): the payment's own attempt holds
+ * its money: succeeded (canceled, requires_capture: not in this world), or
+ * requires_review with a psp_reference; known: not in review without one
+ * (WAIT_FIX; before it, such a payment counted as "no other attempt
+ * charged"). Declined and failed: (false, true). Processing never gets
+ * here (again, above). */
 #define ELSEWHERE(st, ref) ((st) == P_SUCC || ((st) == P_REV && (ref) != 0))
+#if WAIT_FIX
+#define KNOWN(st, ref)     ((st) != P_REV || (ref) != 0)
+#else
+#define KNOWN(st, ref)     1
+#endif
+
+/* toReview's Store.Resolve, for an attempt charged alone (toReview(p, "")
+ * with REF_FIX, toReview(p, its charge's reference) before) and for an
+ * extra charge (the first time: toReview(p, "")). */
+inline review_charged() {
+  if
+  :: pstatus != P_REV && pstatus != P_PROC ->
+       pstatus = P_REV; cpend = !REVIEW_TX;
+#if !REF_FIX
+       if :: pref == 0 -> pref = IX1 + 1 :: else -> skip fi;
+#endif
+       skip
+  :: else -> skip
+  fi
+}
+
+inline review_extra() {
+  if
+  :: crow != A_EXTRA && pstatus != P_REV && pstatus != P_PROC -> pstatus = P_REV; cpend = !REVIEW_TX
+  :: else -> skip
+  fi
+}
 
 proctype Checker() {
   byte cst, cref, crow;
@@ -675,19 +745,21 @@ end_check:
   /* L. Lookup(attempt 1's order id) at A, and what follows, judged on the
    *    payment read at the claim: authoritative not-found → absent; unknown
    *    → again; declined → absent; charged while the payment is still
-   *    processing → again; charged and no other attempt charged
-   *    (chargedElsewhere false) → review; charged and another attempt
-   *    charged → giveBack: Refund(ExtraReturnOrderID(order id 1)) at A, which
-   *    may be lost on the way (its answer) or not processed, then review.
+   *    processing → again; charged, chargedElsewhere not known → again;
+   *    charged and no other attempt charged (false) → review; charged and
+   *    another attempt charged → giveBack: Refund(ExtraReturnOrderID(order
+   *    id 1)) at A, which may be lost on the way (its answer) or not
+   *    processed, then review.
    *    RecordAttemptCheck (fenced on the mark) records each. */
   if
   :: atomic { chg[IX1] == C_NONE -> arow = A_ABSENT; goto cdone }
   :: atomic { chg[IX1] == C_DECL -> arow = A_ABSENT; goto cdone }
   :: atomic { skip; goto cdone }
   :: atomic { chg[IX1] == C_SUCC && cst == P_PROC -> goto cdone }
-  :: atomic { chg[IX1] == C_SUCC && cst != P_PROC && !ELSEWHERE(cst, cref) -> goto ccharged }
+  :: atomic { chg[IX1] == C_SUCC && cst != P_PROC && !KNOWN(cst, cref) -> goto cdone }
+  :: atomic { chg[IX1] == C_SUCC && cst != P_PROC && KNOWN(cst, cref) && !ELSEWHERE(cst, cref) -> goto ccharged }
   :: atomic {
-       chg[IX1] == C_SUCC && cst != P_PROC && ELSEWHERE(cst, cref) ->
+       chg[IX1] == C_SUCC && cst != P_PROC && KNOWN(cst, cref) && ELSEWHERE(cst, cref) ->
        /* p13_kept: what is given back is an extra charge: another of the
         * payment's charges stands, and it is not the one the payment's
         * record names as its money */
@@ -702,39 +774,44 @@ end_check:
   fi;
 
 ccharged:
-  /* toReview(p, the charge's reference): Store.Resolve on the payment as it
-   *    stands: already requires_review → nothing; else requires_review,
-   *    psp_reference set to the charge's when empty. Then
-   *    RecordAttemptCheck: charged, settled. */
+  /* toReview(p, ""): Store.Resolve on the payment as it stands: already
+   *    requires_review → nothing; else requires_review, psp_reference as
+   *    it was (REF_FIX; before it, toReview(p, the charge's reference) set
+   *    it to A's charge when empty). Then RecordAttemptCheck: charged,
+   *    settled, on the row and on the payment's copy (REVIEW_TX: both in
+   *    one transaction). */
+#if REVIEW_TX
   if
-  :: atomic {
-       skip;   /* keeps the inner if from merging into the outer selection */
-       if
-       :: pstatus != P_REV && pstatus != P_PROC ->
-            pstatus = P_REV;
-            if :: pref == 0 -> pref = IX1 + 1 :: else -> skip fi
-       :: else -> skip
-       fi
-     }
+  :: atomic { skip; review_charged(); arow = A_CHRG; goto cdone }
+  :: RCRASH -> goto cdone
+  fi;
+#else
+  if
+  :: atomic { skip; review_charged() }
   :: RCRASH -> goto cdone
   fi;
   if
   :: atomic { arow = A_CHRG; goto cdone }
   :: RCRASH -> goto cdone
   fi;
+#endif
 
 cextra:
   /* the first time (the row's outcome was not extra_charge yet):
    *    toReview(p, ""); then RecordAttemptCheck: extra_returned, or
-   *    extra_charge and again. */
+   *    extra_charge and again (REVIEW_TX: both in one transaction). */
+#if REVIEW_TX
   if
   :: atomic {
-       skip;   /* keeps the inner if from merging into the outer selection */
-       if
-       :: crow != A_EXTRA && pstatus != P_REV && pstatus != P_PROC -> pstatus = P_REV
-       :: else -> skip
-       fi
+       skip; review_extra();
+       if :: cret -> arow = A_RET :: else -> arow = A_EXTRA fi;
+       goto cdone
      }
+  :: RCRASH -> goto cdone
+  fi;
+#else
+  if
+  :: atomic { skip; review_extra() }
   :: RCRASH -> goto cdone
   fi;
   if
@@ -742,41 +819,55 @@ cextra:
   :: atomic { !cret -> arow = A_EXTRA; goto cdone }
   :: RCRASH -> goto cdone
   fi;
+#endif
 
 cdone:
-  atomic { cst = 0; cref = 0; crow = 0; cret = 0; goto end_check }
+  atomic { cst = 0; cref = 0; crow = 0; cret = 0; cpend = 0; goto end_check }
 }
 
 /* ---- the reconciler: the review queue ------------------------------------ */
 
-/* Reconciler.reexamine: a payment in requires_review whose look is due
- * (claimLooks: review_after <= NOW(6), FOR UPDATE SKIP LOCKED) is looked up
- * at its current account under its current order id (pay.PSP,
- * pay.MerchantOrderID); an authoritative answer is resolved as a person's
- * decision would be (Store.Resolve, fenced on the status and the look's
- * mark), and the key's stored answer replays it: the charge found →
- * ApplyCharge (succeeded or declined, its psp_reference); authoritatively
- * not found twice a creation window apart, the first a window after the
- * payment entered review (every send had left before: its deadline ≤
- * locked_until ≤ the claim that sent it to review) → failed, psp_reference
- * as it was; anything else → looked at again later. */
+/* Reconciler.reexamine: a payment in requires_review whose look is due is
+ * claimed (claimLooks: review_after <= NOW(6), FOR UPDATE SKIP LOCKED, the
+ * look's mark in review_after) with its attempts' copy as it stands then;
+ * PERSON_FIX: an earlier attempt in it charged or extra_charge → only
+ * rescheduled, for a person. Otherwise it is looked up at its current
+ * account under its current order id (pay.PSP, pay.MerchantOrderID); an
+ * authoritative answer is resolved as a person's decision would be
+ * (Store.Resolve, fenced on the status and the look's mark, not on the
+ * attempts' copy), and the key's stored answer replays it: the charge found
+ * → ApplyCharge (succeeded or declined, its psp_reference);
+ * authoritatively not found twice a creation window apart, the first a
+ * window after the payment entered review (every send had left before: its
+ * deadline ≤ locked_until ≤ the claim that sent it to review) → failed,
+ * psp_reference as it was; anything else → looked at again later. Nothing
+ * else takes a payment out of requires_review here, so the mark holds
+ * while the status does. */
+#if PERSON_FIX
+#define FOR_A_PERSON (arow == A_CHRG || arow == A_EXTRA)
+#else
+#define FOR_A_PERSON 0
+#endif
+
 proctype ReviewQ() {
   byte r;
 end_look:
-  do
+  atomic { pstatus == P_REV && !FOR_A_PERSON && (CHECKPAUSE || !cpend) -> skip };
+  if
   :: atomic {
        pstatus == P_REV && chg[IDX(patt)] != C_NONE -> r = IDX(patt);
        if
        :: chg[r] == C_SUCC -> pstatus = P_SUCC; kresp = P_SUCC
        :: chg[r] == C_DECL -> pstatus = P_DECL; kresp = P_DECL
        fi;
-       pref = r + 1; r = 0
+       pref = r + 1; r = 0; goto end_look
      }
   :: atomic {
        pstatus == P_REV && chg[IDX(patt)] == C_NONE && dlp[1] && dlp[2] && NOPEND(IDX(patt)) ->
-       pstatus = P_FAIL; kresp = P_FAIL
+       pstatus = P_FAIL; kresp = P_FAIL; goto end_look
      }
-  od
+  :: atomic { goto end_look }   /* no decision: rescheduled */
+  fi
 }
 
 init {

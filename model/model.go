@@ -52,6 +52,10 @@ type Check struct {
 	// Optimize compiles the verifier with -O2: worth it for a search of
 	// millions of states, not for one that stops at its first counter-example.
 	Optimize bool
+	// HashBits is log2 of the slots of pan's hash table (-w) in an
+	// optimized search; 0 means 26. A smaller table saves its memory where
+	// the states are a few times 2^HashBits.
+	HashBits int
 }
 
 // Result is what pan reported for a check.
@@ -145,6 +149,9 @@ func Run(ctx context.Context, tools Tools, dir string, c Check) (Result, error) 
 	args := []string{"-m1000000", "-w22"}
 	if c.Optimize {
 		args[1] = "-w26"
+		if c.HashBits > 0 {
+			args[1] = "-w" + strconv.Itoa(c.HashBits)
+		}
 	}
 	if c.LTL != "" {
 		args = append([]string{"-a", "-f", "-N", c.LTL}, args...)

@@ -495,7 +495,7 @@ func TestAnAttemptCheckWaitsForAPaymentInReview(t *testing.T) {
 // attempt charged: the payment (answered failed) goes to review with the
 // evidence, keeps its own reference, and the review queue leaves it there
 // for a person, whatever its current attempt's account says.
-// (Found by the model: gaps 6 and 7.)
+// (Found by the model: findings 7 and 8, once gaps 6 and 7.)
 func TestAnAttemptChargedWhileThePaymentFailedStaysInReview(t *testing.T) {
 	r := newRouted(t, routing.Table{Default: routing.Route{{Account: "fake_a"}, {Account: "fake_b"}}}, nil)
 	r.fakes["fake_a"].FailNextCharges(fake.FaultNotProcessed, 1)
