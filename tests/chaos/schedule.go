@@ -274,7 +274,7 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		held := x.aHeld
 		x.mu.Unlock()
 		if !held {
-			x.setAWeather(ev.Profile)
+			x.setWeather(e.psp, e.pspProxy, ev.Profile)
 		}
 	case "db-down", "db-stall":
 		var ends []func()
@@ -307,24 +307,9 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		end()
 	case "psp-down":
 		x.pspDowns.Add(1)
-		w := window{From: time.Now()}
-		end := e.pspProxy.down()
-		sleepCtx(ctx, ev.For)
-		end()
-		w.To = time.Now()
-		x.mu.Lock()
-		x.pspADowns = append(x.pspADowns, w)
-		x.mu.Unlock()
+		x.down(ctx, e.pspProxy, ev.For, &x.pspADowns)
 	case "psp2-profile":
-		f := pspProfiles[ev.Profile]
-		if maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond); f.Latency.Max > maxMS {
-			f.Latency.Max = maxMS
-			f.Latency.Min = min(f.Latency.Min, maxMS)
-		}
-		if err := e.psp2.SetFaults(f); err != nil {
-			e.say("psp2 faults: %v", err)
-		}
-		e.psp2Proxy.setFaults(pspProxyProfiles[ev.Profile])
+		x.setWeather(e.psp2, e.psp2Proxy, ev.Profile)
 	case "psp2-outage":
 		// A full outage of one PSP with the other working: fake_a's weather
 		// holds off meanwhile (its short outages are left out of the count).
@@ -334,14 +319,7 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		x.mu.Unlock()
 		_ = e.psp.SetFaults(fakeserver.Faults{})
 		e.pspProxy.setFaults(proxyFaults{})
-		w := window{From: time.Now()}
-		end := e.psp2Proxy.down()
-		sleepCtx(ctx, ev.For)
-		end()
-		w.To = time.Now()
-		x.mu.Lock()
-		x.outages = append(x.outages, w)
-		x.mu.Unlock()
+		x.down(ctx, e.psp2Proxy, ev.For, &x.outages)
 		// The intents of the outage's last moments are still being charged.
 		sleepCtx(ctx, aCalmAfter)
 		x.mu.Lock()
@@ -349,7 +327,7 @@ func (x *injector) apply(ctx context.Context, ev event) {
 		profile := x.aProfile
 		x.mu.Unlock()
 		if profile != "" {
-			x.setAWeather(profile)
+			x.setWeather(e.psp, e.pspProxy, profile)
 		}
 	case "psp2-brownout":
 		x.psp2Brownouts.Add(1)
@@ -484,15 +462,27 @@ func (x *injector) calm() {
 // aCalmAfter is how long fake_a's weather stays held off after an outage of fake_b.
 const aCalmAfter = 3 * time.Second
 
-// setAWeather gives the first PSP (and its proxy) a fault profile.
-func (x *injector) setAWeather(profile string) {
+// setWeather gives a PSP (and its proxy) a fault profile.
+func (x *injector) setWeather(p *fakeserver.Server, proxy *faultProxy, profile string) {
 	f := pspProfiles[profile]
 	if maxMS := int(x.e.opts.creationWindow / 2 / time.Millisecond); f.Latency.Max > maxMS {
 		f.Latency.Max = maxMS // a charge must land within the creation window
 		f.Latency.Min = min(f.Latency.Min, maxMS)
 	}
-	if err := x.e.psp.SetFaults(f); err != nil {
+	if err := p.SetFaults(f); err != nil {
 		x.e.say("psp faults: %v", err)
 	}
-	x.e.pspProxy.setFaults(pspProxyProfiles[profile])
+	proxy.setFaults(pspProxyProfiles[profile])
+}
+
+// down takes proxy down for d and records when, in windows (under mu).
+func (x *injector) down(ctx context.Context, proxy *faultProxy, d time.Duration, windows *[]window) {
+	w := window{From: time.Now()}
+	end := proxy.down()
+	sleepCtx(ctx, d)
+	end()
+	w.To = time.Now()
+	x.mu.Lock()
+	*windows = append(*windows, w)
+	x.mu.Unlock()
 }
