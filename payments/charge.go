@@ -31,6 +31,7 @@ func (ps paymentSubject) send(ctx context.Context, adapter psp.Adapter) (answer,
 	p := ps.p
 	c, err := adapter.Charge(ctx, psp.ChargeRequest{
 		MerchantOrderID: p.MerchantOrderID,
+		MerchantID:      p.MerchantID,
 		Amount:          p.Amount.Minor,
 		Currency:        p.Amount.Currency,
 		PaymentMethod:   p.PaymentMethod,

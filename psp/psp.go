@@ -142,10 +142,14 @@ const (
 // 4217); each adapter converts it to its PSP's units (see Currency).
 type ChargeRequest struct {
 	MerchantOrderID string
-	Amount          int64
-	Currency        string
-	PaymentMethod   string
-	Description     string
+	// MerchantID is the gateway's merchant the charge is for; an adapter
+	// whose PSP keeps metadata sends it, so that its ledger can say whose a
+	// charge the gateway lost is (Transaction.MerchantID).
+	MerchantID    string
+	Amount        int64
+	Currency      string
+	PaymentMethod string
+	Description   string
 	// AllowNextAction says the customer is at a front end that can complete a
 	// NextAction (3-D Secure, a redirect): a charge that needs one answers
 	// Pending with it. When false (one-step checkout) the adapter asks the PSP

@@ -282,6 +282,8 @@ type PSP struct {
 	captureAfter CaptureHookAfter // may be nil
 	voidHook     VoidHook         // may be nil
 	voidAfter    VoidHookAfter    // may be nil
+	ledger       []ledgerLine     // every charge and refund, in the order the PSP made them
+	ledgerFault  int              // number of upcoming ListTransactions calls to fail
 }
 
 // record is the fake's own record of a charge: the charge as the PSP shows
@@ -293,6 +295,7 @@ type record struct {
 	// never authorized.
 	captureBefore time.Time
 	lapsed        bool // voided by its lapse, not by a Void
+	merchantID    string
 }
 
 // view is the charge as the PSP answers it.
@@ -336,6 +339,7 @@ type Authorization struct {
 var (
 	_ psp.Adapter  = (*PSP)(nil)
 	_ psp.Capturer = (*PSP)(nil)
+	_ psp.Ledger   = (*PSP)(nil)
 )
 
 // New returns an empty PSP.
@@ -467,8 +471,8 @@ func (p *PSP) process(req psp.ChargeRequest) (c psp.Charge, created, lost bool, 
 	if r.c.Status == psp.Pending && req.PaymentMethod == MethodThreeDS {
 		r.c.NextAction = &psp.NextAction{Type: psp.NextActionRedirect, URL: "/3ds/" + r.c.Reference}
 	}
-	p.byOrder[r.c.MerchantOrderID] = len(p.records)
-	p.records = append(p.records, r)
+	r.merchantID = req.MerchantID
+	p.record(r)
 	return r.view(), true, lost, nil
 }
 
@@ -722,8 +726,7 @@ func (p *PSP) processRefund(req psp.RefundRequest) (r psp.Refund, created, lost 
 	p.seq++
 	r.Reference = fmt.Sprintf("fake_re_%d", p.seq)
 	r.Status = psp.RefundSucceeded
-	p.byRefund[r.RefundOrderID] = len(p.refunds)
-	p.refunds = append(p.refunds, r)
+	p.recordRefund(r)
 	return r, true, lost, nil
 }
 
