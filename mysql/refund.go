@@ -229,6 +229,16 @@ func (s *Store) ResolveRefund(ctx context.Context, id string, decide func(paymen
 	defer errs.Wrap(&err, "Store.ResolveRefund(%s)", id)
 	var out payments.Refund
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		out, err = resolveRefundIn(ctx, tx, id, decide, res)
+		return err
+	})
+	return out, err
+}
+
+// resolveRefundIn is ResolveRefund's work in tx.
+func resolveRefundIn(ctx context.Context, tx *sqlx.Tx, id string, decide func(payments.Refund, time.Time) (payments.RefundChange, error), res payments.Resolution) (payments.Refund, error) {
+	var out payments.Refund
+	err := func() error {
 		var rr struct {
 			refundRow
 			Seq   int64     `db:"event_seq"`
@@ -291,7 +301,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`,
 		}
 		out = after
 		return nil
-	})
+	}()
 	return out, err
 }
 

@@ -161,6 +161,15 @@ func ChangeRefund(decide func(Refund) (Refund, error)) func(before Refund, now t
 	}
 }
 
+// RefundRecorded is the change that records r, a refund the gateway did
+// not make (the books found it at the PSP): it reserves r's amount on its
+// payment, or refunds it for a succeeded r, with its event; no key answers.
+func RefundRecorded(r Refund) RefundChange {
+	c := refundChange(Refund{}, r)
+	c.Key = idemkeys.Ref{}
+	return c
+}
+
 // RefundKey names the idempotency key that created r.
 func RefundKey(r Refund) idemkeys.Ref {
 	return idemkeys.Ref{MerchantID: r.MerchantID, Endpoint: EndpointCreateRefund, Key: r.IdempotencyKey}

@@ -1,0 +1,468 @@
+package books_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"gateway/books"
+	"gateway/merchants"
+	"gateway/mysql"
+	"gateway/mysql/mysqltest"
+	"gateway/payments"
+	"gateway/psp/fake"
+	"gateway/review"
+)
+
+func TestMain(m *testing.M) { mysqltest.Main(m) }
+
+// env is a store, a fake PSP, the payment service and a merchant over one
+// fresh database; the books' period is the hours around the test's start.
+type env struct {
+	t        *testing.T
+	db       *sqlx.DB
+	store    *mysql.Store
+	psp      *fake.PSP
+	svc      *payments.Service
+	merch    merchants.Merchant
+	from, to time.Time
+	account  string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dbx := mysqltest.MustOpen(t)
+	e := &env{t: t, db: dbx, store: mysql.NewStore(dbx), psp: fake.New(fake.WithCreationWindow(2 * time.Minute))}
+	e.account = payments.PSPName(e.psp.Capabilities())
+	e.svc = payments.NewService(e.store, payments.OnePSP(e.psp), payments.Config{Lease: 30 * time.Second, PSPTimeout: 5 * time.Second})
+	m, key, err := merchants.NewMerchant("Test merchant", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CreateMerchant(context.Background(), m, key); err != nil {
+		t.Fatal(err)
+	}
+	e.merch = m
+	now := time.Now().UTC().Truncate(time.Hour)
+	e.from, e.to = now.Add(-time.Hour), now.Add(2*time.Hour)
+	return e
+}
+
+// job is a books job whose clock is a day on, so that the period is closed.
+func (e *env) job(mod ...func(*books.Config)) *books.Job {
+	cfg := books.Config{Store: e.store.Books(), PSPs: payments.OnePSP(e.psp), PageSize: 50,
+		Now: func() time.Time { return time.Now().Add(24 * time.Hour) }}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	return books.New(cfg)
+}
+
+func (e *env) reconcile(j *books.Job, again bool) books.Report {
+	e.t.Helper()
+	rep, err := j.Reconcile(context.Background(), e.account, e.from, e.to, again)
+	if err != nil {
+		e.t.Fatalf("Reconcile: %v", err)
+	}
+	return rep
+}
+
+// pay makes a payment through the service; method says its outcome.
+func (e *env) pay(key, method string, amount int64) payments.Payment {
+	e.t.Helper()
+	out, err := e.svc.Create(context.Background(), payments.CreateRequest{MerchantID: e.merch.ID, IdempotencyKey: key,
+		Amount: payments.Money{Minor: amount, Currency: "KRW"}, PaymentMethod: method})
+	if err != nil {
+		e.t.Fatalf("Create %s: %v", key, err)
+	}
+	p, err := e.store.Payment(context.Background(), e.merch.ID, out.SubjectID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+func (e *env) refund(p payments.Payment, key string, amount int64) payments.Refund {
+	e.t.Helper()
+	out, err := e.svc.CreateRefund(context.Background(), payments.RefundRequest{MerchantID: e.merch.ID, PaymentID: p.ID, IdempotencyKey: key, Amount: &amount})
+	if err != nil {
+		e.t.Fatalf("CreateRefund: %v", err)
+	}
+	r, err := e.svc.Refund(context.Background(), e.merch.ID, out.SubjectID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) count(q string, args ...any) int {
+	e.t.Helper()
+	return mysqltest.Count(e.t, e.db, q, args...)
+}
+
+func (e *env) payment(id string) payments.Payment {
+	e.t.Helper()
+	p, err := e.store.PaymentByID(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// wantClasses checks the report's discrepancies, by class.
+func wantClasses(t *testing.T, rep books.Report, want map[books.Class]int) {
+	t.Helper()
+	got := map[books.Class]int{}
+	for _, d := range rep.Discrepancies {
+		got[d.Class]++
+	}
+	for _, c := range books.Classes {
+		if got[c] != want[c] {
+			t.Fatalf("discrepancies %v, want %v: %+v", got, want, rep.Discrepancies)
+		}
+	}
+	if rep.Run.Status != books.RunComplete {
+		t.Fatalf("run %s (%s), want complete", rep.Run.Status, rep.Run.LastError)
+	}
+}
+
+func TestBooksThatBalanceFindNothing(t *testing.T) {
+	e := newEnv(t)
+	a := e.pay("a", fake.MethodOK, 1000)
+	e.pay("b", fake.MethodOK, 2500)
+	e.pay("c", fake.MethodDeclined, 700)
+	e.refund(a, "r1", 400)
+
+	rep := e.reconcile(e.job(), false)
+	wantClasses(t, rep, nil)
+	if !rep.Balanced() {
+		t.Fatalf("not balanced: %+v", rep)
+	}
+	c := rep.Run.Counts
+	if c.Lines != 4 || c.Matched != 4 || c.Checked != 3 || c.Unsettled != 0 {
+		t.Fatalf("counts %+v, want 4 lines (3 charges, 1 refund) matched and 3 records checked", c)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM books_discrepancies`); n != 0 {
+		t.Fatalf("%d discrepancies stored", n)
+	}
+}
+
+// A restore lost a payment's row after its charge: the books record the
+// PSP's charge as a payment in review, under its key's payment id, once.
+func TestLostPaymentRowIsRecordedInReview(t *testing.T) {
+	e := newEnv(t)
+	lost := e.pay("lost", fake.MethodOK, 1234)
+	e.pay("kept", fake.MethodOK, 1000)
+	exec(t, e.db, `DELETE FROM events WHERE object_id = ?`, lost.ID)
+	exec(t, e.db, `DELETE FROM payments WHERE id = ?`, lost.ID)
+
+	rep := e.reconcile(e.job(), false)
+	wantClasses(t, rep, map[books.Class]int{books.OrphanCharge: 1})
+	d := rep.Discrepancies[0]
+	if d.Action != books.ActionRecordedPayment || d.PaymentID != lost.ID || d.Subject != lost.MerchantOrderID || d.PSPRecord == nil {
+		t.Fatalf("discrepancy %+v, want the payment %s recorded under its key's id", d, lost.ID)
+	}
+	p := e.payment(lost.ID)
+	if p.Status != payments.RequiresReview || p.Amount.Minor != 1234 || p.PSPReference != lost.PSPReference ||
+		p.IdempotencyKey != "lost" || p.PSP != e.account || !strings.HasPrefix(p.ReviewReason, "books: ") {
+		t.Fatalf("recorded payment %+v", p)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payments WHERE id = ? AND review_after IS NULL`, lost.ID); n != 1 {
+		t.Fatal("the recorded payment is on a queue's schedule: only an operator may settle it")
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE object_id = ? AND type = 'payment.requires_review'`, lost.ID); n != 1 {
+		t.Fatalf("%d requires_review events", n)
+	}
+
+	again := e.reconcile(e.job(), true)
+	wantClasses(t, again, map[books.Class]int{books.OrphanCharge: 1})
+	if again.New != 0 || again.Discrepancies[0].ID != d.ID || again.Run.ID != rep.Run.ID || again.Run.Passes != 2 {
+		t.Fatalf("rerun: %d new, run %d pass %d, discrepancy %d; want the same report", again.New, again.Run.ID, again.Run.Passes, again.Discrepancies[0].ID)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payments`); n != 2 {
+		t.Fatalf("%d payments after the rerun, want 2", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM events WHERE object_id = ?`, lost.ID); n != 1 {
+		t.Fatalf("%d events after the rerun, want 1", n)
+	}
+	if _, err := e.job().Reconcile(context.Background(), e.account, e.from, e.to, false); !errors.Is(err, books.ErrRunComplete) {
+		t.Fatalf("a second run without again: %v, want ErrRunComplete", err)
+	}
+}
+
+func TestAmountTheGatewayChangedGoesToReview(t *testing.T) {
+	e := newEnv(t)
+	p := e.pay("p", fake.MethodOK, 1000)
+	exec(t, e.db, `UPDATE payments SET amount = 999, amount_captured = 999 WHERE id = ?`, p.ID)
+
+	rep := e.reconcile(e.job(), false)
+	wantClasses(t, rep, map[books.Class]int{books.Mismatch: 1})
+	d := rep.Discrepancies[0]
+	if d.Action != books.ActionReview || d.PSPRecord == nil || d.PSPRecord.Amount != 1000 || d.GatewayRecord == nil ||
+		!strings.Contains(string(d.GatewayRecord), `"amount":999`) {
+		t.Fatalf("discrepancy %+v (gateway %s): want both records", d, d.GatewayRecord)
+	}
+	if got := e.payment(p.ID); got.Status != payments.RequiresReview {
+		t.Fatalf("payment %s", got.Status)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payment_resolutions WHERE payment_id = ? AND actor = 'books'`, p.ID); n != 1 {
+		t.Fatalf("%d audited resolutions", n)
+	}
+}
+
+// A refund made in the PSP's dashboard is recorded as a refund in review;
+// its payment's refunded amount moves only when an operator resolves it.
+func TestRefundMadeAtThePSPIsRecordedInReview(t *testing.T) {
+	e := newEnv(t)
+	p := e.pay("p", fake.MethodOK, 1000)
+	if _, err := e.psp.PlantRefund(p.MerchantOrderID, "", 300, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rep := e.reconcile(e.job(), false)
+	wantClasses(t, rep, map[books.Class]int{books.OrphanRefund: 1})
+	d := rep.Discrepancies[0]
+	if d.Action != books.ActionRecordedRefund || d.RefundID == "" || d.PaymentID != p.ID {
+		t.Fatalf("discrepancy %+v", d)
+	}
+	got := e.payment(p.ID)
+	if got.AmountReserved != 300 || got.AmountRefunded != 0 {
+		t.Fatalf("payment reserved %d refunded %d, want 300 reserved and nothing refunded yet", got.AmountReserved, got.AmountRefunded)
+	}
+	admin := review.New(e.store, review.Config{PSPs: payments.OnePSP(e.psp)})
+	if _, err := admin.ResolveRefund(context.Background(), review.RefundResolution{RefundID: d.RefundID, To: payments.RefundSucceeded,
+		Reason: "made in the PSP's dashboard by support", Actor: "ops", Force: true}); err != nil {
+		t.Fatalf("ResolveRefund: %v", err)
+	}
+	if got := e.payment(p.ID); got.AmountRefunded != 300 {
+		t.Fatalf("refunded %d after the resolution, want 300", got.AmountRefunded)
+	}
+	again := e.reconcile(e.job(), true)
+	if again.New != 0 || len(again.Discrepancies) != 1 {
+		t.Fatalf("rerun: %d new, %d discrepancies", again.New, len(again.Discrepancies))
+	}
+}
+
+// A charge with an order id the gateway never derived: with the merchant
+// the PSP kept it is a payment in review of that merchant; without, the
+// discrepancy alone records it.
+func TestChargeTheGatewayNeverAskedFor(t *testing.T) {
+	e := newEnv(t)
+	e.psp.PlantCharge("ord_from_the_dashboard", e.merch.ID, 5000, "KRW", time.Now())
+	e.psp.PlantCharge("", "", 7000, "KRW", time.Now())
+
+	rep := e.reconcile(e.job(), false)
+	wantClasses(t, rep, map[books.Class]int{books.OrphanCharge: 2})
+	var recorded, alone int
+	for _, d := range rep.Discrepancies {
+		switch d.Action {
+		case books.ActionRecordedPayment:
+			recorded++
+			p := e.payment(d.PaymentID)
+			if p.MerchantID != e.merch.ID || p.Amount.Minor != 5000 || p.Status != payments.RequiresReview {
+				t.Fatalf("recorded %+v", p)
+			}
+		case books.ActionAlertOnly:
+			alone++
+		}
+	}
+	if recorded != 1 || alone != 1 {
+		t.Fatalf("%d recorded, %d alone: %+v", recorded, alone, rep.Discrepancies)
+	}
+}
+
+func TestChargeThePSPLostGoesToReview(t *testing.T) {
+	e := newEnv(t)
+	p := e.pay("p", fake.MethodOK, 1000)
+	e.pay("q", fake.MethodOK, 1000)
+	if !e.psp.Drop(p.MerchantOrderID) {
+		t.Fatal("nothing dropped")
+	}
+	rep := e.reconcile(e.job(), false)
+	wantClasses(t, rep, map[books.Class]int{books.MissingAtPSP: 1})
+	if d := rep.Discrepancies[0]; d.PaymentID != p.ID || d.PSPRecord != nil || d.GatewayRecord == nil {
+		t.Fatalf("discrepancy %+v", d)
+	}
+	if got := e.payment(p.ID); got.Status != payments.RequiresReview {
+		t.Fatalf("payment %s", got.Status)
+	}
+}
+
+// insertPayments writes n succeeded payments straight into the table, with
+// order ids ord_bulk_<prefix>_<i>, in one statement per thousand.
+func (e *env) insertPayments(prefix string, from, n int) {
+	e.t.Helper()
+	for lo := from; lo < from+n; lo += 1000 {
+		var sb strings.Builder
+		sb.WriteString(`INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, amount_captured, currency, payment_method, psp, created_at, updated_at) VALUES `)
+		for i := lo; i < min(lo+1000, from+n); i++ {
+			if i > lo {
+				sb.WriteString(",")
+			}
+			fmt.Fprintf(&sb, "('%s', 'pay_%s%07d', 'k%s%d', 'ord_bulk_%s_%d', 'succeeded', 100, 100, 'KRW', 'pm_card_ok', '%s', NOW(6), NOW(6))",
+				e.merch.ID, prefix, i, prefix, i, prefix, i, e.account)
+		}
+		exec(e.t, e.db, sb.String())
+	}
+}
+
+// Ten thousand lines paged 500 at a time, with charges made while the
+// listing pages: every line is checked once, the late ones too.
+func TestPagesTenThousandLinesWithChargesMadeWhilePaging(t *testing.T) {
+	e := newEnv(t)
+	e.insertPayments("x", 0, 10000)
+	at := time.Now()
+	for i := range 10000 {
+		e.psp.PlantCharge(fmt.Sprintf("ord_bulk_x_%d", i), e.merch.ID, 100, "KRW", at)
+	}
+	e.insertPayments("y", 0, 5)
+	var once sync.Once
+	pages := 0
+	job := e.job(func(c *books.Config) {
+		c.PageSize = 500
+		c.Progress = func(r books.Run) {
+			pages++
+			once.Do(func() {
+				for i := range 5 {
+					e.psp.PlantCharge(fmt.Sprintf("ord_bulk_y_%d", i), e.merch.ID, 100, "KRW", at)
+				}
+				e.psp.PlantCharge("ord_late_orphan", e.merch.ID, 100, "KRW", at)
+			})
+		}
+	})
+	rep := e.reconcile(job, false)
+	wantClasses(t, rep, map[books.Class]int{books.OrphanCharge: 1})
+	if c := rep.Run.Counts; c.Lines != 10006 || c.Matched != 10005 || c.Checked != 10005 {
+		t.Fatalf("counts %+v, want 10,006 lines, 10,005 matched and checked", c)
+	}
+	if pages < 21 {
+		t.Fatalf("%d pages, want at least 21 of 500", pages)
+	}
+}
+
+// A line at the last millisecond of a day, in Seoul's time and in UTC, is
+// in exactly one of the two periods around it.
+func TestBoundaryLinesAreInExactlyOnePeriod(t *testing.T) {
+	e := newEnv(t)
+	kst := time.FixedZone("KST", 9*3600)
+	for _, zone := range []*time.Location{kst, time.UTC} {
+		day := time.Date(2026, 11, 29, 0, 0, 0, 0, zone)
+		last := day.Add(24*time.Hour - time.Millisecond) // 23:59:59.999
+		first := day.Add(24 * time.Hour)                 // 00:00:00.000 of the next day
+		e.psp.PlantCharge("ord_last_"+zone.String(), e.merch.ID, 100, "KRW", last)
+		e.psp.PlantCharge("ord_first_"+zone.String(), e.merch.ID, 100, "KRW", first)
+		seen := map[string]int{}
+		for i := range 2 {
+			from := day.Add(time.Duration(i) * 24 * time.Hour)
+			rep, err := e.job().Reconcile(context.Background(), e.account, from, from.Add(24*time.Hour), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range rep.Discrepancies {
+				if strings.HasSuffix(d.Subject, "_"+zone.String()) {
+					seen[d.Subject] = i + 1
+				}
+			}
+		}
+		if seen["ord_last_"+zone.String()] != 1 || seen["ord_first_"+zone.String()] != 2 {
+			t.Fatalf("%s: the periods found %v; want the last millisecond in the first day, midnight in the second", zone, seen)
+		}
+	}
+}
+
+// Two replicas run the schedule at once: one run, one of each discrepancy.
+func TestTwoReplicasAtOnceDoOneRun(t *testing.T) {
+	e := newEnv(t)
+	e.insertPayments("x", 0, 2000)
+	for i := range 2000 {
+		e.psp.PlantCharge(fmt.Sprintf("ord_bulk_x_%d", i), e.merch.ID, 100, "KRW", time.Now())
+	}
+	e.psp.PlantCharge("ord_orphan", e.merch.ID, 100, "KRW", time.Now())
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			_, errs[i] = e.job().Reconcile(context.Background(), e.account, e.from, e.to, false)
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, books.ErrRunHeld), errors.Is(err, books.ErrRunComplete):
+		default:
+			t.Fatalf("Reconcile: %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d passes ran (%v), want 1", ok, errs)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM books_runs`); n != 1 {
+		t.Fatalf("%d runs", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM books_discrepancies`); n != 1 {
+		t.Fatalf("%d discrepancies, want 1", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payments WHERE merchant_order_id = 'ord_orphan'`); n != 1 {
+		t.Fatalf("%d payments recorded for the orphan", n)
+	}
+}
+
+// The PSP's listing fails mid-run: the run is left incomplete at its
+// cursor, and the next pass resumes there and finishes it.
+func TestListingThatFailsMidRunIsResumed(t *testing.T) {
+	e := newEnv(t)
+	e.insertPayments("x", 0, 1000)
+	for i := range 1000 {
+		e.psp.PlantCharge(fmt.Sprintf("ord_bulk_x_%d", i), e.merch.ID, 100, "KRW", time.Now())
+		if i == 700 {
+			e.psp.PlantCharge("ord_orphan", e.merch.ID, 100, "KRW", time.Now())
+		}
+	}
+	pages := 0
+	job := e.job(func(c *books.Config) {
+		c.PageSize = 100
+		c.Progress = func(books.Run) {
+			if pages++; pages == 3 {
+				e.psp.FailNextListings(1)
+			}
+		}
+	})
+	rep, err := job.Reconcile(context.Background(), e.account, e.from, e.to, false)
+	if err == nil || rep.Run.Status != books.RunIncomplete || rep.Run.Cursor == "" || rep.Run.Counts.Lines != 300 {
+		t.Fatalf("first pass: %v, run %+v; want it incomplete after 300 lines", err, rep.Run)
+	}
+	rep = e.reconcile(job, false)
+	wantClasses(t, rep, map[books.Class]int{books.OrphanCharge: 1})
+	if c := rep.Run.Counts; c.Lines != 1001 || c.Matched != 1000 || c.Checked != 1000 {
+		t.Fatalf("counts %+v after the resumed pass, want 1,001 lines", c)
+	}
+}
+
+func TestPeriodNotClosedIsRefused(t *testing.T) {
+	e := newEnv(t)
+	job := e.job(func(c *books.Config) { c.Now = time.Now })
+	if _, err := job.Reconcile(context.Background(), e.account, e.from, e.to, false); err == nil || !strings.Contains(err.Error(), "not closed") {
+		t.Fatalf("err %v, want the period refused as not closed", err)
+	}
+	if _, err := job.Reconcile(context.Background(), e.account, e.to, e.from, false); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("err %v, want the period refused as empty", err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM books_runs`); n != 0 {
+		t.Fatalf("%d runs made by refused periods", n)
+	}
+}
+
+func exec(t *testing.T, db *sqlx.DB, q string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q[:min(len(q), 60)], err)
+	}
+}
