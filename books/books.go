@@ -195,6 +195,12 @@ type Store interface {
 	Record(ctx context.Context, run Run, d Discrepancy) error
 	// RunDiscrepancies are the discrepancies recorded by run, oldest first.
 	RunDiscrepancies(ctx context.Context, runID int64) ([]Discrepancy, error)
+	// Standing is what the books say now.
+	Standing(ctx context.Context) (Standing, error)
+	// ResolveDiscrepancy records an operator's acknowledgement of the
+	// discrepancy id; errs.ErrNotFound for an unknown id. One resolved
+	// already stays as it was.
+	ResolveDiscrepancy(ctx context.Context, id int64, resolution string) error
 }
 
 // Attempt is an earlier attempt of a failed-over payment, by its order id.

@@ -12,10 +12,12 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/books"
+	"gateway/errs"
 	"gateway/merchants"
 	"gateway/mysql"
 	"gateway/mysql/mysqltest"
 	"gateway/payments"
+	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/review"
 )
@@ -464,5 +466,99 @@ func exec(t *testing.T, db *sqlx.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.Exec(q, args...); err != nil {
 		t.Fatalf("%s: %v", q[:min(len(q), 60)], err)
+	}
+}
+
+// The open discrepancies are those whose record an operator has not
+// settled, or, recorded alone, not acknowledged.
+func TestStandingCountsWhatNoOperatorSettled(t *testing.T) {
+	e := newEnv(t)
+	e.psp.PlantCharge("ord_from_the_dashboard", e.merch.ID, 5000, "KRW", time.Now())
+	e.psp.PlantCharge("", "", 7000, "KRW", time.Now())
+	rep := e.reconcile(e.job(), false)
+	st := e.store.Books()
+	standing, err := st.Standing(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := standing.Open[e.account][books.OrphanCharge]; n != 2 || standing.LastComplete[e.account].IsZero() {
+		t.Fatalf("standing %+v, want 2 open orphan charges and a complete run", standing)
+	}
+	admin := review.New(e.store, review.Config{PSPs: payments.OnePSP(e.psp)})
+	for _, d := range rep.Discrepancies {
+		var err error
+		if d.Action == books.ActionRecordedPayment {
+			_, err = admin.Resolve(context.Background(), payments.Resolution{PaymentID: d.PaymentID, To: payments.Succeeded,
+				Reason: "a charge support made by phone", Actor: "ops"})
+		} else {
+			err = st.ResolveDiscrepancy(context.Background(), d.ID, "ops: refunded in the dashboard")
+		}
+		if err != nil {
+			t.Fatalf("resolving %d: %v", d.ID, err)
+		}
+	}
+	if standing, err = st.Standing(context.Background()); err != nil || standing.Open[e.account][books.OrphanCharge] != 0 {
+		t.Fatalf("standing %+v (%v), want nothing open", standing, err)
+	}
+	if err := st.ResolveDiscrepancy(context.Background(), 999999, "x"); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("an unknown discrepancy: %v", err)
+	}
+}
+
+// noLedger is an adapter that cannot list its ledger.
+type noLedger struct{ psp.Adapter }
+
+func TestAnAdapterWithoutALedgerIsRefused(t *testing.T) {
+	e := newEnv(t)
+	job := e.job(func(c *books.Config) { c.PSPs = payments.OnePSP(noLedger{e.psp}) })
+	if _, err := job.Reconcile(context.Background(), e.account, e.from, e.to, false); !errors.Is(err, books.ErrNoLedger) {
+		t.Fatalf("err %v, want ErrNoLedger", err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM books_runs`); n != 0 {
+		t.Fatalf("%d runs", n)
+	}
+}
+
+// A pass whose lease another took over while it still ran writes nothing
+// more: the run is the other's, and what it found is recorded once.
+func TestAPassThatLostItsLeaseWritesNothingMore(t *testing.T) {
+	e := newEnv(t)
+	e.insertPayments("x", 0, 300)
+	for i := range 300 {
+		e.psp.PlantCharge(fmt.Sprintf("ord_bulk_x_%d", i), e.merch.ID, 100, "KRW", time.Now())
+	}
+	e.psp.PlantCharge("ord_orphan", e.merch.ID, 100, "KRW", time.Now())
+	paused, resume := make(chan struct{}), make(chan struct{})
+	first := e.job(func(c *books.Config) {
+		c.Lease, c.PageSize = time.Millisecond, 100
+		c.Progress = func(r books.Run) {
+			if r.Counts.Lines == 100 {
+				close(paused)
+				<-resume
+			}
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := first.Reconcile(context.Background(), e.account, e.from, e.to, false)
+		done <- err
+	}()
+	<-paused
+	// Its lease of a millisecond has passed once the database's clock moved on.
+	for e.count(`SELECT COUNT(*) FROM books_runs WHERE lease_until < NOW(6)`) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	rep := e.reconcile(e.job(), false)
+	close(resume)
+	if err := <-done; !errors.Is(err, books.ErrLost) {
+		t.Fatalf("the first pass ended with %v, want ErrLost", err)
+	}
+	wantClasses(t, rep, map[books.Class]int{books.OrphanCharge: 1})
+	var status string
+	if err := e.db.Get(&status, `SELECT status FROM books_runs`); err != nil || status != books.RunComplete {
+		t.Fatalf("run %s (%v): the pass that lost its lease overwrote it", status, err)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM payments WHERE merchant_order_id = 'ord_orphan'`); n != 1 {
+		t.Fatalf("%d payments for the orphan", n)
 	}
 }

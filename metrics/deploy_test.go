@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"gateway/books"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"gateway/metrics"
@@ -79,6 +81,10 @@ func exported(t *testing.T) map[string]series {
 	m.ExtraCharge("fake_a", true)
 	m.WatchBreakers([]string{"fake_a"}, routing.NewHealth([]string{"fake_a"}, routing.DefaultBreaker, nil))
 	m.ClockSkew(30 * time.Millisecond)
+	m.BooksAccounts([]string{"fake_a"})
+	m.BooksFound(books.Discrepancy{Account: "fake_a", Class: books.OrphanCharge})
+	m.BooksStanding(books.Standing{Open: map[string]map[books.Class]int{"fake_a": {books.OrphanCharge: 1}},
+		LastComplete: map[string]time.Time{"fake_a": time.Unix(1_800_000_000, 0)}})
 	for _, st := range []payments.Status{payments.Succeeded, payments.Declined, payments.Failed, payments.Canceled, payments.RequiresReview} {
 		m.PaymentRecorded(st, "")
 	}

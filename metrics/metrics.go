@@ -50,6 +50,9 @@ type Metrics struct {
 	failovers          *prometheus.CounterVec
 	extraCharges       *prometheus.CounterVec
 	breakers           *breakerStates
+	booksFound         *prometheus.CounterVec
+	booksOpen          *prometheus.GaugeVec
+	booksLastRun       *prometheus.GaugeVec
 }
 
 var (
@@ -110,6 +113,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Earlier attempts an account charged although it answered not processed, by account and what was done: returned (refunded or voided there, the payment in review) or review (the only charge: the payment in review). Alert on any.",
 			"account", "action"),
 		breakers: newBreakerStates(reg),
+		booksFound: f.counterVec("gateway_books_discrepancies_total",
+			"Discrepancies the books found between an account's PSP ledger and the gateway's records, by account and class (orphan_charge, orphan_refund, missing_at_psp, mismatch); each is counted once, however often its period is rerun.",
+			"account", "class"),
+		booksOpen: f.gaugeVec("gateway_books_open_discrepancies",
+			"Discrepancies no operator has resolved yet, by account and class, as the books' last scheduled tick read them.", "account", "class"),
+		booksLastRun: f.gaugeVec("gateway_books_last_complete_run_timestamp_seconds",
+			"When the last complete books run of each account finished (Unix time): alert when it is more than a day old.", "account"),
 	}
 	m.preinit()
 	return m
@@ -277,6 +287,12 @@ func (p promauto) counter(name, help string) prometheus.Counter {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	p.reg.MustRegister(c)
 	return c
+}
+
+func (p promauto) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+	p.reg.MustRegister(g)
+	return g
 }
 
 func (p promauto) gauge(name, help string) prometheus.Gauge {

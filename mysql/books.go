@@ -475,3 +475,63 @@ func (b *Books) Review(ctx context.Context, run books.Run, d books.Discrepancy, 
 		return err
 	})
 }
+
+// Standing implements books.Store.
+func (b *Books) Standing(ctx context.Context) (_ books.Standing, err error) {
+	defer errs.Wrap(&err, "Books.Standing")
+	out := books.Standing{Open: map[string]map[books.Class]int{}, LastComplete: map[string]time.Time{}}
+	var open []struct {
+		Account string `db:"account"`
+		Class   string `db:"class"`
+		N       int    `db:"n"`
+	}
+	// Open: not acknowledged, and its payment or refund still in review
+	// (an operator's decision on it settles the discrepancy too) or not
+	// there at all.
+	if err := b.s.db.SelectContext(ctx, &open, `SELECT d.account, d.class, COUNT(*) AS n FROM books_discrepancies d
+LEFT JOIN payments p ON d.refund_id IS NULL AND p.merchant_id = d.merchant_id AND p.id = d.payment_id
+LEFT JOIN refunds r ON r.merchant_id = d.merchant_id AND r.id = d.refund_id
+WHERE d.resolved_at IS NULL
+  AND (d.action = 'alert_only' OR p.status = 'requires_review' OR r.status = 'requires_review' OR (p.id IS NULL AND r.id IS NULL))
+GROUP BY d.account, d.class`); err != nil {
+		return out, Classify(err)
+	}
+	for _, o := range open {
+		if out.Open[o.Account] == nil {
+			out.Open[o.Account] = map[books.Class]int{}
+		}
+		out.Open[o.Account][books.Class(o.Class)] = o.N
+	}
+	var last []struct {
+		Account string    `db:"account"`
+		At      time.Time `db:"at"`
+	}
+	if err := b.s.db.SelectContext(ctx, &last, `SELECT account, MAX(completed_at) AS at FROM books_runs
+WHERE completed_at IS NOT NULL GROUP BY account`); err != nil {
+		return out, Classify(err)
+	}
+	for _, l := range last {
+		out.LastComplete[l.Account] = l.At
+	}
+	return out, nil
+}
+
+// ResolveDiscrepancy implements books.Store.
+func (b *Books) ResolveDiscrepancy(ctx context.Context, id int64, resolution string) (err error) {
+	defer errs.Wrap(&err, "Books.ResolveDiscrepancy(%d)", id)
+	n, err := ExecRetry(ctx, b.s.db, `UPDATE books_discrepancies SET resolved_at = NOW(6), resolution = ?
+WHERE id = ? AND resolved_at IS NULL`, resolution, id)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		var found int
+		if err := b.s.db.GetContext(ctx, &found, `SELECT COUNT(*) FROM books_discrepancies WHERE id = ?`, id); err != nil {
+			return Classify(err)
+		}
+		if found == 0 {
+			return errs.ErrNotFound
+		}
+	}
+	return nil
+}

@@ -20,6 +20,8 @@ const (
 	exitError       = 1
 	exitUsage       = 2
 	exitNeedsReview = 3
+	// exitDiscrepancies: the books found discrepancies (books reconcile).
+	exitDiscrepancies = 4
 )
 
 // usageError is a mistake on the command line or in a GATEWAY_* variable.
@@ -156,7 +158,7 @@ const rootHelp = `An idempotent payment gateway: the HTTP API, its database sche
 
 Every flag of a command can also be set by the GATEWAY_* variable shown beside it (GATEWAY_FOO_BAR is --foo-bar); a flag wins over its variable. Secrets are read from variables only.
 
-Exit status: 0 done; 1 error; 2 usage (a flag, argument or variable is wrong); 3 payments need a person (reconcile --once).`
+Exit status: 0 done; 1 error; 2 usage (a flag, argument or variable is wrong); 3 payments need a person (reconcile --once); 4 the books found discrepancies (books reconcile).`
 
 var flagGroups = []kong.Group{
 	{Key: "database", Title: "Database:"},
@@ -228,6 +230,7 @@ type commandLine struct {
 	Refunds     refundsCmd     `cmd:"" help:"List refunds; record an operator's decision on one in review."`
 	PSPs        pspsCmd        `cmd:"" name:"psps" help:"The PSP accounts this configuration reaches: capabilities, routes and health."`
 	Reconcile   reconcileCmd   `cmd:"" help:"Settle unfinished payments: a daemon, or one pass with a report (--once)."`
+	Books       booksCmd       `cmd:"" help:"Reconcile the gateway's records against each PSP account's own ledger."`
 	Webhooks    webhooksCmd    `cmd:"" help:"Merchants' webhook endpoints (create, list, delete, rotate, enable, disable, resend) and the dispatcher."`
 	Dev         devCmd         `cmd:"" help:"What make run does: a private MariaDB, migrations, a demo merchant, the API."`
 	Keys        logKeysCmd     `cmd:"" help:"What the logs call an idempotency key (keyed hashes)."`

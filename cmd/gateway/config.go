@@ -334,6 +334,7 @@ type serverConfig struct {
 	MaxClockSkew time.Duration   `name:"max-clock-skew" env:"GATEWAY_MAX_CLOCK_SKEW" default:"1s" group:"flow" help:"how far this replica's clock may stray from the database's before it stops taking payments and reports not ready"`
 	PSP          pspConfig       `embed:""`
 	Reconcile    reconcileConfig `embed:""`
+	Books        booksConfig     `embed:""`
 	Webhooks     webhookConfig   `embed:""`
 	Dispatch     dispatchConfig  `embed:""`
 	Log          logConfig       `embed:""`

@@ -154,6 +154,8 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	stopReconciler := startReconciler(cfg.Reconcile.Schedule,
 		newReconciler(cfg.Flow, cfg.Reconcile, &cfg.Log, dbx, psps, guard.Err, log, m), log)
 	defer stopReconciler()
+	stopBooks := startBooks(cfg.Books, dbx, psps, m, log)
+	defer stopBooks()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(api.Listen(ln, api.ListenOptions{MaxConns: maxConns})) }()
 	select {
@@ -164,6 +166,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	// The reconciler first (its pass ends and gives back what it claimed),
 	// then no charge that has not left yet leaves; what is in flight finishes.
 	stopReconciler()
+	stopBooks()
 	stopDispatcher()
 	svc.Drain()
 	log.Info("shutting down: draining in-flight requests", "timeout", cfg.HTTP.ShutdownTimeout.String())

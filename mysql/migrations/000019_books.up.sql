@@ -38,7 +38,8 @@ CREATE TABLE books_discrepancies (
     psp_record     TEXT NULL,      -- JSON: the PSP's line
     gateway_record TEXT NULL,      -- JSON: the gateway's record as it was
     created_at     DATETIME(6) NOT NULL,
-    resolved_at    DATETIME(6) NULL,
+    resolved_at    DATETIME(6) NULL,       -- an operator's acknowledgement (gateway books resolve)
+    resolution     VARCHAR(1000) NULL,
     PRIMARY KEY (id),
     UNIQUE KEY books_discrepancies_subject (account, class, subject),
     KEY books_discrepancies_run (run_id, id),
