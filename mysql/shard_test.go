@@ -84,7 +84,7 @@ var scatters = append([]scatter{
 var sendsNothing = map[string]string{
 	"DB":    "returns the pool",
 	"Books": "returns the books job's store, whose tables are in the unsharded keyspace (deploy/vitess/README.md)",
-	"Ping": "a protocol ping, not a statement",
+	"Ping":  "a protocol ping, not a statement",
 }
 
 func TestStatementsAreSingleShard(t *testing.T) {
