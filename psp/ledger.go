@@ -95,3 +95,20 @@ func (t Transaction) MovedMoney() bool {
 	}
 	return false
 }
+
+// LedgerOf returns a's listing, looking through wrappers that name the
+// adapter they wrap (an Unwrap() Adapter method, as the metrics' has), and
+// false when the adapter cannot list.
+func LedgerOf(a Adapter) (Ledger, bool) {
+	for a != nil {
+		if l, ok := a.(Ledger); ok {
+			return l, true
+		}
+		u, ok := a.(interface{ Unwrap() Adapter })
+		if !ok {
+			return nil, false
+		}
+		a = u.Unwrap()
+	}
+	return nil, false
+}
