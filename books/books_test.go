@@ -562,3 +562,66 @@ func TestAPassThatLostItsLeaseWritesNothingMore(t *testing.T) {
 		t.Fatalf("%d payments for the orphan", n)
 	}
 }
+
+// The schedule's Due, on two replicas at once: each closed day of the
+// look-back is one run, each orphan recorded once; a second tick runs none.
+func TestDueRunsEachClosedDayOnceAcrossReplicas(t *testing.T) {
+	e := newEnv(t)
+	noon := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	for d := 1; d <= 3; d++ {
+		e.psp.PlantCharge(fmt.Sprintf("ord_day_%d", d), e.merch.ID, 100, "KRW", noon.Add(-time.Duration(d)*24*time.Hour))
+	}
+	e.psp.PlantCharge("ord_today", e.merch.ID, 100, "KRW", noon) // today is not closed: not looked at
+	at := func(c *books.Config) { c.Now = func() time.Time { return noon } }
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if _, err := e.job(at).Due(context.Background(), []string{e.account}, 3); err != nil {
+				t.Errorf("Due: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := e.count(`SELECT COUNT(*) FROM books_runs WHERE status = 'complete'`); n != 3 {
+		t.Fatalf("%d complete runs, want one for each of the 3 closed days", n)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM books_discrepancies`); n != 3 {
+		t.Fatalf("%d discrepancies, want the 3 days' orphans", n)
+	}
+	reps, err := e.job(at).Due(context.Background(), []string{e.account}, 3)
+	if err != nil || len(reps) != 0 {
+		t.Fatalf("a second tick ran %d periods (%v), want none", len(reps), err)
+	}
+}
+
+// An earlier attempt of a failed-over payment (design §16): its extra
+// charge and the gateway's refund of it are the attempt's record; a charge
+// under an attempt its check found absent is a mismatch.
+func TestEarlierAttemptsAreTheGatewaysRecords(t *testing.T) {
+	e := newEnv(t)
+	p := e.pay("p", fake.MethodOK, 1000)
+	q := e.pay("q", fake.MethodOK, 1000)
+	attempt := func(x payments.Payment, order, outcome string) {
+		exec(t, e.db, `INSERT INTO payment_attempts (merchant_id, payment_id, attempt, psp, merchant_order_id, outcome, started_at, ended_at)
+VALUES (?, ?, 1, ?, ?, ?, NOW(6), NOW(6))`, x.MerchantID, x.ID, e.account, order, outcome)
+	}
+	attempt(p, "ord_attempt_returned", "extra_returned")
+	attempt(q, "ord_attempt_absent", "absent")
+	e.psp.PlantCharge("ord_attempt_returned", e.merch.ID, 1000, "KRW", time.Now())
+	if _, err := e.psp.PlantRefund("ord_attempt_returned", "rfd_extra_return", 1000, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.psp.PlantCharge("ord_attempt_absent", e.merch.ID, 1000, "KRW", time.Now())
+
+	rep := e.reconcile(e.job(), false)
+	wantClasses(t, rep, map[books.Class]int{books.Mismatch: 1})
+	if d := rep.Discrepancies[0]; d.PaymentID != q.ID || d.Subject != "ord_attempt_absent" {
+		t.Fatalf("discrepancy %+v, want payment %s's absent attempt", d, q.ID)
+	}
+	if got := e.payment(q.ID); got.Status != payments.RequiresReview {
+		t.Fatalf("payment %s", got.Status)
+	}
+	if got := e.payment(p.ID); got.Status != payments.Succeeded {
+		t.Fatalf("the payment whose extra charge was returned is %s", got.Status)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"gateway/errs"
 	"gateway/payments"
 	"gateway/psp"
+	"gateway/routing"
 )
 
 // Defaults of a Job.
@@ -325,7 +326,7 @@ func (p *pass) checkPage(ctx context.Context, lines []psp.Transaction) error {
 			if !ok || t.RefundOrderID == "" {
 				r, ok = byRefund["psp:"+t.Reference]
 			}
-			err = p.checkRefund(ctx, t, r, ok, byOrder)
+			err = p.checkRefund(ctx, t, r, ok, byOrder, byAttempt)
 		} else {
 			err = p.checkCharge(ctx, t, byOrder, byAttempt)
 		}
@@ -458,7 +459,7 @@ func (p *pass) lostKey(ctx context.Context, orderID string) (LostKey, error) {
 // maxAttempts is how many attempts' order ids a lost key is tried with.
 const maxAttempts = 4
 
-func (p *pass) checkRefund(ctx context.Context, t psp.Transaction, r payments.Refund, ok bool, byOrder map[string]payments.Payment) error {
+func (p *pass) checkRefund(ctx context.Context, t psp.Transaction, r payments.Refund, ok bool, byOrder map[string]payments.Payment, byAttempt map[string]Attempt) error {
 	if ok {
 		v, detail := compareRefund(t, r)
 		if v != differs {
@@ -473,6 +474,12 @@ func (p *pass) checkRefund(ctx context.Context, t psp.Transaction, r payments.Re
 	}
 	if !t.MovedMoney() {
 		p.run.Counts.NoMoney++
+		return nil
+	}
+	if a, ok := byAttempt[t.MerchantOrderID]; ok && routing.AttemptOutcome(a.Outcome) == routing.AttemptExtraReturned {
+		// The gateway's own refund of an earlier attempt's extra charge
+		// (design §16): its record is the attempt's.
+		p.run.Counts.Matched++
 		return nil
 	}
 	d := p.discrepancy(OrphanRefund, subject(t), &t, nil, fmt.Sprintf("the PSP refunded %d %s (%s) of order %s and the gateway has no record of it", t.Amount, t.Currency, t.Reference, t.MerchantOrderID))
