@@ -406,17 +406,24 @@ func (b *Books) RecordPayment(ctx context.Context, run books.Run, d books.Discre
 	defer errs.Wrap(&err, "Books.RecordPayment(%s)", d.Subject)
 	p := c.Payment
 	return b.booksTx(ctx, run, d, func(tx *sqlx.Tx) error {
+		// A payment whose row was lost may have kept its events: its
+		// numbering goes on after theirs.
+		var seq int64
+		if err := tx.GetContext(ctx, &seq, `SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE merchant_id = ? AND object_id = ?`,
+			p.MerchantID, p.ID); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency, payment_method, description,
     psp_reference, psp, review_reason, review_since, capture_method, amount_captured, event_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, NOW(6), ?, ?, 1, ?, NOW(6))`,
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, NOW(6), ?, ?, ?, ?, NOW(6))`,
 			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
 			p.PaymentMethod, nullString(p.PSPReference), nullString(p.PSP), nullString(p.ReviewReason),
-			string(captureMethodOf(p)), p.AmountCaptured, p.CreatedAt); err != nil {
+			string(captureMethodOf(p)), p.AmountCaptured, seq, p.CreatedAt); err != nil {
 			return err
 		}
 		if c.Event != nil {
-			return insertEvent(ctx, tx, *c.Event, 1)
+			return insertEvent(ctx, tx, *c.Event, seq)
 		}
 		return nil
 	})
