@@ -225,6 +225,8 @@ type report struct {
 	Settled    bool         `json:"settled"`
 	SettleTime string       `json:"settle_time"`
 	Invariants []*invariant `json:"invariants"`
+	// Books is what invariants 29 and 30 did (absent when the run did not settle).
+	Books *booksFigures `json:"books,omitempty"`
 	Violations int          `json:"violations"`
 	WallTime   string       `json:"wall_time"`
 	LogDir     string       `json:"log_dir,omitempty"`
@@ -403,6 +405,20 @@ func runOptions(ctx context.Context, opts options, getenv func(string) string, s
 		return nil, err
 	}
 	invs = append(invs, captureInvs...)
+	if settled && refundsSettled && capturesSettled {
+		booksInvs, fig, err := c.checkBooks(ctx, began, opts.seed)
+		if err != nil {
+			return nil, err
+		}
+		invs = append(invs, booksInvs...)
+		rep.Books = &fig
+		say("books: %d ledger lines, %d matched; %d rows deleted, %d recorded by the books", fig.Lines, fig.Matched, len(fig.Deleted), len(fig.Recorded))
+	} else {
+		for _, inv := range booksInvariants() {
+			inv.Notes = append(inv.Notes, "not checked: the run did not settle (invariant 3 says what was left)")
+			invs = append(invs, inv)
+		}
+	}
 	if e.psp2 != nil {
 		x.mu.Lock()
 		outages, aDowns := append([]window(nil), x.outages...), append([]window(nil), x.pspADowns...)
