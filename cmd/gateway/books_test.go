@@ -65,7 +65,7 @@ func TestBooksReconcileReportsAndRecordsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	pspURL := fakeServer(t)
-	day := time.Now().UTC().Truncate(24*time.Hour).Add(-48 * time.Hour)
+	day := time.Now().UTC().Truncate(24 * time.Hour).Add(-48 * time.Hour)
 	body := fmt.Sprintf(`{"merchant_order_id": "ord_made_in_the_dashboard", "merchant_id": %q, "amount": 4200, "currency": "KRW", "created_at": %q}`,
 		merchant.ID, day.Add(23*time.Hour+59*time.Minute).Format(time.RFC3339Nano))
 	resp, err := http.Post(pspURL+"/admin/ledger/charges", "application/json", strings.NewReader(body))

@@ -226,10 +226,10 @@ type report struct {
 	SettleTime string       `json:"settle_time"`
 	Invariants []*invariant `json:"invariants"`
 	// Books is what invariants 29 and 30 did (absent when the run did not settle).
-	Books *booksFigures `json:"books,omitempty"`
-	Violations int          `json:"violations"`
-	WallTime   string       `json:"wall_time"`
-	LogDir     string       `json:"log_dir,omitempty"`
+	Books      *booksFigures `json:"books,omitempty"`
+	Violations int           `json:"violations"`
+	WallTime   string        `json:"wall_time"`
+	LogDir     string        `json:"log_dir,omitempty"`
 }
 
 // run is the whole program; tests call it.
