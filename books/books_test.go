@@ -442,10 +442,14 @@ func TestListingThatFailsMidRunIsResumed(t *testing.T) {
 	if err == nil || rep.Run.Status != books.RunIncomplete || rep.Run.Cursor == "" || rep.Run.Counts.Lines != 300 {
 		t.Fatalf("first pass: %v, run %+v; want it incomplete after 300 lines", err, rep.Run)
 	}
+	lookups := e.psp.LookupCalls()
 	rep = e.reconcile(job, false)
 	wantClasses(t, rep, map[books.Class]int{books.OrphanCharge: 1})
 	if c := rep.Run.Counts; c.Lines != 1001 || c.Matched != 1000 || c.Checked != 1000 {
 		t.Fatalf("counts %+v after the resumed pass, want 1,001 lines", c)
+	}
+	if n := e.psp.LookupCalls() - lookups; n != 0 {
+		t.Fatalf("the resumed pass looked up %d payments: it should have reread the pages before its cursor", n)
 	}
 }
 

@@ -189,6 +189,18 @@ type pass struct {
 }
 
 func (p *pass) work(ctx context.Context) error {
+	// A pass that resumes another learns what the pages before it showed,
+	// so that the gateway's records on them are not looked up one by one.
+	switch {
+	case p.run.Phase == PhaseGateway:
+		if err := p.reread(ctx, ""); err != nil {
+			return err
+		}
+	case p.run.Phase == PhaseLedger && p.run.Cursor != "":
+		if err := p.reread(ctx, p.run.Cursor); err != nil {
+			return err
+		}
+	}
 	if p.run.Phase == PhaseLedger || p.run.Phase == "" || p.run.Phase == PhaseDone {
 		if p.run.Phase != PhaseLedger {
 			p.run.Phase, p.run.Cursor, p.run.Counts = PhaseLedger, "", Counts{}
@@ -217,8 +229,8 @@ func (p *pass) save(ctx context.Context) error {
 // ledgerPhase pages through the ledger from the run's cursor, checking
 // each page's lines in the period and saving the cursor after it.
 func (p *pass) ledgerPhase(ctx context.Context) error {
-	q := psp.LedgerQuery{From: p.run.From.Add(-p.job.cfg.Skew), To: p.run.To.Add(p.job.Overlap(p.adapter)),
-		Cursor: p.run.Cursor, Limit: p.job.cfg.PageSize}
+	q := p.query()
+	q.Cursor = p.run.Cursor
 	for {
 		pctx, cancel := context.WithTimeout(ctx, p.job.cfg.PSPTimeout)
 		page, err := p.ledger.ListTransactions(pctx, q)
@@ -238,6 +250,32 @@ func (p *pass) ledgerPhase(ctx context.Context) error {
 		}
 		q.Cursor = page.Next
 	}
+}
+
+// reread lists the ledger from its start up to the page at cursor until
+// ("": to its end), only to learn which lines it holds.
+func (p *pass) reread(ctx context.Context, until string) error {
+	q := p.query()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, p.job.cfg.PSPTimeout)
+		page, err := p.ledger.ListTransactions(pctx, q)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("rereading the ledger from cursor %q: %w", q.Cursor, err)
+		}
+		for _, t := range page.Transactions {
+			p.seen[subject(t)] = struct{}{}
+		}
+		if page.Next == "" || page.Next == until {
+			return nil
+		}
+		q.Cursor = page.Next
+	}
+}
+
+// query is the first page's query of the run's listing.
+func (p *pass) query() psp.LedgerQuery {
+	return psp.LedgerQuery{From: p.run.From.Add(-p.job.cfg.Skew), To: p.run.To.Add(p.job.Overlap(p.adapter)), Limit: p.job.cfg.PageSize}
 }
 
 // inPeriod reports whether the line is the run's to judge.
@@ -369,10 +407,6 @@ func (p *pass) judged(ctx context.Context, v verdict, t psp.Transaction, x payme
 	}
 	body := payments.Render(x).Body
 	d := p.discrepancy(Mismatch, x.MerchantOrderID, &t, body, detail)
-	if t.Reference == "" {
-		d.PSPRecord = nil
-		d.Class = MissingAtPSP
-	}
 	d.MerchantID, d.PaymentID, d.Action = x.MerchantID, x.ID, ActionReview
 	return p.record(ctx, d, func(ctx context.Context, run Run, d Discrepancy) error {
 		return p.job.cfg.Store.Review(ctx, run, d, "books: "+detail)
