@@ -14,7 +14,11 @@
 // it does not take and a non-positive amount are refused 400 (rejected). A
 // charge with "capture_method":"manual" is authorized instead of succeeded,
 // for -authorization-validity (7 days), and captured (POST /v1/captures) or
-// voided (POST /v1/voids) later, under the same faults.
+// voided (POST /v1/voids) later, under the same faults. GET /v1/transactions
+// lists its ledger by period, and /admin/ledger/charges, /admin/ledger/refunds,
+// /admin/charges/{merchant_order_id}/drop and /admin/ledger/fail plant what
+// the gateway never asked for, lose a charge, or fail listings
+// (docs/fake-psp.md).
 //
 // It listens on 127.0.0.1:9090 unless -addr or FAKEPSP_ADDR says otherwise,
 // and shuts down gracefully on SIGINT or SIGTERM.

@@ -1065,6 +1065,7 @@ func (p *PSP) Reset() {
 	p.latency = 0
 	p.hook, p.hookAfter = nil, nil
 	p.captureHook, p.captureAfter, p.voidHook, p.voidAfter = nil, nil, nil, nil
+	p.ledger, p.ledgerFault = nil, 0
 }
 
 // Charges returns a copy of every charge record, whatever its status, in

@@ -92,3 +92,15 @@ func TestLedgerRefusesWhatCanListNothing(t *testing.T) {
 		t.Fatalf("after the failure: %v", err)
 	}
 }
+
+func TestResetEmptiesTheLedger(t *testing.T) {
+	p := fake.New()
+	now := time.Now()
+	p.PlantCharge("ord_1", "", 100, "KRW", now)
+	p.FailNextListings(1)
+	p.Reset()
+	page, err := p.ListTransactions(context.Background(), psp.LedgerQuery{From: now.Add(-time.Hour), To: now.Add(time.Hour)})
+	if err != nil || len(page.Transactions) != 0 {
+		t.Fatalf("after Reset: %d lines, %v; want an empty ledger that answers", len(page.Transactions), err)
+	}
+}

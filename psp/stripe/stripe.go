@@ -8,7 +8,8 @@
 //     see currencies.go), currency (lower case), payment_method (the
 //     gateway's payment_method: a PaymentMethod id such as pm_…),
 //     confirm=true, automatic_payment_methods without redirects,
-//     metadata[merchant_order_id], and Idempotency-Key
+//     metadata[merchant_order_id], metadata[gateway_merchant_id] (the
+//     gateway's merchant, which the ledger reads back), and Idempotency-Key
 //     "gw-charge-<merchant order id>". Stripe replays the first answer to a
 //     repeat of that key for 24 hours (DedupeWindow): that is what
 //     deduplicates the order id. One-step checkout also sends
@@ -45,6 +46,9 @@
 //     PaymentIntent (Charge.Reference) with metadata[refund_order_id] and
 //     Idempotency-Key "gw-refund-<refund order id>". LookupRefund lists the
 //     PaymentIntent's refunds (a list, not a search: consistent).
+//   - The adapter is a psp.Ledger: it lists the period's PaymentIntents and
+//     Refunds (GET /v1/payment_intents and /v1/refunds by created), see
+//     ListTransactions.
 //
 // Outcomes (https://docs.stripe.com/error-codes, /error-handling,
 // /declines/codes, /payments/place-a-hold-on-a-payment-method): a
@@ -158,6 +162,7 @@ type Adapter struct {
 var (
 	_ psp.Adapter  = (*Adapter)(nil)
 	_ psp.Capturer = (*Adapter)(nil)
+	_ psp.Ledger   = (*Adapter)(nil)
 )
 
 const (
@@ -177,6 +182,9 @@ const (
 	metaOrderID   = "merchant_order_id"
 	metaRefundID  = "refund_order_id"
 	metaCaptureID = "capture_order_id"
+	// metaMerchantID is the gateway's merchant a PaymentIntent was
+	// created for.
+	metaMerchantID = "gateway_merchant_id"
 	// expandCharge makes Stripe answer with the PaymentIntent's latest
 	// charge as an object: its capture_before is an authorization's
 	// deadline.
@@ -305,6 +313,12 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 		},
 		Metadata: map[string]string{metaOrderID: req.MerchantOrderID},
 	}
+	// A merchant id too long for metadata is left out rather than cut:
+	// the ledger would name another merchant.
+	named := req.MerchantID != "" && utf8.RuneCountInString(req.MerchantID) <= maxMetadataValue
+	if named {
+		params.Metadata[metaMerchantID] = req.MerchantID
+	}
 	if !req.AllowNextAction {
 		// Nobody can complete a next action: Stripe refuses the card instead.
 		params.ErrorOnRequiresAction = sdk.Bool(true)
@@ -318,6 +332,14 @@ func (a *Adapter) charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 	}
 	params.SetIdempotencyKey("gw-charge-" + req.MerchantOrderID)
 	pi, err := a.sc.V1PaymentIntents.Create(ctx, params)
+	if se := (*sdk.Error)(nil); named && errors.As(err, &se) && se.Type == sdk.ErrorTypeIdempotency && se.HTTPStatusCode == http.StatusBadRequest {
+		// The key was first used without the merchant: by an adapter from
+		// before charges named it, within the key's 24 hours. That request
+		// itself, sent again, is answered as it was; one with another
+		// amount is refused again.
+		delete(params.Metadata, metaMerchantID)
+		pi, err = a.sc.V1PaymentIntents.Create(ctx, params)
+	}
 	if err != nil {
 		return a.chargeFailure(ctx, req, err)
 	}

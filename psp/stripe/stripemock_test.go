@@ -30,7 +30,9 @@ import (
 // reads as the SDK's type. stripe-mock is stateless and echoes no metadata,
 // so a shim between the adapter and it gives its answers this request's ids,
 // amounts and statuses before the adapter reads them; what is checked against
-// the specification is what went in and what came out unaltered.
+// the specification is what went in and what came out unaltered. The
+// ledger's lists (PaymentIntents and Refunds by created, paged both ways)
+// are answered with the shim's own objects, paged as Stripe pages them.
 //
 // It runs when STRIPE_MOCK_BIN names a stripe-mock binary (the test starts
 // it) or STRIPE_MOCK_URL points at a running one; `make stripe-mock-test`
@@ -45,8 +47,8 @@ func TestStripeMock(t *testing.T) {
 	ctx := t.Context()
 
 	charges := []psp.ChargeRequest{
-		{MerchantOrderID: "ord_000000000000000000000001", Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_visa", Description: "Order A-1"},
-		{MerchantOrderID: "ord_000000000000000000000002", Amount: 1999, Currency: "USD", PaymentMethod: "pm_card_visa"},
+		{MerchantOrderID: "ord_000000000000000000000001", MerchantID: "mer_1", Amount: 15000, Currency: "KRW", PaymentMethod: "pm_card_visa", Description: "Order A-1"},
+		{MerchantOrderID: "ord_000000000000000000000002", MerchantID: "mer_1", Amount: 1999, Currency: "USD", PaymentMethod: "pm_card_visa"},
 		{MerchantOrderID: "ord_000000000000000000000003", Amount: 1000, Currency: "ISK", PaymentMethod: "pm_card_visa"},
 		{MerchantOrderID: "ord_000000000000000000000004", Amount: 5120, Currency: "KWD", PaymentMethod: "pm_card_visa"},
 		// Two-step checkout: no error_on_requires_action.
@@ -115,6 +117,37 @@ func TestStripeMock(t *testing.T) {
 		t.Fatalf("Capture of a voided charge = %+v, %v; want voided", got, err)
 	}
 
+	// The ledger, a line or two a page: both lists read down
+	// (starting_after) and up (ending_before), in the period of the
+	// objects' created (stripe-mock's fixtures all share one).
+	from, to := shim.period()
+	var lines []psp.Transaction
+	q := psp.LedgerQuery{From: from, To: to, Limit: 2}
+	for range 100 {
+		page, err := a.ListTransactions(ctx, q)
+		if err != nil {
+			t.Fatalf("ListTransactions(cursor %q): %v", q.Cursor, err)
+		}
+		lines = append(lines, page.Transactions...)
+		if q.Cursor = page.Next; q.Cursor == "" {
+			break
+		}
+	}
+	byKind := map[psp.TransactionKind]int{}
+	for _, l := range lines {
+		byKind[l.Kind]++
+		named := l.MerchantOrderID == charges[0].MerchantOrderID || l.MerchantOrderID == charges[1].MerchantOrderID
+		if l.Kind == psp.TransactionCharge && (l.MerchantID == "mer_1") != named {
+			t.Errorf("charge line %+v: the merchant sent is not the merchant read back", l)
+		}
+		if l.Kind == psp.TransactionRefund && (l.ChargeReference == "" || l.MerchantOrderID == "") {
+			t.Errorf("refund line %+v does not name its charge", l)
+		}
+	}
+	if byKind[psp.TransactionCharge] != len(shim.order) || byKind[psp.TransactionRefund] != len(shim.allRefunds) {
+		t.Errorf("the ledger listed %v, want %d charges and %d refunds", byKind, len(shim.order), len(shim.allRefunds))
+	}
+
 	shim.mu.Lock()
 	defer shim.mu.Unlock()
 	kinds := map[string]int{}
@@ -123,9 +156,18 @@ func TestStripeMock(t *testing.T) {
 		if x.status != http.StatusOK {
 			t.Errorf("stripe-mock refused %s %s: %d %s\nform: %s", x.method, x.path, x.status, x.body, x.form)
 		}
+		if strings.HasPrefix(x.kind, "list all") {
+			for _, dir := range []string{"starting_after", "ending_before"} {
+				if strings.Contains(x.query, dir+"=") {
+					kinds[x.kind+" "+dir]++
+				}
+			}
+		}
 	}
 	for _, k := range []string{"create payment intent", "search payment intents", "create refund", "list refunds", "cancel payment intent",
-		"capture payment intent", "retrieve payment intent"} {
+		"capture payment intent", "retrieve payment intent",
+		"list all payment intents starting_after", "list all payment intents ending_before",
+		"list all refunds starting_after", "list all refunds ending_before"} {
 		if kinds[k] == 0 {
 			t.Errorf("no %s request reached stripe-mock: %v", k, kinds)
 		}
@@ -180,9 +222,9 @@ func stripeMock(t *testing.T) string {
 
 // exchange is one request the shim forwarded and stripe-mock's raw answer.
 type exchange struct {
-	kind, method, path, form string
-	status                   int
-	body                     []byte
+	kind, method, path, query, form string
+	status                          int
+	body                            []byte
 }
 
 // mockShim forwards each request to stripe-mock, checks that its answer
@@ -198,6 +240,73 @@ type mockShim struct {
 	refunds    map[string][]map[string]any // payment intent id → refunds made
 	decline    map[string]bool             // order ids whose create answers a decline
 	pis        map[string]map[string]any   // payment intent id → as answered
+	order      []string                    // payment intent ids, oldest first
+	allRefunds []map[string]any            // every refund made, oldest first
+}
+
+// period is a period that holds every object the shim knows, by created.
+func (s *mockShim) period() (from, to time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lo, hi := int64(1<<62), int64(0)
+	for _, m := range append(s.allRefunds, mapsOf(s.pis)...) {
+		c := createdOf(m)
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return time.Unix(lo, 0), time.Unix(hi+1, 0)
+}
+
+// createdOf is an object's created, as stripe-mock answered it.
+func createdOf(m map[string]any) int64 {
+	c, _ := m["created"].(float64)
+	return int64(c)
+}
+
+func mapsOf(m map[string]map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+// page answers a list of objs (oldest first) as Stripe does: newest first,
+// created[gte] and created[lt], limit, starting_after or ending_before,
+// has_more.
+func (s *mockShim) page(objs []map[string]any, q url.Values) (data []any, more bool) {
+	gte, _ := strconv.ParseInt(q.Get("created[gte]"), 10, 64)
+	lt, _ := strconv.ParseInt(q.Get("created[lt]"), 10, 64)
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	var list []map[string]any
+	for i := len(objs) - 1; i >= 0; i-- {
+		if c := createdOf(objs[i]); c >= gte && c < lt {
+			list = append(list, objs[i])
+		}
+	}
+	at := func(id string) int {
+		for i, m := range list {
+			if m["id"] == id {
+				return i
+			}
+		}
+		s.t.Errorf("the adapter paged from %s, which the list does not hold", id)
+		return 0
+	}
+	var pg []map[string]any
+	switch {
+	case q.Get("starting_after") != "":
+		rest := list[at(q.Get("starting_after"))+1:]
+		pg, more = rest[:min(limit, len(rest))], len(rest) > limit
+	case q.Get("ending_before") != "":
+		newer := list[:at(q.Get("ending_before"))]
+		pg, more = newer[max(0, len(newer)-limit):], len(newer) > limit
+	default:
+		pg, more = list[:min(limit, len(list))], len(list) > limit
+	}
+	for _, m := range pg {
+		data = append(data, m)
+	}
+	return data, more
 }
 
 func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -222,7 +331,7 @@ func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res.Body.Close()
 	form, _ := url.ParseQuery(string(raw))
 
-	x := exchange{method: r.Method, path: r.URL.Path, form: string(raw), status: res.StatusCode, body: body}
+	x := exchange{method: r.Method, path: r.URL.Path, query: r.URL.RawQuery, form: string(raw), status: res.StatusCode, body: body}
 	ok := res.StatusCode == http.StatusOK // a refusal goes back as it is
 	var answer any
 	id, action := piPath(r.URL.Path)
@@ -257,10 +366,20 @@ func (s *mockShim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if ok {
 			answer = s.createRefund(body, form)
 		}
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds" && r.URL.Query().Has("payment_intent"):
 		x.kind = "list refunds"
 		if ok {
 			answer = s.listRefunds(body, r.URL.Query().Get("payment_intent"))
+		}
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		x.kind = "list all refunds"
+		if ok {
+			answer = s.listAllRefunds(body, r.URL.Query())
+		}
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
+		x.kind = "list all payment intents"
+		if ok {
+			answer = s.listAllPIs(body, r.URL.Query())
 		}
 	default:
 		s.t.Errorf("the adapter sent an unexpected %s %s", r.Method, r.URL.Path)
@@ -376,6 +495,7 @@ func (s *mockShim) createPI(body []byte, form url.Values) any {
 	}
 	s.currencies[pi.ID] = form.Get("currency")
 	s.pis[pi.ID] = m
+	s.order = append(s.order, pi.ID)
 	return m
 }
 
@@ -487,6 +607,55 @@ func (s *mockShim) createRefund(body []byte, form url.Values) any {
 	m["amount"], _ = json.Number(form.Get("amount")).Int64()
 	m["currency"] = s.currencies[piID]
 	s.refunds[piID] = append(s.refunds[piID], m)
+	s.allRefunds = append(s.allRefunds, m)
+	return m
+}
+
+// listAllPIs checks stripe-mock's answer to a list of PaymentIntents and
+// gives it the page of the shim's PaymentIntents the request asks for.
+func (s *mockShim) listAllPIs(body []byte, q url.Values) any {
+	var list sdk.PaymentIntentList
+	m := s.parse(body, &list)
+	if m == nil {
+		return nil
+	}
+	if m["object"] != "list" || len(list.Data) == 0 || list.Data[0].Object != "payment_intent" {
+		s.t.Errorf("stripe-mock answered a payment intent list with %.300s", body)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pis := make([]map[string]any, 0, len(s.order))
+	for _, id := range s.order {
+		pis = append(pis, s.current(s.pis[id], id))
+	}
+	m["data"], m["has_more"] = s.page(pis, q)
+	return m
+}
+
+// listAllRefunds checks stripe-mock's answer to a list of refunds, its
+// PaymentIntents expanded as asked, and gives it the page of the shim's
+// refunds the request asks for.
+func (s *mockShim) listAllRefunds(body []byte, q url.Values) any {
+	var list sdk.RefundList
+	m := s.parse(body, &list)
+	if m == nil {
+		return nil
+	}
+	if m["object"] != "list" || len(list.Data) == 0 || list.Data[0].PaymentIntent == nil || list.Data[0].PaymentIntent.Object != "payment_intent" {
+		s.t.Errorf("stripe-mock did not answer a refund list with its payment intents expanded: %.300s", body)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	data, more := s.page(s.allRefunds, q)
+	for i, rf := range data {
+		out := map[string]any{}
+		for k, v := range rf.(map[string]any) {
+			out[k] = v
+		}
+		out["payment_intent"] = s.pis[fmt.Sprint(out["payment_intent"])]
+		data[i] = out
+	}
+	m["data"], m["has_more"] = data, more
 	return m
 }
 

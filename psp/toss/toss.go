@@ -29,6 +29,10 @@
 //     by it in GET /v1/payments/{paymentKey}. A cancel without cancelStatus
 //     (answers older than 2022-06-08) is a done one: those answers list
 //     finished cancels only.
+//   - The adapter is a psp.Ledger over GET /v1/transactions (see
+//     ListTransactions). Toss's confirm takes no metadata, so a charge's
+//     psp.ChargeRequest.MerchantID is not sent and the listing's lines carry
+//     none.
 //   - Only KRW is taken, from 100 won (Toss's smallest card payment); Toss
 //     amounts are whole won, the gateway's minor units. Toss writes amounts as
 //     JSON numbers that may carry a fraction part ("15000.0"); the adapter
@@ -138,7 +142,10 @@ type Adapter struct {
 	lookups lookups
 }
 
-var _ psp.Adapter = (*Adapter)(nil)
+var (
+	_ psp.Adapter = (*Adapter)(nil)
+	_ psp.Ledger  = (*Adapter)(nil)
+)
 
 // New returns an adapter, refusing a config it could not work with.
 func New(cfg Config) (*Adapter, error) {
@@ -485,13 +492,19 @@ func (a *Adapter) payment(ctx context.Context, op, path string) (payment, error)
 	case ans.Status == http.StatusNotFound && e.Code == "NOT_FOUND_PAYMENT":
 		return payment{}, psp.ErrNotFound
 	}
-	// A lookup that cannot answer is never "not found": the caller would
-	// charge again on it.
+	return payment{}, unanswered(op, ans.Status, e)
+}
+
+// unanswered classifies a read (a lookup, a listing page) that Toss refused
+// with e: NotProcessed for 429 and an authentication failure, Unknown
+// otherwise. A lookup that cannot answer is never "not found": the caller
+// would charge again on it.
+func unanswered(op string, status int, e apiError) error {
 	v := unknown
-	if class, ok := roundtrip.StatusClass(ans.Status); ok && class == psp.NotProcessed || ans.Status == http.StatusUnauthorized {
+	if class, ok := roundtrip.StatusClass(status); ok && class == psp.NotProcessed || status == http.StatusUnauthorized {
 		v = notProcessed
 	}
-	return payment{}, classify(op, ans.Status, e, v)
+	return classify(op, status, e, v)
 }
 
 // Refund implements psp.Adapter by cancelling (part of) the payment.

@@ -22,6 +22,12 @@
 //     anything else, a proxy say, is Unknown: "not found" makes the gateway
 //     charge again, so only the PSP itself may say it).
 //
+// The adapter is a psp.Ledger over GET /v1/transactions: the server's
+// cursor passes through as it is, a page is at most maxListPage lines, and a
+// line outside the period asked for, of a kind or status the adapter does
+// not know, or that does not read, makes the page Unknown. Charges send the
+// gateway's merchant id, which the listing's lines give back.
+//
 // The server takes package fake's default currencies in ISO units; a request
 // that their Check refuses is Rejected before it is sent.
 package fakeclient
@@ -33,6 +39,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,6 +80,7 @@ type Adapter struct {
 var (
 	_ psp.Adapter  = (*Adapter)(nil)
 	_ psp.Capturer = (*Adapter)(nil)
+	_ psp.Ledger   = (*Adapter)(nil)
 )
 
 // maxOrderIDLen is the server's limit (that of package fake).
@@ -124,7 +132,7 @@ func (a *Adapter) Charge(ctx context.Context, req psp.ChargeRequest) (psp.Charge
 		Body: fakeserver.ChargeRequest{
 			MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
 			PaymentMethod: req.PaymentMethod, Description: req.Description, AllowNextAction: req.AllowNextAction,
-			CaptureMethod: string(req.CaptureMethod),
+			CaptureMethod: string(req.CaptureMethod), MerchantID: req.MerchantID,
 		}})
 	if err != nil {
 		return psp.Charge{}, err
@@ -266,6 +274,78 @@ func (a *Adapter) LookupRefund(ctx context.Context, chargeReference, refundOrder
 			Err: fmt.Errorf("%w: asked for refund %q, the server answered for %q", psp.ErrMismatch, refundOrderID, r.RefundOrderID)}
 	}
 	return r, err
+}
+
+// maxListPage bounds a listing page: the server's 5,000 lines would not
+// fit in roundtrip.MaxAnswer (about 300 bytes a line).
+const maxListPage = 2000
+
+// ListTransactions implements psp.Ledger. An empty period is Rejected
+// without asking; a cursor the server does not know is Rejected by it.
+func (a *Adapter) ListTransactions(ctx context.Context, q psp.LedgerQuery) (psp.LedgerPage, error) {
+	const op = "list"
+	if !q.From.Before(q.To) {
+		return psp.LedgerPage{}, &psp.Error{Class: psp.Rejected, Op: op,
+			Err: fmt.Errorf("the period [%s, %s) is empty", q.From.Format(time.RFC3339Nano), q.To.Format(time.RFC3339Nano))}
+	}
+	v := url.Values{"from": {q.From.UTC().Format(time.RFC3339Nano)}, "to": {q.To.UTC().Format(time.RFC3339Nano)}}
+	if q.Cursor != "" {
+		v.Set("cursor", q.Cursor)
+	}
+	if q.Limit > 0 { // else the server's default, fake.DefaultLedgerPage
+		v.Set("limit", strconv.Itoa(min(q.Limit, maxListPage)))
+	}
+	ans, err := a.rt.Do(ctx, roundtrip.Request{Op: op, Method: http.MethodGet, Path: "/v1/transactions?" + v.Encode()})
+	if err != nil {
+		return psp.LedgerPage{}, err
+	}
+	if ans.Status != http.StatusOK {
+		return psp.LedgerPage{}, failure(op, ans)
+	}
+	var page fakeserver.TransactionPage
+	if err := json.Unmarshal(ans.Body, &page); err != nil || page.Data == nil {
+		return psp.LedgerPage{}, roundtrip.Unreadable(op, ans)
+	}
+	out := psp.LedgerPage{Transactions: make([]psp.Transaction, 0, len(page.Data)), Next: page.NextCursor}
+	for _, l := range page.Data {
+		t, err := toTransaction(l)
+		if err == nil && (t.CreatedAt.Before(q.From) || !t.CreatedAt.Before(q.To)) {
+			err = fmt.Errorf("%w: a line of %s is outside the period asked for", psp.ErrMismatch, t.CreatedAt.Format(time.RFC3339Nano))
+		}
+		if err != nil {
+			return psp.LedgerPage{}, &psp.Error{Class: psp.Unknown, Op: op, Err: fmt.Errorf("line %s: %w", l.Reference, err)}
+		}
+		out.Transactions = append(out.Transactions, t)
+	}
+	return out, nil
+}
+
+// toTransaction reads one line of the listing.
+func toTransaction(l fakeserver.Transaction) (psp.Transaction, error) {
+	t := psp.Transaction{Kind: psp.TransactionKind(l.Kind), MerchantOrderID: l.MerchantOrderID, RefundOrderID: l.RefundOrderID,
+		Reference: l.Reference, ChargeReference: l.ChargeReference, Status: l.Status, Amount: l.Amount,
+		AmountCaptured: l.AmountCaptured, Currency: l.Currency, MerchantID: l.MerchantID, CreatedAt: l.CreatedAt.UTC()}
+	switch {
+	case l.Reference == "" || l.Currency == "" || l.CreatedAt.IsZero():
+		return psp.Transaction{}, errors.New("a line needs its reference, currency and created_at")
+	case l.Amount < 0 || l.AmountCaptured < 0 || l.AmountCaptured > l.Amount:
+		return psp.Transaction{}, fmt.Errorf("amount %d, captured %d", l.Amount, l.AmountCaptured)
+	}
+	switch t.Kind {
+	case psp.TransactionCharge:
+		switch psp.ChargeStatus(l.Status) {
+		case psp.Succeeded, psp.Declined, psp.Pending, psp.Authorized, psp.Voided:
+			return t, nil
+		}
+	case psp.TransactionRefund:
+		switch psp.RefundStatus(l.Status) {
+		case psp.RefundSucceeded, psp.RefundPending, psp.RefundDeclined:
+			return t, nil
+		}
+	default:
+		return psp.Transaction{}, fmt.Errorf("kind %q", l.Kind)
+	}
+	return psp.Transaction{}, fmt.Errorf("%s status %q", l.Kind, l.Status)
 }
 
 // failure classifies an answer that is not a result.

@@ -15,6 +15,13 @@
 //	POST /v1/refunds                      {"refund_order_id","merchant_order_id","charge_reference","amount","currency","reason"}
 //	                                      201 new refund, 200 a repeat or a declined refund, 409, 400
 //	GET  /v1/refunds/{refund_order_id}    200 the refund, 404 none (?charge_reference= narrows it)
+//	GET  /v1/transactions?from=&to=&cursor=&limit=
+//	                                      one page of the ledger (package fake's psp.Ledger): the charges, as
+//	                                      they stand now, and refunds created in [from, to) (RFC 3339), in the
+//	                                      order they were made, as {"data":[Transaction…],"next_cursor"}
+//	                                      (next_cursor left out after the last page); limit 100 unless set,
+//	                                      5000 at most; 400 for an empty period or a cursor that is not one of
+//	                                      this ledger's; 503 not_processed while a planted failure lasts
 //	POST /v1/captures                     {"capture_order_id","merchant_order_id","charge_reference","amount","currency"}
 //	                                      201 the charge, captured by this call; 200 the charge as it stands
 //	                                      (a repeat, or a charge no longer capturable); 409 the capture order
@@ -31,13 +38,28 @@
 //	POST /admin/charges/{merchant_order_id}/lapse
 //	                                      an authorization lapses now, as at its capture_before:
 //	                                      200 the charge (voided), 409 not_authorized
+//	POST /admin/charges/{merchant_order_id}/drop
+//	                                      the charge vanishes from the listing and from lookups, as at a PSP
+//	                                      that lost it: 204, 404 not_found
+//	POST /admin/ledger/charges            {"merchant_order_id","merchant_id","amount","currency","created_at"}
+//	                                      plants a succeeded charge the gateway never asked for (made in the
+//	                                      PSP's dashboard, or for a payment whose row the gateway lost), listed
+//	                                      at created_at (now when left out): 201 the charge, 409
+//	                                      order_id_reused when the order id has a charge already
+//	POST /admin/ledger/refunds            {"refund_order_id","merchant_order_id","amount","created_at"}
+//	                                      plants a succeeded refund of that order's charge the gateway never
+//	                                      asked for (refund_order_id empty for a dashboard refund): 201 the
+//	                                      refund, 404 not_found when the order has no charge
+//	POST /admin/ledger/fail               {"listings": n}: the next n listings answer 503 not_processed: 204
 //	GET  /admin/ledger                    every charge, refund, authorization, capture and void
 //	POST /admin/reset                     forget the ledger and counters (fault settings stay)
 //	GET  /admin/faults, PUT /admin/faults the fault settings (Faults)
 //	GET  /admin/stats                     calls received and faults injected
 //	GET  /healthz
 //
-// Errors are {"error":{"code","message"}}. A charge is {"merchant_order_id",
+// Errors are {"error":{"code","message"}}. A charge request may carry the
+// gateway's "merchant_id", which the listing's lines of that charge give
+// back. A charge is {"merchant_order_id",
 // "reference","status","decline_code","code","amount","currency",
 // "next_action":{"type","url","client_secret"},"amount_captured",
 // "capture_before"}, status one of succeeded, declined, pending, and for a
@@ -54,7 +76,8 @@
 // is declined as invalid_payment_method. The currencies taken are package
 // fake's defaults (fake.Currencies).
 //
-// Faults apply to the four POSTs of /v1 (charges, refunds, captures, voids).
+// Faults apply to the four POSTs of /v1 (charges, refunds, captures, voids);
+// the listing fails only as POST /admin/ledger/fail says.
 // Each request first waits a random latency, then draws at most one fault:
 // error_before_charge answers 503 {"code":"not_processed"} without acting;
 // the three "after charge" faults act (record the charge, refund, capture or
@@ -75,6 +98,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -166,6 +190,10 @@ type Options struct {
 	// AuthorizationValidity is how long an authorization stays capturable;
 	// fake.DefaultAuthorizationValidity (7 days) when zero.
 	AuthorizationValidity time.Duration
+	// Now is the clock of the server's PSP: when charges and refunds are
+	// made (the listing's times, a planted line's unless it says) and when
+	// authorizations lapse. time.Now when nil.
+	Now func() time.Time
 }
 
 // Stats counts what the server received and did.
@@ -175,6 +203,7 @@ type Stats struct {
 	CaptureCalls int            `json:"capture_calls"`
 	VoidCalls    int            `json:"void_calls"`
 	LookupCalls  int            `json:"lookup_calls"`
+	ListCalls    int            `json:"list_calls"` // GET /v1/transactions, failed ones included
 	Injected     map[string]int `json:"injected"`
 	// InjectedRefunds, InjectedCaptures and InjectedVoids are the parts of
 	// Injected drawn by refund, capture and void calls.
@@ -218,6 +247,7 @@ type Server struct {
 	holdMax time.Duration
 	log     *slog.Logger
 	onHold  func()
+	now     func() time.Time
 	closing chan struct{}
 	once    sync.Once
 
@@ -240,7 +270,8 @@ func New(opts Options) (*Server, error) {
 		seed = rand.Uint64()
 	}
 	s := &Server{
-		psp:     fake.New(fake.WithAuthorizationValidity(opts.AuthorizationValidity)),
+		psp:     fake.New(fake.WithAuthorizationValidity(opts.AuthorizationValidity), fake.WithClock(opts.Now)),
+		now:     opts.Now,
 		holdMax: opts.HoldMax,
 		log:     opts.Logger,
 		onHold:  opts.OnHold,
@@ -251,6 +282,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if s.holdMax <= 0 {
 		s.holdMax = time.Minute
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -265,6 +299,11 @@ func New(opts Options) (*Server, error) {
 	mux.HandleFunc("GET /3ds/{reference}", s.threeDS)
 	mux.HandleFunc("POST /admin/charges/{id}/settle", s.settle)
 	mux.HandleFunc("POST /admin/charges/{id}/lapse", s.lapse)
+	mux.HandleFunc("GET /v1/transactions", s.listTransactions)
+	mux.HandleFunc("POST /admin/charges/{id}/drop", s.drop)
+	mux.HandleFunc("POST /admin/ledger/charges", s.plantCharge)
+	mux.HandleFunc("POST /admin/ledger/refunds", s.plantRefund)
+	mux.HandleFunc("POST /admin/ledger/fail", s.failListings)
 	mux.HandleFunc("GET /admin/ledger", s.ledger)
 	mux.HandleFunc("POST /admin/reset", s.reset)
 	mux.HandleFunc("GET /admin/faults", s.getFaults)
@@ -405,6 +444,67 @@ type ChargeRequest struct {
 	AllowNextAction bool   `json:"allow_next_action,omitempty"`
 	// CaptureMethod is "automatic" (the default) or "manual".
 	CaptureMethod string `json:"capture_method,omitempty"`
+	// MerchantID is the gateway's merchant the charge is for; the
+	// listing's lines of the charge carry it.
+	MerchantID string `json:"merchant_id,omitempty"`
+}
+
+// Transaction is one line of the listing (GET /v1/transactions): a charge
+// as it stands now, or a refund.
+type Transaction struct {
+	// Kind is "charge" or "refund".
+	Kind string `json:"kind"`
+	// MerchantOrderID is the charge's order id (a refund's charge's);
+	// empty for a charge planted without one.
+	MerchantOrderID string `json:"merchant_order_id,omitempty"`
+	// RefundOrderID is a refund's own order id; empty for a charge and
+	// for a refund planted without one.
+	RefundOrderID string `json:"refund_order_id,omitempty"`
+	Reference     string `json:"reference"`
+	// ChargeReference is a refund's charge's reference.
+	ChargeReference string `json:"charge_reference,omitempty"`
+	// Status is a charge's status (succeeded, declined, pending,
+	// authorized, voided) or a refund's (succeeded, pending, declined).
+	Status         string `json:"status"`
+	Amount         int64  `json:"amount"`
+	AmountCaptured int64  `json:"amount_captured,omitempty"`
+	Currency       string `json:"currency"`
+	// MerchantID is the merchant the charge request named; empty when it
+	// named none, and on refunds.
+	MerchantID string    `json:"merchant_id,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// TransactionPage is the answer to GET /v1/transactions.
+type TransactionPage struct {
+	Data []Transaction `json:"data"`
+	// NextCursor is the cursor of the next page, left out after the last.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// PlantChargeRequest is the body of POST /admin/ledger/charges.
+type PlantChargeRequest struct {
+	MerchantOrderID string `json:"merchant_order_id"`
+	MerchantID      string `json:"merchant_id,omitempty"`
+	Amount          int64  `json:"amount"`
+	Currency        string `json:"currency"`
+	// CreatedAt is when the listing says the charge was made; now when nil.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+}
+
+// PlantRefundRequest is the body of POST /admin/ledger/refunds.
+type PlantRefundRequest struct {
+	RefundOrderID   string `json:"refund_order_id,omitempty"`
+	MerchantOrderID string `json:"merchant_order_id"`
+	Amount          int64  `json:"amount"`
+	// CreatedAt is when the listing says the refund was made; now when nil.
+	CreatedAt *time.Time `json:"created_at,omitempty"`
+}
+
+// FailListingsRequest is the body of POST /admin/ledger/fail.
+type FailListingsRequest struct {
+	// Listings is how many of the next listings fail 503 not_processed.
+	Listings int `json:"listings"`
 }
 
 // CaptureRequest is the body of POST /v1/captures.
@@ -495,7 +595,7 @@ func (s *Server) createCharge(w http.ResponseWriter, r *http.Request) {
 		c, created, err := s.psp.ChargeCreated(context.Background(), psp.ChargeRequest{
 			MerchantOrderID: req.MerchantOrderID, Amount: req.Amount, Currency: req.Currency,
 			PaymentMethod: req.PaymentMethod, Description: req.Description, AllowNextAction: req.AllowNextAction,
-			CaptureMethod: psp.CaptureMethod(req.CaptureMethod),
+			CaptureMethod: psp.CaptureMethod(req.CaptureMethod), MerchantID: req.MerchantID,
 		})
 		if err != nil {
 			return refusal(err)
@@ -730,6 +830,121 @@ func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeError(w, http.StatusNotFound, CodeNotFound, "no refund for this refund order id")
+}
+
+// listTransactions answers one page of the fake's psp.Ledger.
+func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
+	s.count(func(st *Stats) { st.ListCalls++ })
+	q := r.URL.Query()
+	var lq psp.LedgerQuery
+	for _, f := range []struct {
+		name string
+		at   *time.Time
+	}{{"from", &lq.From}, {"to", &lq.To}} {
+		t, err := time.Parse(time.RFC3339Nano, q.Get(f.name))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, f.name+" must be an RFC 3339 time")
+			return
+		}
+		*f.at = t
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, "limit must be a whole number, 0 or more")
+			return
+		}
+		lq.Limit = n
+	}
+	lq.Cursor = q.Get("cursor")
+	page, err := s.psp.ListTransactions(r.Context(), lq)
+	if err != nil {
+		switch class, _ := psp.ClassOf(err); class {
+		case psp.Rejected:
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, err.Error())
+		case psp.NotProcessed:
+			writeError(w, http.StatusServiceUnavailable, CodeNotProcessed, err.Error())
+		default:
+			writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
+		}
+		return
+	}
+	out := TransactionPage{Data: make([]Transaction, 0, len(page.Transactions)), NextCursor: page.Next}
+	for _, t := range page.Transactions {
+		out.Data = append(out.Data, Transaction{Kind: string(t.Kind), MerchantOrderID: t.MerchantOrderID, RefundOrderID: t.RefundOrderID,
+			Reference: t.Reference, ChargeReference: t.ChargeReference, Status: t.Status, Amount: t.Amount,
+			AmountCaptured: t.AmountCaptured, Currency: t.Currency, MerchantID: t.MerchantID, CreatedAt: t.CreatedAt.UTC()})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// drop makes a charge vanish, as a PSP that lost it would.
+func (s *Server) drop(w http.ResponseWriter, r *http.Request) {
+	if !s.psp.Drop(r.PathValue("id")) {
+		writeError(w, http.StatusNotFound, CodeNotFound, "no charge for this merchant order id")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// plantCharge records a succeeded charge the gateway never asked for.
+func (s *Server) plantCharge(w http.ResponseWriter, r *http.Request) {
+	var req PlantChargeRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Amount <= 0 || req.Currency == "" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "a planted charge needs a positive amount and a currency")
+		return
+	}
+	if req.MerchantOrderID != "" {
+		if _, err := s.psp.Lookup(r.Context(), req.MerchantOrderID); !errors.Is(err, psp.ErrNotFound) {
+			writeError(w, http.StatusConflict, CodeOrderIDReused, "this merchant order id has a charge already")
+			return
+		}
+	}
+	c := s.psp.PlantCharge(req.MerchantOrderID, req.MerchantID, req.Amount, req.Currency, s.plantedAt(req.CreatedAt))
+	writeJSON(w, http.StatusCreated, fromCharge(c, origin(r)))
+}
+
+// plantRefund records a succeeded refund the gateway never asked for.
+func (s *Server) plantRefund(w http.ResponseWriter, r *http.Request) {
+	var req PlantRefundRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Amount <= 0 || req.MerchantOrderID == "" {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "a planted refund needs its charge's merchant order id and a positive amount")
+		return
+	}
+	rf, err := s.psp.PlantRefund(req.MerchantOrderID, req.RefundOrderID, req.Amount, s.plantedAt(req.CreatedAt))
+	if err != nil {
+		writeError(w, http.StatusNotFound, CodeNotFound, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusCreated, fromRefund(rf))
+}
+
+// plantedAt is when a planted line is listed: at, or now.
+func (s *Server) plantedAt(at *time.Time) time.Time {
+	if at == nil {
+		return s.now()
+	}
+	return *at
+}
+
+// failListings makes the next listings fail, as a PSP's listing that is down.
+func (s *Server) failListings(w http.ResponseWriter, r *http.Request) {
+	var req FailListingsRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Listings < 0 {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, "listings must be 0 or more")
+		return
+	}
+	s.psp.FailNextListings(req.Listings)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) ledger(w http.ResponseWriter, r *http.Request) {

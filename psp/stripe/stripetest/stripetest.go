@@ -28,6 +28,16 @@ import (
 // included; other parameters are an idempotency_error) and the
 // {"error":{type,code,decline_code,message}} bodies.
 //
+// It lists PaymentIntents (GET /v1/payment_intents) and refunds (GET
+// /v1/refunds without payment_intent) as Stripe does: newest first (by
+// created, then by creation), filtered by created[gt|gte|lt|lte], limit 10
+// unless set (1 to 100), paged by starting_after (the page after an object,
+// older) or ending_before (the page just before it, newer, still newest
+// first), with has_more; expand[]=data.payment_intent expands a refund's
+// PaymentIntent. An object's created is the clock's second (SetClock); with
+// no clock set it is now plus the object's sequence number, in seconds, so
+// that every object is newer than the one before.
+//
 // Test PaymentMethods behave as Stripe's: pm_card_visa succeeds,
 // pm_card_chargeDeclined is declined (generic_decline),
 // pm_card_chargeDeclinedInsufficientFunds for insufficient_funds,
@@ -58,6 +68,8 @@ type Server struct {
 	refundsPending bool
 	events         int
 	cancels        int
+	// now, when set, is the clock objects are created by.
+	now func() time.Time
 }
 
 type idemRecord struct {
@@ -126,8 +138,16 @@ func (f *Server) route(r *http.Request) (int, []byte, bool) {
 		return f.retrieve(id, expand)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/refunds":
 		return f.createRefund(r.PostForm)
-	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds" && r.Form.Has("payment_intent"):
 		return f.listRefunds(r.Form.Get("payment_intent"))
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/refunds":
+		return f.listAll("refund", f.refunds, r.Form, expand)
+	case r.Method == http.MethodGet && r.URL.Path == "/v1/payment_intents":
+		pis := make([]map[string]any, 0, len(f.pis))
+		for _, pi := range f.pis {
+			pis = append(pis, pi)
+		}
+		return f.listAll("payment_intent", pis, r.Form, expand)
 	}
 	s, b := errorBody(404, "invalid_request_error", "", "", "Unrecognized request URL")
 	return s, b, false
@@ -242,7 +262,7 @@ func (f *Server) createPI(form url.Values, expand map[string]bool) (int, []byte,
 		return s, b, false
 	}
 	f.seq++
-	created := time.Now().Unix() + int64(f.seq)
+	created := f.created()
 	pi := map[string]any{
 		"id": fmt.Sprintf("pi_%d", f.seq), "object": "payment_intent", "amount": amount, "currency": form.Get("currency"),
 		"created": created, "metadata": FormMetadata(form), "description": form.Get("description"),
@@ -508,7 +528,7 @@ func (f *Server) createRefund(form url.Values) (int, []byte, bool) {
 	}
 	rf := map[string]any{"id": fmt.Sprintf("re_%d", f.seq), "object": "refund", "amount": amount, "currency": pi["currency"],
 		"status": status, "payment_intent": pi["id"], "charge": pi["latest_charge"], "metadata": FormMetadata(form),
-		"created": time.Now().Unix()}
+		"created": f.created()}
 	f.refunds = append(f.refunds, rf)
 	b, _ := json.Marshal(rf)
 	return 200, b, true
@@ -528,6 +548,135 @@ func (f *Server) listRefunds(piID string) (int, []byte, bool) {
 	b, _ := json.Marshal(map[string]any{"object": "list", "data": data, "has_more": false, "url": "/v1/refunds"})
 	return 200, b, false
 }
+
+// created is the created of an object made now, the f.seq'th. The caller
+// holds mu.
+func (f *Server) created() int64 {
+	if f.now != nil {
+		return f.now().Unix()
+	}
+	return time.Now().Unix() + int64(f.seq)
+}
+
+// seqOf is the sequence number in an object's id (pi_12, re_13).
+func seqOf(obj map[string]any) int {
+	_, n, _ := strings.Cut(fmt.Sprint(obj["id"]), "_")
+	i, _ := strconv.Atoi(n)
+	return i
+}
+
+// listAll answers one page of a list of objects of type object, as the
+// Server comment says.
+func (f *Server) listAll(object string, objs []map[string]any, form url.Values, expand map[string]bool) (int, []byte, bool) {
+	invalid := func(param, msg string) (int, []byte, bool) {
+		s, b := errorBody(400, "invalid_request_error", "parameter_invalid_integer", param, msg)
+		return s, b, false
+	}
+	limit := 10
+	if v := form.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			return invalid("limit", "Invalid limit: must be between 1 and 100")
+		}
+		limit = n
+	}
+	var bounds []func(created int64) bool
+	for _, op := range []string{"gt", "gte", "lt", "lte"} {
+		v := form.Get("created[" + op + "]")
+		if v == "" {
+			continue
+		}
+		b, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return invalid("created["+op+"]", "Invalid integer: "+v)
+		}
+		bounds = append(bounds, map[string]func(int64) bool{
+			"gt":  func(c int64) bool { return c > b },
+			"gte": func(c int64) bool { return c >= b },
+			"lt":  func(c int64) bool { return c < b },
+			"lte": func(c int64) bool { return c <= b },
+		}[op])
+	}
+	var list []map[string]any
+objects:
+	for _, obj := range objs {
+		for _, in := range bounds {
+			if !in(obj["created"].(int64)) {
+				continue objects
+			}
+		}
+		list = append(list, obj)
+	}
+	sort.Slice(list, func(i, j int) bool { // newest first
+		ci, cj := list[i]["created"].(int64), list[j]["created"].(int64)
+		if ci != cj {
+			return ci > cj
+		}
+		return seqOf(list[i]) > seqOf(list[j])
+	})
+	after, before := form.Get("starting_after"), form.Get("ending_before")
+	if after != "" && before != "" {
+		s, b := errorBody(400, "invalid_request_error", "", "", "You may only specify one of these parameters: starting_after, ending_before.")
+		return s, b, false
+	}
+	at := func(id string) (int, bool) {
+		for i, obj := range list {
+			if obj["id"] == id {
+				return i, true
+			}
+		}
+		return 0, false
+	}
+	var page []map[string]any
+	more := false
+	switch {
+	case after != "":
+		i, ok := at(after)
+		if !ok {
+			s, b := errorBody(400, "invalid_request_error", "resource_missing", "starting_after", "No such "+object+": '"+after+"'")
+			return s, b, false
+		}
+		rest := list[i+1:]
+		page, more = rest[:min(limit, len(rest))], len(rest) > limit
+	case before != "":
+		i, ok := at(before)
+		if !ok {
+			s, b := errorBody(400, "invalid_request_error", "resource_missing", "ending_before", "No such "+object+": '"+before+"'")
+			return s, b, false
+		}
+		newer := list[:i]
+		page, more = newer[max(0, len(newer)-limit):], len(newer) > limit
+	default:
+		page, more = list[:min(limit, len(list))], len(list) > limit
+	}
+	data := make([]any, 0, len(page))
+	for _, obj := range page {
+		if object == "refund" && expand["data.payment_intent"] {
+			out := make(map[string]any, len(obj))
+			for k, v := range obj {
+				out[k] = v
+			}
+			if pi, ok := f.pis[fmt.Sprint(obj["payment_intent"])]; ok {
+				out["payment_intent"] = pi
+			}
+			obj = out
+		}
+		if object == "payment_intent" {
+			obj = f.render(obj, expand, "data.")
+		}
+		data = append(data, obj)
+	}
+	path := "/v1/payment_intents"
+	if object == "refund" {
+		path = "/v1/refunds"
+	}
+	b, _ := json.Marshal(map[string]any{"object": "list", "data": data, "has_more": more, "url": path})
+	return 200, b, false
+}
+
+// SetClock makes objects be created at the second now says, instead of
+// each a second after the one before.
+func (f *Server) SetClock(now func() time.Time) { f.set(func(f *Server) { f.now = now }) }
 
 // Charges counts PaymentIntents for an order id (declined ones included).
 func (f *Server) Charges(orderID string) int {

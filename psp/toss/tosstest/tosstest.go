@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,9 +20,22 @@ import (
 
 // Server reproduces the part of Toss Payments' core API the adapter uses,
 // as documented for API version 2022-11-16: confirm, lookup by orderId and
-// by paymentKey, cancel, Basic auth with the secret key, the version header,
-// Idempotency-Key replay, the {code, message} error bodies, and amounts
-// written as numbers with a fraction part ("15000.0").
+// by paymentKey, cancel, the transactions listing, Basic auth with the
+// secret key, the version header, Idempotency-Key replay, the {code,
+// message} error bodies, and amounts written as numbers with a fraction
+// part ("15000.0").
+//
+// The listing (GET /v1/transactions?startDate=&endDate=&startingAfter=&limit=)
+// holds one transaction per approval (DONE, the payment's amount), per
+// virtual account issued (WAITING_FOR_DEPOSIT, amount 0) and its deposit
+// (DONE), and per cancel (CANCELED or PARTIAL_CANCELED, the cancel's amount
+// and transactionKey), each at the server's clock (SetClock) cut to the
+// millisecond, in the order of their times. startDate and endDate are Korean
+// date-times, both inclusive ("2024-03-01T00:00:00.000", or a date alone:
+// its midnight); limit is 100 unless set, at most 5,000; startingAfter is a
+// transactionKey the listing holds, and the page starts after it. Anything
+// else is refused 400 INVALID_REQUEST. transactionAt is written in +09:00,
+// to the millisecond when it has one. Seeded payments have no transactions.
 //
 // Payments are created by the widget in real life; here a confirm for an
 // unknown paymentKey that starts with "tgen_" creates it, and the paymentKey
@@ -38,6 +53,27 @@ type Server struct {
 	idem     map[string]recorded
 	seq      int
 	requests int
+	now      func() time.Time
+	txs      []Transaction // in the order they were made
+}
+
+// Transaction is Toss's Transaction object: one approval, deposit or cancel
+// of a payment, as the listing answers it.
+type Transaction struct {
+	MID            string  `json:"mId"`
+	TransactionKey string  `json:"transactionKey"`
+	PaymentKey     string  `json:"paymentKey"`
+	OrderID        string  `json:"orderId"`
+	Method         string  `json:"method"`
+	CustomerKey    *string `json:"customerKey"`
+	UseEscrow      bool    `json:"useEscrow"`
+	ReceiptURL     string  `json:"receiptUrl"`
+	Status         string  `json:"status"`
+	TransactionAt  string  `json:"transactionAt"`
+	Currency       string  `json:"currency"`
+	Amount         Won     `json:"amount"`
+
+	at time.Time // TransactionAt, to the millisecond
 }
 
 // Payment is Toss's Payment object, as the fake keeps and answers it.
@@ -98,7 +134,33 @@ type recorded struct {
 
 // New returns a Server that accepts the secret key secret.
 func New(secret string) *Server {
-	return &Server{secret: secret, byKey: map[string]*Payment{}, byOrder: map[string]string{}, idem: map[string]recorded{}}
+	return &Server{secret: secret, byKey: map[string]*Payment{}, byOrder: map[string]string{}, idem: map[string]recorded{}, now: time.Now}
+}
+
+// SetClock makes the server read the time from now instead of time.Now:
+// when transactions, approvals and cancels happen.
+func (f *Server) SetClock(now func() time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.now = now
+}
+
+// kst is Korea Standard Time, in which Toss reads and writes date-times.
+var kst = time.FixedZone("KST", 9*60*60)
+
+// stamp is the time now as Toss writes it.
+func (f *Server) stamp() string { return f.now().In(kst).Format(time.RFC3339) }
+
+// transact records a transaction of p made now. The caller holds mu.
+func (f *Server) transact(p *Payment, key, status string, amount Won) {
+	if key == "" {
+		f.seq++
+		key = fmt.Sprintf("txk_%d", f.seq)
+	}
+	at := f.now().Truncate(time.Millisecond)
+	f.txs = append(f.txs, Transaction{MID: "tvivarepublica", TransactionKey: key, PaymentKey: p.PaymentKey, OrderID: p.OrderID,
+		Method: p.Method, ReceiptURL: "https://dashboard.tosspayments.com/receipt/redirection?transactionId=" + p.PaymentKey + "&ref=PX",
+		Status: status, TransactionAt: at.In(kst).Format("2006-01-02T15:04:05.999Z07:00"), Currency: p.Currency, Amount: amount, at: at})
 }
 
 var fakeOrderID = regexp.MustCompile(`^[A-Za-z0-9_-]{6,64}$`)
@@ -151,6 +213,8 @@ func (f *Server) route(w http.ResponseWriter, r *http.Request) {
 		f.cancel(w, r, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/payments/"), "/cancel"))
 	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/payments/"):
 		f.get(w, strings.TrimPrefix(path, "/v1/payments/"))
+	case r.Method == http.MethodGet && path == "/v1/transactions":
+		f.transactions(w, r)
 	default:
 		Write(w, http.StatusNotFound, Error{"NOT_FOUND", "존재하지 않는 API 입니다."})
 	}
@@ -200,10 +264,13 @@ func (f *Server) confirm(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusForbidden, Error{"SOME_NEW_REFUSAL", "새로운 거절 사유"})
 	case strings.Contains(req.PaymentKey, "_vbank_"):
 		p.Method, p.Status = "가상계좌", "WAITING_FOR_DEPOSIT"
-		p.VirtualAccount = &VirtualAccount{AccountNumber: "X1234567890", DueDate: time.Now().Add(7 * 24 * time.Hour).Format(time.RFC3339)}
+		p.VirtualAccount = &VirtualAccount{AccountNumber: "X1234567890", DueDate: f.now().Add(7 * 24 * time.Hour).Format(time.RFC3339)}
+		f.transact(p, "", p.Status, 0)
 		Write(w, http.StatusOK, p)
 	default:
-		p.Status, p.ApprovedAt = "DONE", Now()
+		approved := f.stamp()
+		p.Status, p.ApprovedAt = "DONE", &approved
+		f.transact(p, "", p.Status, p.TotalAmount)
 		Write(w, http.StatusOK, p)
 	}
 }
@@ -249,14 +316,75 @@ func (f *Server) cancel(w http.ResponseWriter, r *http.Request, paymentKey strin
 		return
 	}
 	f.seq++
-	p.Cancels = append(p.Cancels, Cancel{TransactionKey: fmt.Sprintf("txk_%d", f.seq), CancelReason: req.CancelReason,
-		CancelAmount: Won(amount), CanceledAt: time.Now().Format(time.RFC3339), CancelStatus: "DONE"})
+	c := Cancel{TransactionKey: fmt.Sprintf("txk_%d", f.seq), CancelReason: req.CancelReason,
+		CancelAmount: Won(amount), CanceledAt: f.stamp(), CancelStatus: "DONE"}
+	p.Cancels = append(p.Cancels, c)
 	p.BalanceAmount -= Won(amount)
 	p.Status = "PARTIAL_CANCELED"
 	if p.BalanceAmount == 0 {
 		p.Status = "CANCELED"
 	}
+	f.transact(p, c.TransactionKey, p.Status, c.CancelAmount)
 	Write(w, http.StatusOK, p)
+}
+
+// transactions answers one page of the listing, as the Server comment says.
+func (f *Server) transactions(w http.ResponseWriter, r *http.Request) {
+	invalid := func(why string) {
+		Write(w, http.StatusBadRequest, Error{"INVALID_REQUEST", "잘못된 요청입니다: " + why})
+	}
+	q := r.URL.Query()
+	start, ok1 := koreanTime(q.Get("startDate"))
+	end, ok2 := koreanTime(q.Get("endDate"))
+	if !ok1 || !ok2 || end.Before(start) {
+		invalid("startDate and endDate must be date-times, endDate not before startDate")
+		return
+	}
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 5000 {
+			invalid("limit must be 1 to 5000")
+			return
+		}
+		limit = n
+	}
+	txs := append([]Transaction(nil), f.txs...)
+	sort.SliceStable(txs, func(i, j int) bool { return txs[i].at.Before(txs[j].at) })
+	from := 0
+	if after := q.Get("startingAfter"); after != "" {
+		from = -1
+		for i, t := range txs {
+			if t.TransactionKey == after {
+				from = i + 1
+			}
+		}
+		if from < 0 {
+			invalid("no transaction " + after)
+			return
+		}
+	}
+	page := []Transaction{}
+	for _, t := range txs[from:] {
+		if len(page) == limit {
+			break
+		}
+		if !t.at.Before(start) && !t.at.After(end) {
+			page = append(page, t)
+		}
+	}
+	Write(w, http.StatusOK, page)
+}
+
+// koreanTime reads a date-time (to the millisecond) or a date in KST, as
+// Toss reads startDate and endDate.
+func koreanTime(s string) (time.Time, bool) {
+	for _, layout := range []string{"2006-01-02T15:04:05.000", "2006-01-02T15:04:05", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, kst); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // Charges counts confirmed payments (approved or refused) for an order id.
@@ -304,7 +432,9 @@ func (f *Server) Deposit(orderID string, arrived bool) {
 		panic("no virtual account waits for " + orderID)
 	}
 	if arrived {
-		p.Status, p.ApprovedAt = "DONE", Now()
+		approved := f.stamp()
+		p.Status, p.ApprovedAt = "DONE", &approved
+		f.transact(p, "", p.Status, p.TotalAmount)
 		return
 	}
 	p.VirtualAccount.Expired = true
