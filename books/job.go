@@ -21,7 +21,7 @@ const (
 	DefaultLease      = 2 * time.Minute
 	DefaultPageSize   = 1000
 	DefaultSkew       = 5 * time.Minute
-	DefaultPSPTimeout = 30 * time.Second
+	DefaultPSPTimeout = 90 * time.Second
 	// DefaultFailoverSlack is how long after its payment was created a
 	// failed-over attempt's charge may still be made: the overlap adds it.
 	DefaultFailoverSlack = time.Hour

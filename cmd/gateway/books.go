@@ -30,7 +30,7 @@ type booksConfig struct {
 	Days     int           `name:"books-days" env:"GATEWAY_BOOKS_DAYS" default:"3" group:"books" help:"how many closed UTC days back the schedule makes sure were reconciled"`
 	Page     int           `name:"books-page" env:"GATEWAY_BOOKS_PAGE" default:"1000" group:"books" help:"ledger lines asked for per page"`
 	Lease    time.Duration `name:"books-lease" env:"GATEWAY_BOOKS_LEASE" default:"2m" group:"books" help:"how long a books pass holds its run between pages before another may take it over"`
-	Timeout  time.Duration `name:"books-psp-timeout" env:"GATEWAY_BOOKS_PSP_TIMEOUT" default:"30s" group:"books" help:"deadline of each ledger page and lookup"`
+	Timeout  time.Duration `name:"books-psp-timeout" env:"GATEWAY_BOOKS_PSP_TIMEOUT" default:"90s" group:"books" help:"deadline of each ledger page and lookup"`
 }
 
 func (c *booksConfig) check() []error {
