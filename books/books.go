@@ -174,12 +174,13 @@ type Store interface {
 	Known(ctx context.Context, account string, subjects []string) ([]Discrepancy, error)
 	// Settled lists up to limit payments sent to account, created in
 	// [from, to), that say money moved (succeeded, requires_capture),
-	// after the one (afterCreated, afterID), in that order.
+	// after the position after, in the order of Position.
 	Settled(ctx context.Context, account string, from, to time.Time, after Position, limit int) ([]payments.Payment, error)
 	// SettledRefunds is Settled for succeeded refunds.
 	SettledRefunds(ctx context.Context, account string, from, to time.Time, after Position, limit int) ([]SettledRefund, error)
-	// LostKeys are the keys on the payments endpoint whose payment is gone.
-	LostKeys(ctx context.Context) ([]LostKey, error)
+	// LostKeys are the keys on the payments endpoint, created in
+	// [from, to), whose payment is gone.
+	LostKeys(ctx context.Context, from, to time.Time) ([]LostKey, error)
 	// RecordPayment inserts p (its change's event with it) and d in one
 	// transaction, fenced on run; ErrKnown when d is recorded already.
 	RecordPayment(ctx context.Context, run Run, d Discrepancy, c payments.PaymentChange) error
@@ -213,10 +214,12 @@ type Attempt struct {
 	Checked bool
 }
 
-// Position is a place in a listing of the gateway's records.
+// Position is a place in a listing of the gateway's records, in the order
+// of their index: creation time, then merchant and id.
 type Position struct {
-	CreatedAt time.Time
-	ID        string
+	CreatedAt  time.Time
+	MerchantID string
+	ID         string
 }
 
 // SettledRefund is a succeeded refund with its charge's PSP reference, which

@@ -476,7 +476,9 @@ func (p *pass) lostKey(ctx context.Context, orderID string) (LostKey, error) {
 		return LostKey{}, nil
 	}
 	if p.lost == nil {
-		keys, err := p.job.cfg.Store.LostKeys(ctx)
+		// A key is made before its payment's charge, by at most the
+		// overlap (a creation window, a failover) and the clocks' skew.
+		keys, err := p.job.cfg.Store.LostKeys(ctx, p.run.From.Add(-p.job.Overlap(p.adapter)), p.run.To.Add(p.job.cfg.Skew))
 		if err != nil {
 			return LostKey{}, err
 		}
@@ -569,7 +571,7 @@ func (p *pass) gatewayPhase(ctx context.Context) error {
 			break
 		}
 		last := ps[len(ps)-1]
-		at = Position{CreatedAt: last.CreatedAt, ID: last.ID}
+		at = Position{CreatedAt: last.CreatedAt, MerchantID: last.MerchantID, ID: last.ID}
 	}
 	at = Position{}
 	for {
@@ -593,7 +595,7 @@ func (p *pass) gatewayPhase(ctx context.Context) error {
 			return p.save(ctx)
 		}
 		last := rs[len(rs)-1]
-		at = Position{CreatedAt: last.CreatedAt, ID: last.ID}
+		at = Position{CreatedAt: last.CreatedAt, MerchantID: last.MerchantID, ID: last.ID}
 	}
 }
 

@@ -296,9 +296,9 @@ func (b *Books) Settled(ctx context.Context, account string, from, to time.Time,
 	defer errs.Wrap(&err, "Books.Settled(%s)", account)
 	var rows []paymentRow
 	if err := b.s.db.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments FORCE INDEX (payments_books)
-WHERE psp = ? AND created_at >= ? AND created_at < ? AND (created_at, id) > (?, ?)
+WHERE psp = ? AND created_at >= ? AND created_at < ? AND (created_at, merchant_id, id) > (?, ?, ?)
   AND status IN ('succeeded', 'requires_capture')
-ORDER BY created_at, id LIMIT ?`, account, from, to, after.CreatedAt, after.ID, limit); err != nil {
+ORDER BY created_at, merchant_id, id LIMIT ?`, account, from, to, after.CreatedAt, after.MerchantID, after.ID, limit); err != nil {
 		return nil, Classify(err)
 	}
 	return paymentsOf(rows)
@@ -316,8 +316,8 @@ func (b *Books) SettledRefunds(ctx context.Context, account string, from, to tim
     r.review_since, r.review_after, r.review_attempts, r.review_not_found_at, r.created_at, r.updated_at,
     p.psp_reference AS charge_reference
 FROM refunds r FORCE INDEX (refunds_books) JOIN payments p ON p.merchant_id = r.merchant_id AND p.id = r.payment_id
-WHERE r.psp = ? AND r.created_at >= ? AND r.created_at < ? AND (r.created_at, r.id) > (?, ?) AND r.status = 'succeeded'
-ORDER BY r.created_at, r.id LIMIT ?`, account, from, to, after.CreatedAt, after.ID, limit); err != nil {
+WHERE r.psp = ? AND r.created_at >= ? AND r.created_at < ? AND (r.created_at, r.merchant_id, r.id) > (?, ?, ?) AND r.status = 'succeeded'
+ORDER BY r.created_at, r.merchant_id, r.id LIMIT ?`, account, from, to, after.CreatedAt, after.MerchantID, after.ID, limit); err != nil {
 		return nil, Classify(err)
 	}
 	out := make([]books.SettledRefund, 0, len(rows))
@@ -332,16 +332,17 @@ ORDER BY r.created_at, r.id LIMIT ?`, account, from, to, after.CreatedAt, after.
 }
 
 // LostKeys implements books.Store.
-func (b *Books) LostKeys(ctx context.Context) (_ []books.LostKey, err error) {
+func (b *Books) LostKeys(ctx context.Context, from, to time.Time) (_ []books.LostKey, err error) {
 	defer errs.Wrap(&err, "Books.LostKeys")
 	var rows []struct {
 		MerchantID string `db:"merchant_id"`
 		Key        string `db:"idem_key"`
 		PaymentID  string `db:"subject_id"`
 	}
-	if err := b.s.db.SelectContext(ctx, &rows, `SELECT k.merchant_id, k.idem_key, k.subject_id FROM idempotency_keys k
+	if err := b.s.db.SelectContext(ctx, &rows, `SELECT k.merchant_id, k.idem_key, k.subject_id
+FROM idempotency_keys k FORCE INDEX (idempotency_keys_created)
 LEFT JOIN payments p ON p.merchant_id = k.merchant_id AND p.id = k.subject_id
-WHERE k.endpoint = ? AND p.id IS NULL`, payments.EndpointCreatePayment); err != nil {
+WHERE k.created_at >= ? AND k.created_at < ? AND k.endpoint = ? AND p.id IS NULL`, from, to, payments.EndpointCreatePayment); err != nil {
 		return nil, Classify(err)
 	}
 	out := make([]books.LostKey, len(rows))

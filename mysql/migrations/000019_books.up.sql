@@ -48,3 +48,4 @@ CREATE TABLE books_discrepancies (
 
 ALTER TABLE payments ADD KEY payments_books (psp, created_at);
 ALTER TABLE refunds ADD KEY refunds_books (psp, created_at);
+ALTER TABLE idempotency_keys ADD KEY idempotency_keys_created (created_at);
