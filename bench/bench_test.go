@@ -36,7 +36,7 @@ func TestEveryScenarioRuns(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := run(context.Background(), []string{
 		"--duration", "300ms", "--warmup", "50ms", "--rounds", "2",
-		"--replay-keys", "64", "--reconcile-rows", "200",
+		"--replay-keys", "64", "--reconcile-rows", "200", "--books-lines", "2000",
 		"--charts", charts, "--sweep", "1,8", "--sweep-duration", "200ms",
 		"--json", jsonFile,
 	}, os.Getenv, &stdout, &stderr)
@@ -102,6 +102,12 @@ func TestEveryScenarioRuns(t *testing.T) {
 				t.Errorf("routes phase %s: account %s charged nothing", c.Phase, a.Account)
 			}
 		}
+	}
+	if seen[scBooks] != 3 {
+		t.Errorf("books rows: %d, want the pass's, its heap's and the fresh payments'", seen[scBooks])
+	}
+	if len(rep.Books) != 1 || !rep.Books[0].Check.OK {
+		t.Errorf("books: %+v, want one pass that found what was planted", rep.Books)
 	}
 	if len(rep.Violations) != 0 {
 		t.Errorf("violations: %v", rep.Violations)
@@ -237,8 +243,9 @@ func TestParseScenarios(t *testing.T) {
 		want []int
 		bad  bool
 	}{
-		{in: "all", want: []int{1, 2, 3, 4, 5, 6, 7, 9, 10}},
+		{in: "all", want: []int{1, 2, 3, 4, 5, 6, 7, 9, 10, 11}},
 		{in: "routes", want: []int{10}},
+		{in: "books,1", want: []int{1, 11}},
 		{in: "10,capture", want: []int{9, 10}},
 		{in: "webhooks", want: []int{6}},
 		{in: "refund,1", want: []int{1, 7}},

@@ -28,7 +28,8 @@ import (
 // of --large-rows payments and their keys, spread over fillMerchants
 // merchants and fillDays days, against the same work on the run's empty
 // tables in the same run; then a purge of the history's expired keys while
-// 64 clients pay, and a reconciler backlog. The history lives in a
+// 64 clients pay, a books pass over a period of the history (books.go),
+// and a reconciler backlog. The history lives in a
 // database of its own (--large-db) that is kept, and filled only where it
 // lacks rows, so that a run after the first starts at once; the purge
 // empties its expired keys, which the next run puts back.
@@ -175,6 +176,14 @@ func (b *bench) runLarge(ctx context.Context, hc *http.Client, rep *report) erro
 	if err := b.purgeUnderLoad(ctx, hc, rep, dsn, dbx, fl); err != nil {
 		return err
 	}
+	// The books of a period of the history: after the purge, whose
+	// retention a deployment's keys are under too.
+	if n := b.opts.largeBooksLines; n > 0 {
+		if err := b.booksRun(ctx, hc, rep, booksTarget{sc: scLarge, title: fmt.Sprintf("history %d rows: books", rows), label: "lbk",
+			g: gwL, dbx: dbx, database: rep.Large.Database, rows: rows, lines: n}); err != nil {
+			return err
+		}
+	}
 	on(empty)
 	if b.opts.backlogRows > 0 {
 		return b.backlog(ctx, rep)
@@ -244,23 +253,9 @@ func (b *bench) openLarge(ctx context.Context, rep *report) (string, *sqlx.DB, e
 	if name == "" {
 		name = fmt.Sprintf("gwbench_history_%d", rows)
 	}
-	admin, err := mysql.Open(ctx, b.dbEnv.base, mysql.PoolOptions{MaxOpen: 2})
+	dsn, err := createHistoryDB(ctx, b.dbEnv.base, name)
 	if err != nil {
 		return "", nil, err
-	}
-	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-	admin.Close()
-	if err != nil {
-		return "", nil, fmt.Errorf("create the history's database: %w", err)
-	}
-	cfg, err := gomysql.ParseDSN(b.dbEnv.base)
-	if err != nil {
-		return "", nil, err
-	}
-	cfg.DBName = name
-	dsn := cfg.FormatDSN()
-	if err := mysql.MigrateUp(dsn); err != nil {
-		return "", nil, fmt.Errorf("migrate the history's database: %w", err)
 	}
 	dbx, err := mysql.Open(ctx, dsn, mysql.PoolOptions{MaxOpen: fillWorkers + 2})
 	if err != nil {
@@ -298,6 +293,30 @@ func (b *bench) openLarge(ctx context.Context, rep *report) (string, *sqlx.DB, e
 		b.prog.line("WARNING: %s", w)
 	}
 	return dsn, dbx, nil
+}
+
+// createHistoryDB creates (when missing) and migrates a history's
+// database on the server base names, and returns its DSN.
+func createHistoryDB(ctx context.Context, base, name string) (string, error) {
+	admin, err := mysql.Open(ctx, base, mysql.PoolOptions{MaxOpen: 2})
+	if err != nil {
+		return "", err
+	}
+	_, err = admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS `"+name+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+	admin.Close()
+	if err != nil {
+		return "", fmt.Errorf("create the history's database: %w", err)
+	}
+	cfg, err := gomysql.ParseDSN(base)
+	if err != nil {
+		return "", err
+	}
+	cfg.DBName = name
+	dsn := cfg.FormatDSN()
+	if err := mysql.MigrateUp(dsn); err != nil {
+		return "", fmt.Errorf("migrate the history's database: %w", err)
+	}
+	return dsn, nil
 }
 
 // fillHistory makes the history's rows: chunks of fillChunk payments, each

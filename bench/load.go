@@ -57,11 +57,30 @@ const (
 	stopping
 )
 
+// window is a phase's measured window: wait blocks for as long as it lasts
+// (false when ctx ended), expect is how long that is thought to be, for the
+// progress line.
+type window struct {
+	expect time.Duration
+	wait   func(ctx context.Context) bool
+}
+
+// fixedWindow is --duration.
+func (b *bench) fixedWindow() window {
+	d := b.opts.duration
+	return window{expect: d, wait: func(ctx context.Context) bool { return sleep(ctx, d) }}
+}
+
 // runPhase runs the groups together: a warm-up, then a measured window of
-// d. Requests completing within the window count; those in flight when it
-// closes finish but are not counted. The labels tag the clients'
+// --duration. Requests completing within the window count; those in flight
+// when it closes finish but are not counted. The labels tag the clients'
 // goroutines for CPU profiles.
 func (b *bench) runPhase(ctx context.Context, title string, labels []string, groups ...group) ([]stats, error) {
+	return b.runPhaseIn(ctx, title, labels, b.fixedWindow(), groups...)
+}
+
+// runPhaseIn is runPhase with the measured window w.
+func (b *bench) runPhaseIn(ctx context.Context, title string, labels []string, w window, groups ...group) ([]stats, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -121,12 +140,12 @@ func (b *bench) runPhase(ctx context.Context, title string, labels []string, gro
 		}
 	}
 
-	stop := b.prog.phase(title, b.opts.warmup, b.opts.duration, &done)
+	stop := b.prog.phase(title, b.opts.warmup, w.expect, &done)
 	ok := sleep(ctx, b.opts.warmup)
 	cpu0 := takeCPU(b.dbEnv.pid)
 	measureStart = time.Since(base)
 	state.Store(measuring)
-	ok = ok && sleep(ctx, b.opts.duration)
+	ok = ok && w.wait(ctx)
 	measureEnd = time.Since(base)
 	state.Store(stopping)
 	cpu := cpuBetween(cpu0, takeCPU(b.dbEnv.pid))

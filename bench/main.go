@@ -68,6 +68,9 @@ type options struct {
 	charts        string
 	sweepClients  []int
 	sweepDuration time.Duration
+	// booksLines is scenario 11's ledger; largeBooksLines --large's (0: none).
+	booksLines      int
+	largeBooksLines int
 }
 
 // Scenario numbers, as the issue lists them.
@@ -83,11 +86,12 @@ const (
 	scLarge
 	scCapture
 	scRoutes
+	scBooks
 )
 
 // allScenarios are the scenarios --scenarios all runs, in order.
 func allScenarios() []int {
-	return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks, scRefund, scCapture, scRoutes}
+	return []int{scFresh, scReplay, scSlowPSP, scHammer, scReconcile, scWebhooks, scRefund, scCapture, scRoutes, scBooks}
 }
 
 const usageText = `Usage: go run . [flags]   (in bench/; or make bench BENCH_ARGS='...')
@@ -104,6 +108,9 @@ Scenarios (--scenarios takes numbers or names, comma-separated; default all):
   9 capture      captures of manual authorizations, 64 clients             goal >= 0.85 x floor
   10 routes      fresh payments, 2 accounts 1:1 vs 1 account, 64 clients  goal >= 0.95 x 1 account
                  DB statements per payment, 2 accounts vs 1               <= 1 account's + 0.05; 1 charge per 201, ~1:1
+  11 books       one books pass: --books-lines ledger lines vs 5x as many payments, planted discrepancies found exactly
+                 (lines/s, wall time); peak Go heap of a gateway running it   goal <= 256 MiB
+                 fresh payments, 64 clients, during books passes             goal >= 0.85 x without
                  (8 is the history, --large)
 
 Environment:
@@ -113,7 +120,8 @@ Environment:
 Exit status: 0 when every check held (goals are reported, not enforced), 1 when the
 hammered key was charged other than once, requests failed unexpectedly, or a routes phase
 charged other than once per 201, left an account unused or issued more statements per payment
-with 2 accounts than with 1; 2 on usage errors.
+with 2 accounts than with 1, or a books pass stopped short or found other discrepancies than the
+planted ones; 2 on usage errors.
 
 Flags:
 `
@@ -139,10 +147,12 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 	fs.StringVar(&o.blockProfile, "blockprofile", "", "write a blocking profile to `FILE` at the end")
 	fs.StringVar(&o.pprofAddr, "pprof", "", "serve net/http/pprof on `ADDR` (e.g. 127.0.0.1:6060) while running")
 	fs.StringVar(&o.gatewayLog, "gateway-log", "", "write the gateway's JSON log to `FILE` (default: formatted, then discarded)")
-	fs.BoolVar(&o.large, "large", false, "also run the history scenarios (8): fresh, cold replays and PSP 100 ms on tables holding --large-rows\npayments and keys vs the same on empty tables, the purge of the history's expired keys under load, and a\nreconciler backlog of --backlog-rows")
+	fs.BoolVar(&o.large, "large", false, "also run the history scenarios (8): fresh, cold replays and PSP 100 ms on tables holding --large-rows\npayments and keys vs the same on empty tables, the purge of the history's expired keys under load, a\nreconciler backlog of --backlog-rows and a books pass over --large-books-lines ledger lines")
 	fs.IntVar(&o.largeRows, "large-rows", 5_000_000, "payments (each with its key) in the history of --large")
 	fs.StringVar(&o.largeDB, "large-db", "", "database that keeps the history between runs (default gwbench_history_<rows>; filled where it lacks rows, never dropped)")
 	fs.IntVar(&o.backlogRows, "backlog-rows", 100_000, "stale rows of --large's reconciler backlog (0: none)")
+	fs.IntVar(&o.booksLines, "books-lines", 20_000, fmt.Sprintf("ledger lines of scenario 11's books pass, against a history of %d times as many payments", booksPerLine))
+	fs.IntVar(&o.largeBooksLines, "large-books-lines", 1_000_000, "ledger lines of --large's books pass, against the history of --large-rows payments (0: none)")
 	fs.StringVar(&o.charts, "charts", ".artifacts/bench", "write SVG charts (throughput and p99 against clients; with --large, against table size) into `DIR` (empty: none)")
 	sweep := fs.String("sweep", "1,4,16,64,256,512", "numbers of clients the charts' sweep of fresh payments measures, gateway and floor")
 	fs.DurationVar(&o.sweepDuration, "sweep-duration", 3*time.Second, "measured time of each point of the sweep")
@@ -171,6 +181,11 @@ func parseOptions(args []string, stderr io.Writer) (options, bool, error) {
 		return o, false, usageError{fmt.Sprintf("--large-rows must be at least %d", fillMerchants)}
 	case o.backlogRows < 0:
 		return o, false, usageError{"--backlog-rows must not be negative"}
+	case booksHistoryFor(o.booksLines) < 1:
+		return o, false, usageError{fmt.Sprintf("--books-lines must be more than %d (the planted orphans and changed charges)", booksOrphans+booksChanged)}
+	case o.large && o.largeBooksLines != 0 && (booksHistoryFor(o.largeBooksLines) < 1 || booksHistoryFor(o.largeBooksLines) >= o.largeRows):
+		return o, false, usageError{fmt.Sprintf("--large-books-lines must be 0, or more than %d and less than --large-rows + %d",
+			booksOrphans+booksChanged, booksOrphans+booksChanged)}
 	}
 	if o.charts != "" {
 		var err error
@@ -198,13 +213,13 @@ func parseScenarios(s string) ([]int, error) {
 		f = strings.TrimSpace(strings.ToLower(f))
 		n, ok := map[string]int{
 			"fresh": scFresh, "replay": scReplay, "psp-latency": scSlowPSP, "hammer": scHammer, "reconcile": scReconcile,
-			"webhooks": scWebhooks, "refund": scRefund, "capture": scCapture, "routes": scRoutes,
+			"webhooks": scWebhooks, "refund": scRefund, "capture": scCapture, "routes": scRoutes, "books": scBooks,
 		}[f]
 		if !ok {
 			var err error
 			n, err = strconv.Atoi(f)
 			if err != nil || !slices.Contains(allScenarios(), n) {
-				return nil, fmt.Errorf("unknown scenario %q: use 1-7, 9, 10 or fresh, replay, psp-latency, hammer, reconcile, webhooks, refund, capture, routes", f)
+				return nil, fmt.Errorf("unknown scenario %q: use 1-7, 9-11 or fresh, replay, psp-latency, hammer, reconcile, webhooks, refund, capture, routes, books", f)
 			}
 		}
 		seen[n] = true

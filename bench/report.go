@@ -36,6 +36,8 @@ type report struct {
 	Large *largeReport `json:"large,omitempty"`
 	// Sweep is the charts' fresh payments at each concurrency.
 	Sweep []sweepPoint `json:"sweep,omitempty"`
+	// Books are the books scenarios' passes, each checked (11, and --large's).
+	Books []booksReport `json:"books,omitempty"`
 }
 
 type poolInfo struct {
@@ -104,6 +106,11 @@ func (r *report) add(w row) {
 			w.Scenario, w.FloorLabel, w.Floor.Errors, w.Floor.FirstError))
 	}
 	r.Rows = append(r.Rows, w)
+}
+
+// met sets whether the last row met a goal that is not a ratio's lower bound.
+func (r *report) met(ok bool) {
+	r.Rows[len(r.Rows)-1].Met = &ok
 }
 
 // problems is non-nil when a check failed: a double charge, or answers that
@@ -181,7 +188,7 @@ func (r *report) print(w io.Writer) {
 		if x.Scenario == scHammer && x.Reference == 0 {
 			continue // the hammering clients share the phase, hence the numbers, of the row above
 		}
-		if x.Unit == unitStatements {
+		if x.Unit == unitStatements || x.Unit == unitMiB {
 			continue // counted in the phases of the row above
 		}
 		name := fmt.Sprintf("%d %s", x.Scenario, x.Name)
@@ -193,7 +200,14 @@ func (r *report) print(w io.Writer) {
 			cpuRow(name, phase, x.Floor.CPU)
 			name = ""
 		}
-		cpuRow(name, map[bool]string{true: "reconcilers", false: "gateway"}[x.Scenario == scReconcile], x.Gateway.CPU)
+		phase := "gateway"
+		switch {
+		case x.Scenario == scReconcile:
+			phase = "reconcilers"
+		case x.Unit == unitLines:
+			phase = "books pass"
+		}
+		cpuRow(name, phase, x.Gateway.CPU)
 	}
 	_ = tw.Flush()
 	if noisy > 0.2 {
@@ -227,6 +241,7 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintf(w, "  %d %s: %s\n", x.Scenario, x.Name, x.Note)
 		}
 	}
+	printBooks(w, r.Books)
 
 	fmt.Fprintln(w, "\nPeak RSS of the process (gateway, clients and floor loops share it):")
 	tw = tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)

@@ -62,6 +62,8 @@ func (b *bench) runAll(ctx context.Context) (*report, error) {
 			err = b.scenarioCapture(ctx, hc, rep)
 		case scRoutes:
 			err = b.scenarioRoutes(ctx, hc, rep)
+		case scBooks:
+			err = b.scenarioBooks(ctx, hc, rep)
 		}
 		if err != nil {
 			rep.PeakRSSBytes = b.rss.overall()
@@ -117,6 +119,11 @@ func (b *bench) gatewayPhase(ctx context.Context, title, scenario string, groups
 // gatewayPhaseAfter is gatewayPhase with prepare run first, once the PSP's
 // ledger is emptied (what it creates stays in the ledger for the phase).
 func (b *bench) gatewayPhaseAfter(ctx context.Context, title, scenario string, prepare func() error, groups ...group) ([]stats, int64, error) {
+	return b.gatewayPhaseIn(ctx, title, scenario, prepare, b.fixedWindow(), groups...)
+}
+
+// gatewayPhaseIn is gatewayPhaseAfter with the measured window w.
+func (b *bench) gatewayPhaseIn(ctx context.Context, title, scenario string, prepare func() error, w window, groups ...group) ([]stats, int64, error) {
 	b.gw.scenario.Store(&scenario)
 	// Connections of earlier phases go: each phase dials its own (in its
 	// warm-up), so that profile labels name the phase that uses them.
@@ -129,7 +136,7 @@ func (b *bench) gatewayPhaseAfter(ctx context.Context, title, scenario string, p
 		}
 	}
 	b.rss.reset()
-	st, err := b.runPhase(ctx, title, labels("client", scenario), groups...)
+	st, err := b.runPhaseIn(ctx, title, labels("client", scenario), w, groups...)
 	return st, b.rss.peak(), err
 }
 
