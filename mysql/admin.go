@@ -76,15 +76,7 @@ func (s *Store) FindPayments(ctx context.Context, f review.PaymentFilter) (_ []p
 	if err := s.db.SelectContext(ctx, &rows, q, args...); err != nil {
 		return nil, Classify(err)
 	}
-	out := make([]payments.Payment, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.toDomain()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return paymentsOf(rows)
 }
 
 // PaymentRecord implements review.Store.
@@ -152,13 +144,5 @@ func (s *Store) FindRefunds(ctx context.Context, f review.RefundFilter) (_ []pay
 	if err := s.db.SelectContext(ctx, &rows, q, append(args, f.Limit)...); err != nil {
 		return nil, Classify(err)
 	}
-	out := make([]payments.Refund, 0, len(rows))
-	for _, r := range rows {
-		x, err := r.toDomain()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, x)
-	}
-	return out, nil
+	return refundsOf(rows)
 }

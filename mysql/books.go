@@ -209,15 +209,7 @@ UNION SELECT `+refundColumns+` FROM refunds WHERE psp_reference IN (?)`, refundO
 	if err := b.s.db.SelectContext(ctx, &rows, q, args...); err != nil {
 		return nil, Classify(err)
 	}
-	out := make([]payments.Refund, 0, len(rows))
-	for _, r := range rows {
-		x, err := r.toDomain()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, x)
-	}
-	return out, nil
+	return refundsOf(rows)
 }
 
 type discrepancyRow struct {

@@ -198,15 +198,7 @@ func (s *Store) RefundsByOrder(ctx context.Context, refundOrderID string) (_ []p
 	if err := s.db.SelectContext(ctx, &rows, `SELECT `+refundColumns+` FROM refunds WHERE refund_order_id = ?`, refundOrderID); err != nil {
 		return nil, Classify(err)
 	}
-	out := make([]payments.Refund, 0, len(rows))
-	for _, r := range rows {
-		x, err := r.toDomain()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, x)
-	}
-	return out, nil
+	return refundsOf(rows)
 }
 
 // HastenKey implements notices.Store: the reconciler's next look at

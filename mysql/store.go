@@ -166,6 +166,19 @@ func (r paymentRow) toDomain() (payments.Payment, error) {
 	return p, nil
 }
 
+// refundsOf decodes rows, failing on the first that cannot be.
+func refundsOf(rows []refundRow) ([]payments.Refund, error) {
+	out := make([]payments.Refund, 0, len(rows))
+	for _, r := range rows {
+		x, err := r.toDomain()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
 // paymentsOf decodes rows, failing on the first that cannot be.
 func paymentsOf(rows []paymentRow) ([]payments.Payment, error) {
 	out := make([]payments.Payment, 0, len(rows))
