@@ -290,10 +290,21 @@ func (b *Books) Settled(ctx context.Context, account string, from, to time.Time,
 	if err := b.s.db.SelectContext(ctx, &rows, `SELECT `+paymentColumns+` FROM payments FORCE INDEX (payments_books)
 WHERE psp = ? AND created_at >= ? AND created_at < ? AND (created_at, merchant_id, id) > (?, ?, ?)
   AND status IN ('succeeded', 'requires_capture')
-ORDER BY created_at, merchant_id, id LIMIT ?`, account, from, to, after.CreatedAt, after.MerchantID, after.ID, limit); err != nil {
+ORDER BY created_at, merchant_id, id LIMIT ?`, account, pageStart(from, after), to, after.CreatedAt, after.MerchantID, after.ID, limit); err != nil {
 		return nil, Classify(err)
 	}
 	return paymentsOf(rows)
+}
+
+// pageStart is where a page of the period's records starts in the index:
+// the position's time, or the period's start for the first page. (The
+// server reads a row comparison as a filter, not as the index range's
+// start: without it every page would read the period from its start.)
+func pageStart(from time.Time, after books.Position) time.Time {
+	if after.CreatedAt.After(from) {
+		return after.CreatedAt
+	}
+	return from
 }
 
 // SettledRefunds implements books.Store.
@@ -309,7 +320,7 @@ func (b *Books) SettledRefunds(ctx context.Context, account string, from, to tim
     p.psp_reference AS charge_reference
 FROM refunds r FORCE INDEX (refunds_books) JOIN payments p ON p.merchant_id = r.merchant_id AND p.id = r.payment_id
 WHERE r.psp = ? AND r.created_at >= ? AND r.created_at < ? AND (r.created_at, r.merchant_id, r.id) > (?, ?, ?) AND r.status = 'succeeded'
-ORDER BY r.created_at, r.merchant_id, r.id LIMIT ?`, account, from, to, after.CreatedAt, after.MerchantID, after.ID, limit); err != nil {
+ORDER BY r.created_at, r.merchant_id, r.id LIMIT ?`, account, pageStart(from, after), to, after.CreatedAt, after.MerchantID, after.ID, limit); err != nil {
 		return nil, Classify(err)
 	}
 	out := make([]books.SettledRefund, 0, len(rows))
