@@ -20,6 +20,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/review"
+	"gateway/routing"
 )
 
 func TestMain(m *testing.M) { mysqltest.Main(m) }
@@ -629,4 +630,50 @@ VALUES (?, ?, 1, ?, ?, ?, NOW(6), NOW(6))`, x.MerchantID, x.ID, e.account, order
 	if got := e.payment(p.ID); got.Status != payments.Succeeded {
 		t.Fatalf("the payment whose extra charge was returned is %s", got.Status)
 	}
+}
+
+// A failed-over payment whose row was lost is recorded at its current
+// attempt: the order id the PSP holds is its second attempt's, and the
+// earlier attempt's row, kept, is its history again.
+func TestLostRowOfAFailedOverPaymentKeepsItsAttempt(t *testing.T) {
+	e := newEnv(t)
+	a, b := fake.New(fake.WithAccount("fake_a")), fake.New(fake.WithAccount("fake_b"))
+	accounts, err := payments.NewPSPs("fake_a", map[string]psp.Adapter{"fake_a": a, "fake_b": b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	breaker := routing.BreakerConfig{Window: time.Minute, MinCalls: 3, FailurePercent: 50, Cooldown: 30 * time.Second}
+	if err := accounts.WithRoutes(routing.Table{Default: routing.Route{{Account: "fake_a"}, {Account: "fake_b"}}},
+		routing.NewHealth(accounts.Names(), breaker, time.Now)); err != nil {
+		t.Fatal(err)
+	}
+	e.svc = payments.NewService(e.store, accounts, payments.Config{Lease: 30 * time.Second, PSPTimeout: 5 * time.Second})
+	a.FailNextCharges(fake.FaultNotProcessed, 1)
+	lost := e.pay("lost", fake.MethodOK, 1234)
+	if lost.PSP != "fake_b" || lost.AttemptNumber() != 2 || len(lost.Attempts) != 1 {
+		t.Fatalf("payment at %s, attempt %d, earlier %+v: want a failover to fake_b", lost.PSP, lost.AttemptNumber(), lost.Attempts)
+	}
+	exec(t, e.db, `DELETE FROM payments WHERE id = ?`, lost.ID)
+
+	job := e.job(func(c *books.Config) { c.PSPs = accounts })
+	rep, err := job.Reconcile(context.Background(), "fake_b", e.from, e.to, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClasses(t, rep, map[books.Class]int{books.OrphanCharge: 1})
+	p := e.payment(lost.ID)
+	if p.MerchantOrderID != lost.MerchantOrderID || p.MerchantOrderID != payments.AttemptOrderID(e.merch.ID, "lost", 2) ||
+		p.AttemptNumber() != 2 || p.PSP != "fake_b" || p.Status != payments.RequiresReview {
+		t.Fatalf("recorded %s at %s, attempt %d, order %s; want attempt 2's order %s", p.Status, p.PSP, p.AttemptNumber(), p.MerchantOrderID, lost.MerchantOrderID)
+	}
+	if len(p.Attempts) != 1 || p.Attempts[0].PSP != "fake_a" || p.Attempts[0].Number != 1 ||
+		p.Attempts[0].MerchantOrderID != lost.Attempts[0].MerchantOrderID || p.Attempts[0].Outcome != lost.Attempts[0].Outcome {
+		t.Fatalf("recorded history %+v, want %+v", p.Attempts, lost.Attempts)
+	}
+	// The first attempt's account holds nothing, and the gateway says so too.
+	first, err := job.Reconcile(context.Background(), "fake_a", e.from, e.to, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantClasses(t, first, map[books.Class]int{})
 }

@@ -184,7 +184,7 @@ type pass struct {
 	// this pass read; a record of the period that is not among them is
 	// looked up at the PSP one by one.
 	seen  map[string]struct{}
-	lost  map[string]LostKey // by order id; nil until first needed
+	lost  map[string]lostOrder // by order id; nil until first needed
 	found int
 }
 
@@ -426,7 +426,7 @@ func (p *pass) count(v verdict) {
 // when the gateway still knows it, else with the merchant the PSP kept.
 func (p *pass) orphanCharge(ctx context.Context, t psp.Transaction) error {
 	d := p.discrepancy(OrphanCharge, subject(t), &t, nil, fmt.Sprintf("the PSP %s %d %s (%s) and the gateway has no record of it", t.Status, t.Amount, t.Currency, t.Reference))
-	key, err := p.lostKey(ctx, t.MerchantOrderID)
+	key, attempt, err := p.lostKey(ctx, t.MerchantOrderID)
 	if err != nil {
 		return err
 	}
@@ -444,6 +444,7 @@ func (p *pass) orphanCharge(ctx context.Context, t psp.Transaction) error {
 		Status: payments.RequiresReview, Amount: payments.Money{Minor: t.Amount, Currency: t.Currency},
 		PaymentMethod: "psp_ledger", PSPReference: t.Reference, PSP: p.run.Account,
 		ReviewReason: "books: " + d.Detail, CreatedAt: t.CreatedAt, UpdatedAt: p.job.cfg.Now().UTC(),
+		Attempt: attempt,
 	}
 	if psp.ChargeStatus(t.Status) == psp.Succeeded && t.AmountCaptured > 0 && t.AmountCaptured < t.Amount {
 		x.CaptureMethod, x.AmountCaptured = payments.CaptureManual, t.AmountCaptured
@@ -468,28 +469,36 @@ func (p *pass) orphanCharge(ctx context.Context, t psp.Transaction) error {
 	})
 }
 
+// lostOrder is a lost key by one of its attempts' order ids.
+type lostOrder struct {
+	key     LostKey
+	attempt int
+}
+
 // lostKey is the key on the payments endpoint whose payment is gone that
-// orderID was derived from (its first attempt's or a later one's), or the
-// zero LostKey.
-func (p *pass) lostKey(ctx context.Context, orderID string) (LostKey, error) {
+// orderID was derived from, and the number of the attempt whose order id
+// it is (1 for the first; a failed-over payment's later attempts have
+// their own), or the zero LostKey.
+func (p *pass) lostKey(ctx context.Context, orderID string) (LostKey, int, error) {
 	if orderID == "" {
-		return LostKey{}, nil
+		return LostKey{}, 0, nil
 	}
 	if p.lost == nil {
 		// A key is made before its payment's charge, by at most the
 		// overlap (a creation window, a failover) and the clocks' skew.
 		keys, err := p.job.cfg.Store.LostKeys(ctx, p.run.From.Add(-p.job.Overlap(p.adapter)), p.run.To.Add(p.job.cfg.Skew))
 		if err != nil {
-			return LostKey{}, err
+			return LostKey{}, 0, err
 		}
-		p.lost = make(map[string]LostKey, len(keys))
+		p.lost = make(map[string]lostOrder, len(keys)*maxAttempts)
 		for _, k := range keys {
 			for n := 1; n <= maxAttempts; n++ {
-				p.lost[payments.AttemptOrderID(k.Ref.MerchantID, k.Ref.Key, n)] = k
+				p.lost[payments.AttemptOrderID(k.Ref.MerchantID, k.Ref.Key, n)] = lostOrder{k, n}
 			}
 		}
 	}
-	return p.lost[orderID], nil
+	l := p.lost[orderID]
+	return l.key, l.attempt, nil
 }
 
 // maxAttempts is how many attempts' order ids a lost key is tried with.

@@ -15,6 +15,7 @@ import (
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp"
+	"gateway/routing"
 )
 
 // Books is the books job's store (books.Store) over s.
@@ -417,13 +418,30 @@ func (b *Books) RecordPayment(ctx context.Context, run books.Run, d books.Discre
 			p.MerchantID, p.ID); err != nil {
 			return err
 		}
+		// A failed-over payment's earlier attempts may have kept their
+		// rows: the copy every read renders is made again from them.
+		var history []routing.Attempt
+		if p.AttemptNumber() > 1 {
+			var err error
+			if history, err = attemptsOf(ctx, tx, p.MerchantID, p.ID, p.AttemptNumber()); err != nil {
+				return err
+			}
+		}
+		copyJSON := sql.NullString{}
+		if len(history) > 0 {
+			b, err := json.Marshal(history)
+			if err != nil {
+				return err
+			}
+			copyJSON = sql.NullString{String: string(b), Valid: true}
+		}
 		if _, err := tx.ExecContext(ctx, `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency, payment_method, description,
-    psp_reference, psp, review_reason, review_since, capture_method, amount_captured, event_seq, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, NOW(6), ?, ?, ?, ?, NOW(6))`,
+    psp_reference, psp, review_reason, review_since, capture_method, amount_captured, event_seq, attempt, attempts, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, NOW(6), ?, ?, ?, ?, ?, ?, NOW(6))`,
 			p.MerchantID, p.ID, p.IdempotencyKey, p.MerchantOrderID, string(p.Status), p.Amount.Minor, p.Amount.Currency,
 			p.PaymentMethod, nullString(p.PSPReference), nullString(p.PSP), nullString(p.ReviewReason),
-			string(captureMethodOf(p)), p.AmountCaptured, seq, p.CreatedAt); err != nil {
+			string(captureMethodOf(p)), p.AmountCaptured, seq, p.AttemptNumber(), copyJSON, p.CreatedAt); err != nil {
 			return err
 		}
 		if c.Event != nil {
@@ -545,4 +563,29 @@ WHERE id = ? AND resolved_at IS NULL`, resolution, id)
 		}
 	}
 	return nil
+}
+
+// attemptsOf are the rows of payment id's attempts before attempt before.
+func attemptsOf(ctx context.Context, tx *sqlx.Tx, merchant, id string, before int) ([]routing.Attempt, error) {
+	var rows []struct {
+		Number    int            `db:"attempt"`
+		PSP       string         `db:"psp"`
+		OrderID   string         `db:"merchant_order_id"`
+		Outcome   string         `db:"outcome"`
+		Code      sql.NullString `db:"psp_code"`
+		Reference sql.NullString `db:"psp_reference"`
+		StartedAt time.Time      `db:"started_at"`
+		EndedAt   time.Time      `db:"ended_at"`
+	}
+	if err := tx.SelectContext(ctx, &rows, `
+SELECT attempt, psp, merchant_order_id, outcome, psp_code, psp_reference, started_at, ended_at
+FROM payment_attempts WHERE merchant_id = ? AND payment_id = ? AND attempt < ? ORDER BY attempt`, merchant, id, before); err != nil {
+		return nil, err
+	}
+	out := make([]routing.Attempt, len(rows))
+	for i, r := range rows {
+		out[i] = routing.Attempt{Number: r.Number, PSP: r.PSP, MerchantOrderID: r.OrderID, Outcome: routing.AttemptOutcome(r.Outcome),
+			PSPCode: r.Code.String, PSPReference: r.Reference.String, StartedAt: r.StartedAt.UTC(), EndedAt: r.EndedAt.UTC()}
+	}
+	return out, nil
 }
