@@ -153,7 +153,7 @@ func (j *Job) Reconcile(ctx context.Context, account string, from, to time.Time,
 	if err != nil {
 		return Report{}, err
 	}
-	p := &pass{job: j, run: run, adapter: a, ledger: l, seen: make(map[string]struct{})}
+	p := &pass{job: j, run: run, adapter: a, ledger: l, seen: newSeen()}
 	err = p.work(ctx)
 	if err != nil {
 		p.run.Status, p.run.LastError = RunIncomplete, truncate(err.Error(), 500)
@@ -183,7 +183,7 @@ type pass struct {
 	// seen holds the order ids and refund order ids of the ledger's lines
 	// this pass read; a record of the period that is not among them is
 	// looked up at the PSP one by one.
-	seen  map[string]struct{}
+	seen  *seen
 	lost  map[string]lostOrder // by order id; nil until first needed
 	found int
 }
@@ -264,7 +264,7 @@ func (p *pass) reread(ctx context.Context, until string) error {
 			return fmt.Errorf("rereading the ledger from cursor %q: %w", q.Cursor, err)
 		}
 		for _, t := range page.Transactions {
-			p.seen[subject(t)] = struct{}{}
+			p.seen.add(subject(t))
 		}
 		if page.Next == "" || page.Next == until {
 			return nil
@@ -348,7 +348,7 @@ func (p *pass) checkPage(ctx context.Context, lines []psp.Transaction) error {
 	}
 
 	for _, t := range lines {
-		p.seen[subject(t)] = struct{}{}
+		p.seen.add(subject(t))
 		if !p.inPeriod(t) {
 			p.run.Counts.Outside++
 			continue
@@ -569,7 +569,7 @@ func (p *pass) gatewayPhase(ctx context.Context) error {
 		}
 		for _, x := range ps {
 			p.run.Counts.Checked++
-			if _, ok := p.seen[x.MerchantOrderID]; ok {
+			if p.seen.has(x.MerchantOrderID) {
 				continue
 			}
 			if err := p.lookup(ctx, x); err != nil {
@@ -590,10 +590,10 @@ func (p *pass) gatewayPhase(ctx context.Context) error {
 		}
 		for _, r := range rs {
 			p.run.Counts.Checked++
-			if _, ok := p.seen[r.RefundOrderID]; ok {
+			if p.seen.has(r.RefundOrderID) {
 				continue
 			}
-			if _, ok := p.seen["psp:"+r.PSPReference]; ok && r.PSPReference != "" {
+			if r.PSPReference != "" && p.seen.has("psp:"+r.PSPReference) {
 				continue
 			}
 			if err := p.lookupRefund(ctx, r.Refund, r.ChargeReference); err != nil {
