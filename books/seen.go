@@ -53,4 +53,3 @@ func (s *seen) has(subject string) bool {
 	_, ok := slices.BinarySearchFunc(s.sums, s.sum(subject), compareSums)
 	return ok
 }
-
