@@ -303,7 +303,7 @@ func (b *bench) booksRun(ctx context.Context, hc *http.Client, rep *report, t bo
 	var ledgerDone atomic.Int64 // when the measured pass's ledger phase ended, ns after its start
 	var progressed atomic.Int64
 	var passStart time.Time
-	job := books.New(books.Config{Store: mysql.NewStore(t.g.dbx).Books(), PSPs: payments.OnePSP(ledger), PageSize: booksPage,
+	job := books.New(books.Config{Store: mysql.NewStore(t.g.dbx).Books(), PSPs: payments.OnePSP(ledger), PageSize: booksPage, Rest: books.DefaultRest,
 		Progress: func(r books.Run) {
 			progressed.Store(r.Counts.Lines + r.Counts.Checked)
 			if r.Phase != books.PhaseLedger {
@@ -718,7 +718,7 @@ func printBooks(w io.Writer, reps []booksReport) {
 	if len(reps) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nBooks passes (books.Job.Reconcile, page %d, on the gateway's pool; the fake PSP's ledger lives in this process):\n", booksPage)
+	fmt.Fprintf(w, "\nBooks passes (books.Job.Reconcile, page %d, resting %g× each page's time after it as a gateway does, on the gateway's pool; the fake PSP's ledger lives in this process):\n", booksPage, books.DefaultRest)
 	for _, r := range reps {
 		c := r.Check
 		fmt.Fprintf(w, "  %s: %d ledger lines, period [%s, %s) of a history of %d payments (%s); ledger planted in %.1f s\n",

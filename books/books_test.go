@@ -677,3 +677,76 @@ func TestLostRowOfAFailedOverPaymentKeepsItsAttempt(t *testing.T) {
 	}
 	wantClasses(t, first, map[books.Class]int{})
 }
+
+// A pass that stops in the gateway's phase is resumed from the ledger's
+// first page: its counts are a whole pass's, not the first one's and more.
+func TestPassStoppedAmongTheGatewaysRecordsCountsOnce(t *testing.T) {
+	e := newEnv(t)
+	e.insertPayments("g", 0, 1000)
+	for i := range 1000 {
+		if i%10 != 0 { // every tenth charge is missing at the PSP: looked up, one by one
+			e.psp.PlantCharge(fmt.Sprintf("ord_bulk_g_%d", i), e.merch.ID, 100, "KRW", time.Now())
+		}
+	}
+	gatewayPages := 0
+	job := e.job(func(c *books.Config) {
+		c.PageSize = 100
+		c.Progress = func(r books.Run) {
+			if r.Phase == books.PhaseGateway && r.Counts.Checked > 0 {
+				if gatewayPages++; gatewayPages == 3 {
+					e.psp.FailNextLookups(1)
+				}
+			}
+		}
+	})
+	rep, err := job.Reconcile(context.Background(), e.account, e.from, e.to, false)
+	if err == nil || rep.Run.Status != books.RunIncomplete || rep.Run.Counts.Checked == 0 || rep.Run.Counts.Checked >= 1000 {
+		t.Fatalf("first pass: %v, run %+v; want it stopped among the gateway's records", err, rep.Run)
+	}
+	// What the first pass sent to review is no longer a settled record.
+	reviewed := e.count(`SELECT COUNT(*) FROM payments WHERE status = 'requires_review'`)
+	rep = e.reconcile(job, false)
+	wantClasses(t, rep, map[books.Class]int{books.MissingAtPSP: 100})
+	if c := rep.Run.Counts; c.Lines != 900 || c.Matched != 900 || c.Checked != int64(1000-reviewed) {
+		t.Fatalf("counts %+v after the resumed pass, want 900 lines matched and %d records checked", c, 1000-reviewed)
+	}
+	if n := e.count(`SELECT COUNT(*) FROM books_discrepancies`); n != 100 {
+		t.Fatalf("%d discrepancies stored, want 100", n)
+	}
+}
+
+// A pass rests after each page as long as Rest says, on the clock it is
+// given: the books leave the database to payments.
+func TestPassRestsAfterEachPage(t *testing.T) {
+	e := newEnv(t)
+	e.insertPayments("r", 0, 250)
+	for i := range 250 {
+		e.psp.PlantCharge(fmt.Sprintf("ord_bulk_r_%d", i), e.merch.ID, 100, "KRW", time.Now())
+	}
+	var rests []time.Duration
+	job := e.job(func(c *books.Config) {
+		c.PageSize, c.Rest = 100, 2
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			rests = append(rests, d)
+			return nil
+		}
+	})
+	rep := e.reconcile(job, false)
+	wantClasses(t, rep, map[books.Class]int{})
+	// Three pages of the ledger (a rest after the first two) and three of
+	// the gateway's payments (after the first two), none of refunds.
+	if len(rests) != 4 {
+		t.Fatalf("%d rests (%v), want 4", len(rests), rests)
+	}
+	for _, d := range rests {
+		if d <= 0 {
+			t.Fatalf("rests %v: each is twice its page's time", rests)
+		}
+	}
+	none := e.job(func(c *books.Config) {
+		c.Sleep = func(context.Context, time.Duration) error { t.Fatal("a pass without Rest rested"); return nil }
+	})
+	if _, err := none.Reconcile(context.Background(), e.account, e.from, e.to, true); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -22,6 +22,9 @@ const (
 	DefaultPageSize   = 1000
 	DefaultSkew       = 5 * time.Minute
 	DefaultPSPTimeout = 90 * time.Second
+	// DefaultRest is the rest after each page a gateway's passes take, as
+	// a multiple of the page's time (Config.Rest).
+	DefaultRest = 1.0
 	// DefaultFailoverSlack is how long after its payment was created a
 	// failed-over attempt's charge may still be made: the overlap adds it.
 	DefaultFailoverSlack = time.Hour
@@ -53,6 +56,13 @@ type Config struct {
 	Progress func(Run)
 	// Found, when set, is told of every discrepancy newly recorded.
 	Found func(Discrepancy)
+	// Rest is how long a pass rests after each page, as a multiple of the
+	// time the page took (0: none). The books are background work: a pass
+	// resting as long as it works holds the database at most half the
+	// time, and leaves the rest to payments.
+	Rest float64
+	// Sleep waits d, or until ctx ends; a timer when nil.
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Job reconciles the books of the gateway's PSP accounts.
@@ -83,6 +93,9 @@ func New(cfg Config) *Job {
 	}
 	if cfg.PSPTimeout <= 0 {
 		cfg.PSPTimeout = DefaultPSPTimeout
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
 	}
 	return &Job{cfg: cfg, log: cfg.Logger}
 }
@@ -189,29 +202,24 @@ type pass struct {
 }
 
 func (p *pass) work(ctx context.Context) error {
-	// A pass that resumes another learns what the pages before it showed,
-	// so that the gateway's records on them are not looked up one by one.
-	switch {
-	case p.run.Phase == PhaseGateway:
-		if err := p.reread(ctx, ""); err != nil {
-			return err
-		}
-	case p.run.Phase == PhaseLedger && p.run.Cursor != "":
+	// A pass that resumes another in the ledger's phase learns what the
+	// pages before its cursor showed, so that the gateway's records on
+	// them are not looked up one by one. One that resumes another in the
+	// gateway's phase starts again from the ledger's first page: its
+	// counts would otherwise count twice the records checked before.
+	if p.run.Phase == PhaseLedger && p.run.Cursor != "" {
 		if err := p.reread(ctx, p.run.Cursor); err != nil {
 			return err
 		}
+	} else {
+		p.run.Phase, p.run.Cursor, p.run.Counts = PhaseLedger, "", Counts{}
 	}
-	if p.run.Phase == PhaseLedger || p.run.Phase == "" || p.run.Phase == PhaseDone {
-		if p.run.Phase != PhaseLedger {
-			p.run.Phase, p.run.Cursor, p.run.Counts = PhaseLedger, "", Counts{}
-		}
-		if err := p.ledgerPhase(ctx); err != nil {
-			return err
-		}
-		p.run.Phase, p.run.Cursor = PhaseGateway, ""
-		if err := p.save(ctx); err != nil {
-			return err
-		}
+	if err := p.ledgerPhase(ctx); err != nil {
+		return err
+	}
+	p.run.Phase, p.run.Cursor = PhaseGateway, ""
+	if err := p.save(ctx); err != nil {
+		return err
 	}
 	return p.gatewayPhase(ctx)
 }
@@ -226,12 +234,33 @@ func (p *pass) save(ctx context.Context) error {
 	return nil
 }
 
+// rest rests after a page that began at began (Config.Rest).
+func (p *pass) rest(ctx context.Context, began time.Time) error {
+	if p.job.cfg.Rest <= 0 {
+		return nil
+	}
+	return p.job.cfg.Sleep(ctx, time.Duration(float64(time.Since(began))*p.job.cfg.Rest))
+}
+
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
 // ledgerPhase pages through the ledger from the run's cursor, checking
 // each page's lines in the period and saving the cursor after it.
 func (p *pass) ledgerPhase(ctx context.Context) error {
 	q := p.query()
 	q.Cursor = p.run.Cursor
 	for {
+		began := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, p.job.cfg.PSPTimeout)
 		page, err := p.ledger.ListTransactions(pctx, q)
 		cancel()
@@ -249,6 +278,9 @@ func (p *pass) ledgerPhase(ctx context.Context) error {
 			return nil
 		}
 		q.Cursor = page.Next
+		if err := p.rest(ctx, began); err != nil {
+			return err
+		}
 	}
 }
 
@@ -557,12 +589,22 @@ func (p *pass) checkRefund(ctx context.Context, t psp.Transaction, r payments.Re
 	return err
 }
 
+// pageDone ends a page of the gateway's records that began at began: the
+// run's counts are saved (its lease extended with them) and the pass rests.
+func (p *pass) pageDone(ctx context.Context, began time.Time) error {
+	if err := p.save(ctx); err != nil {
+		return err
+	}
+	return p.rest(ctx, began)
+}
+
 // gatewayPhase checks the gateway's payments and refunds of the period
 // that say money moved: each one the ledger did not show is looked up.
 func (p *pass) gatewayPhase(ctx context.Context) error {
 	st := p.job.cfg.Store
 	var at Position
 	for {
+		began := time.Now()
 		ps, err := st.Settled(ctx, p.run.Account, p.run.From, p.run.To, at, p.job.cfg.PageSize)
 		if err != nil {
 			return err
@@ -581,9 +623,13 @@ func (p *pass) gatewayPhase(ctx context.Context) error {
 		}
 		last := ps[len(ps)-1]
 		at = Position{CreatedAt: last.CreatedAt, MerchantID: last.MerchantID, ID: last.ID}
+		if err := p.pageDone(ctx, began); err != nil {
+			return err
+		}
 	}
 	at = Position{}
 	for {
+		began := time.Now()
 		rs, err := st.SettledRefunds(ctx, p.run.Account, p.run.From, p.run.To, at, p.job.cfg.PageSize)
 		if err != nil {
 			return err
@@ -605,6 +651,9 @@ func (p *pass) gatewayPhase(ctx context.Context) error {
 		}
 		last := rs[len(rs)-1]
 		at = Position{CreatedAt: last.CreatedAt, MerchantID: last.MerchantID, ID: last.ID}
+		if err := p.pageDone(ctx, began); err != nil {
+			return err
+		}
 	}
 }
 

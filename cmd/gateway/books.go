@@ -31,6 +31,7 @@ type booksConfig struct {
 	Page     int           `name:"books-page" env:"GATEWAY_BOOKS_PAGE" default:"1000" group:"books" help:"ledger lines asked for per page"`
 	Lease    time.Duration `name:"books-lease" env:"GATEWAY_BOOKS_LEASE" default:"2m" group:"books" help:"how long a books pass holds its run between pages before another may take it over"`
 	Timeout  time.Duration `name:"books-psp-timeout" env:"GATEWAY_BOOKS_PSP_TIMEOUT" default:"90s" group:"books" help:"deadline of each ledger page and lookup"`
+	Rest     float64       `name:"books-rest" env:"GATEWAY_BOOKS_REST" default:"1" group:"books" help:"how long a pass rests after each page, as a multiple of the page's time (0 to 10; 0: none), so that it leaves the database to payments"`
 }
 
 func (c *booksConfig) check() []error {
@@ -42,13 +43,16 @@ func (c *booksConfig) check() []error {
 	if c.Page < 1 || c.Page > 5000 {
 		errs = append(errs, problem("GATEWAY_BOOKS_PAGE", "must be an integer from 1 to 5000"))
 	}
+	if !(c.Rest >= 0 && c.Rest <= 10) { // NaN is refused too
+		errs = append(errs, problem("GATEWAY_BOOKS_REST", "must be a number from 0 to 10"))
+	}
 	errs = positiveDuration(errs, "GATEWAY_BOOKS_LEASE", c.Lease)
 	return positiveDuration(errs, "GATEWAY_BOOKS_PSP_TIMEOUT", c.Timeout)
 }
 
 func newBooks(cfg booksConfig, dbx *sqlx.DB, psps *payments.PSPs, log *slog.Logger, found func(books.Discrepancy), progress func(books.Run)) *books.Job {
 	return books.New(books.Config{Store: mysql.NewStore(dbx).Books(), PSPs: psps, Logger: log, Lease: cfg.Lease,
-		PageSize: cfg.Page, PSPTimeout: cfg.Timeout, Found: found, Progress: progress})
+		PageSize: cfg.Page, PSPTimeout: cfg.Timeout, Rest: cfg.Rest, Found: found, Progress: progress})
 }
 
 // ledgerAccounts are the accounts whose adapters list their ledger, but
