@@ -109,6 +109,10 @@ type Options struct {
 	// Webhooks manages merchants' webhook endpoints (/webhook_endpoints);
 	// nil answers them 404.
 	Webhooks WebhookEndpoints
+	// Deliveries answers the webhook delivery log and redeliveries
+	// (/webhook_endpoints/{id}/deliveries, /events/{id}/deliveries,
+	// /events/{id}/redeliver); nil answers them 404.
+	Deliveries DeliveryLog
 }
 
 // Server holds what the handlers need.

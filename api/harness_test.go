@@ -23,6 +23,7 @@ import (
 	"gateway/psp"
 	"gateway/psp/fake"
 	"gateway/review"
+	"gateway/webhooks"
 )
 
 func TestMain(m *testing.M) { mysqltest.Main(m) }
@@ -121,7 +122,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		apiOpts.Notices = setup.notices(st)
 	}
 	if setup.webhooks != nil {
-		apiOpts.Webhooks = setup.webhooks(st)
+		apiOpts.Webhooks, apiOpts.Deliveries = setup.webhooks(st), webhooks.NewLog(st, st)
 	}
 	contract, err := published()
 	if err != nil {

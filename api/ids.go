@@ -26,6 +26,7 @@ var (
 	refundIDs   = idKind{payments.RefundIDPrefix, "refund"}
 	eventIDs    = idKind{payments.EventIDPrefix, "event"}
 	endpointIDs = idKind{webhooks.EndpointIDPrefix, "webhook endpoint"}
+	deliveryIDs = idKind{webhooks.DeliveryIDPrefix, "webhook delivery"}
 )
 
 func (k idKind) names(id string) bool { return payments.WellFormedID(k.prefix, id) }

@@ -217,6 +217,9 @@ func (c *contract) check(x exchange) []string {
 		if strings.HasPrefix(p.ID, "we_") {
 			collection = "/webhook_endpoints/"
 		}
+		if strings.HasPrefix(p.ID, "wd_") {
+			collection = "/webhook_deliveries/"
+		}
 		if p.ID != "" && x.header.Get("Location") != collection+p.ID {
 			findings = append(findings, fmt.Sprintf("Location %q does not name the created object %q", x.header.Get("Location"), p.ID))
 		}

@@ -40,6 +40,10 @@ func (s *Server) routes(e *echo.Echo) {
 	e.POST("/webhook_endpoints/:id/rotate", chain(s.handleRotateEndpoint, namedBy(endpointIDs, merchant)...))
 	e.GET("/events", chain(s.handleListEvents, reading...))
 	e.GET("/events/:id", chain(s.handleGetEvent, namedBy(eventIDs, reading)...))
+	e.GET("/webhook_endpoints/:id/deliveries", chain(s.handleEndpointDeliveries, namedBy(endpointIDs, reading)...))
+	e.GET("/events/:id/deliveries", chain(s.handleEventDeliveries, namedBy(eventIDs, reading)...))
+	e.POST("/events/:id/redeliver", chain(s.handleRedeliver, namedBy(eventIDs, merchant)...))
+	e.GET("/webhook_deliveries/:id", chain(s.handleGetDelivery, namedBy(deliveryIDs, reading)...))
 	// OPTIONS of these paths tells their methods to a merchant only (echo
 	// would answer anyone); browsers never come here.
 	e.OPTIONS("/payments", chain(s.handleOptions("GET, POST, OPTIONS"), reading...))
@@ -54,6 +58,10 @@ func (s *Server) routes(e *echo.Echo) {
 	e.OPTIONS("/webhook_endpoints/:id/rotate", chain(s.handleOptions("POST, OPTIONS"), namedBy(endpointIDs, reading)...))
 	e.OPTIONS("/events", chain(s.handleOptions("GET, OPTIONS"), reading...))
 	e.OPTIONS("/events/:id", chain(s.handleOptions("GET, OPTIONS"), namedBy(eventIDs, reading)...))
+	e.OPTIONS("/webhook_endpoints/:id/deliveries", chain(s.handleOptions("GET, OPTIONS"), namedBy(endpointIDs, reading)...))
+	e.OPTIONS("/events/:id/deliveries", chain(s.handleOptions("GET, OPTIONS"), namedBy(eventIDs, reading)...))
+	e.OPTIONS("/events/:id/redeliver", chain(s.handleOptions("POST, OPTIONS"), namedBy(eventIDs, reading)...))
+	e.OPTIONS("/webhook_deliveries/:id", chain(s.handleOptions("GET, OPTIONS"), namedBy(deliveryIDs, reading)...))
 
 	// The PSPs' notifications (no API key: the PSP's
 	// signature, or the PSP asked again, vouches for them).

@@ -245,22 +245,14 @@ WHERE merchant_id = ? AND id IN (?` + strings.Repeat(", ?", len(ids)-1) + `)`
 
 // RecordDelivered implements webhooks.DispatchStore: fenced on the claim's
 // token, so that a dispatcher whose lease ran out records nothing over the
-// next one's attempt. An endpoint with no run of failures to end costs one
-// autocommitted statement.
-func (s *Store) RecordDelivered(ctx context.Context, d webhooks.Delivery, httpStatus int, endFailing bool) (_ bool, err error) {
+// next one's attempt; the attempt is logged in the same transaction.
+func (s *Store) RecordDelivered(ctx context.Context, d webhooks.Delivery, httpStatus int, latency time.Duration, endFailing bool) (_ bool, err error) {
 	defer errs.Wrap(&err, "Store.RecordDelivered")
 	const q = `
 UPDATE webhook_deliveries
 SET status = 'delivered', attempts = attempts + 1, last_http_status = ?, last_error = NULL, lease_until = NULL,
     first_delivered_at = COALESCE(first_delivered_at, NOW(6)), updated_at = NOW(6)
 WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
-	if !endFailing {
-		n, err := ExecRetry(ctx, s.db, q, httpStatus, d.MerchantID, d.ID, d.LeaseToken)
-		if err != nil {
-			return false, err
-		}
-		return n == 1, nil
-	}
 	var recorded bool
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		res, err := tx.ExecContext(ctx, q, httpStatus, d.MerchantID, d.ID, d.LeaseToken)
@@ -271,7 +263,15 @@ WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
 		if err != nil {
 			return err
 		}
-		recorded = n == 1
+		if recorded = n == 1; !recorded {
+			return nil
+		}
+		if err := logAttempt(ctx, tx, d, httpStatus, latency, "", webhooks.AttemptDelivered); err != nil {
+			return err
+		}
+		if !endFailing {
+			return nil
+		}
 		_, err = tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE merchant_id = ? AND id = ? AND failing_since IS NOT NULL`,
 			d.MerchantID, d.EndpointID)
 		return err
@@ -280,6 +280,26 @@ WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
 		return false, ClassifyWrite(err)
 	}
 	return recorded, nil
+}
+
+// logAttempt writes the attempt just recorded on d to the delivery log,
+// from the row the record left (its count of attempts, its status and next
+// attempt), in the record's transaction.
+func logAttempt(ctx context.Context, tx *sqlx.Tx, d webhooks.Delivery, httpStatus int, latency time.Duration, msg string, o webhooks.AttemptOutcome) error {
+	var row struct {
+		Attempts int          `db:"attempts"`
+		Next     sql.NullTime `db:"next_at"`
+	}
+	if err := tx.GetContext(ctx, &row, `SELECT attempts, IF(status = 'pending', next_attempt_at, NULL) AS next_at
+FROM webhook_deliveries WHERE merchant_id = ? AND id = ?`, d.MerchantID, d.ID); err != nil {
+		return err
+	}
+	status := sql.NullInt64{Int64: int64(httpStatus), Valid: httpStatus != 0}
+	_, err := tx.ExecContext(ctx, `
+INSERT INTO webhook_delivery_attempts (merchant_id, delivery_id, attempt, attempted_at, latency_us, http_status, error, outcome, next_attempt_at)
+VALUES (?, ?, ?, NOW(6) - INTERVAL ? MICROSECOND, ?, ?, ?, ?, ?)`,
+		d.MerchantID, d.ID, row.Attempts, latency.Microseconds(), latency.Microseconds(), status, nullString(msg), string(o), row.Next)
+	return err
 }
 
 // RecordFailed implements webhooks.DispatchStore. On the database's clock:
@@ -295,9 +315,6 @@ SET attempts = attempts + 1, last_http_status = ?, last_error = ?, lease_until =
     status = IF(created_at + INTERVAL ? MICROSECOND < NOW(6) + INTERVAL ? MICROSECOND, 'failed', 'pending'),
     next_attempt_at = NOW(6) + INTERVAL ? MICROSECOND
 WHERE merchant_id = ? AND id = ? AND lease_token = ? AND status = 'pending'`
-	const disable = `
-UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = ?, updated_at = NOW(6)
-WHERE merchant_id = ? AND id = ? AND status = 'enabled' AND failing_since <= NOW(6) - INTERVAL ? MICROSECOND`
 	var out webhooks.FailureOutcome
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		out = webhooks.FailureOutcome{}
@@ -315,32 +332,48 @@ WHERE merchant_id = ? AND id = ? AND status = 'enabled' AND failing_since <= NOW
 			return err // fenced out: the next claim's attempt is the one that counts
 		}
 		out.Recorded = true
-		var st string
-		if err := tx.GetContext(ctx, &st, `SELECT status FROM webhook_deliveries WHERE merchant_id = ? AND id = ?`, d.MerchantID, d.ID); err != nil {
+		if err := endpointFailing(ctx, tx, d, f, &out); err != nil {
 			return err
 		}
-		out.Status = webhooks.DeliveryStatus(st)
-		if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, NOW(6)) WHERE merchant_id = ? AND id = ?`,
-			d.MerchantID, d.EndpointID); err != nil {
-			return err
-		}
-		res, err = tx.ExecContext(ctx, disable, f.DisableReason, d.MerchantID, d.EndpointID, f.DisableAfter.Microseconds())
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return err
-		}
-		out.Disabled = true
-		if out.Status == webhooks.Pending {
-			out.Status = webhooks.Failed
-		}
-		return failPending(ctx, tx, d.MerchantID, d.EndpointID, "endpoint disabled")
+		// Logged once the record, and a disabling with it, is done: the
+		// log's next attempt is the one the delivery is left with.
+		return logAttempt(ctx, tx, d, f.HTTPStatus, f.Latency, msg, webhooks.AttemptFailed)
 	})
 	if err != nil {
 		return webhooks.FailureOutcome{}, ClassifyWrite(err)
 	}
 	return out, nil
+}
+
+// endpointFailing reads the status a failed attempt's record left its
+// delivery in, starts the endpoint's run of failures if none had, and
+// disables an endpoint failing for f.DisableAfter, failing its pending
+// deliveries with it.
+func endpointFailing(ctx context.Context, tx *sqlx.Tx, d webhooks.Delivery, f webhooks.Failure, out *webhooks.FailureOutcome) error {
+	const disable = `
+UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = ?, updated_at = NOW(6)
+WHERE merchant_id = ? AND id = ? AND status = 'enabled' AND failing_since <= NOW(6) - INTERVAL ? MICROSECOND`
+	var st string
+	if err := tx.GetContext(ctx, &st, `SELECT status FROM webhook_deliveries WHERE merchant_id = ? AND id = ?`, d.MerchantID, d.ID); err != nil {
+		return err
+	}
+	out.Status = webhooks.DeliveryStatus(st)
+	if _, err := tx.ExecContext(ctx, `UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, NOW(6)) WHERE merchant_id = ? AND id = ?`,
+		d.MerchantID, d.EndpointID); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, disable, f.DisableReason, d.MerchantID, d.EndpointID, f.DisableAfter.Microseconds())
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err
+	}
+	out.Disabled = true
+	if out.Status == webhooks.Pending {
+		out.Status = webhooks.Failed
+	}
+	return failPending(ctx, tx, d.MerchantID, d.EndpointID, "endpoint disabled")
 }
 
 // DeliveryBacklog implements webhooks.DispatchStore: gauges over every

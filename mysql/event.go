@@ -318,14 +318,22 @@ func inList(merchantID string, ids []string) (string, []any) {
 
 // PurgeDeliveries implements reconcile.Store: deletes up to limit webhook
 // deliveries that ended (delivered or failed) and were last due longer than
-// retention ago by the database's clock. Pending ones are never purged.
+// retention ago by the database's clock, then, while the batch has room,
+// the delivery log's attempts made longer than retention ago. Pending
+// deliveries are never purged.
 func (s *Store) PurgeDeliveries(ctx context.Context, retention time.Duration, limit int) (_ int64, err error) {
 	defer errs.Wrap(&err, "Store.PurgeDeliveries")
 	const stmt = `
 DELETE FROM webhook_deliveries
 WHERE status IN ('delivered', 'failed') AND next_attempt_at < NOW(6) - INTERVAL ? MICROSECOND
 LIMIT ?`
-	return deleted(s.db.ExecContext(ctx, stmt, micros(retention), limit))
+	n, err := deleted(s.db.ExecContext(ctx, stmt, micros(retention), limit))
+	if err != nil || n >= int64(limit) {
+		return n, err
+	}
+	const attempts = `DELETE FROM webhook_delivery_attempts WHERE attempted_at < NOW(6) - INTERVAL ? MICROSECOND LIMIT ?`
+	m, err := deleted(s.db.ExecContext(ctx, attempts, micros(retention), limit-int(n)))
+	return n + m, err
 }
 
 // deleted is how many rows a DELETE took.

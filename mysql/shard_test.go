@@ -70,6 +70,7 @@ var scatters = append([]scatter{
 	{"the scan of cancellations by key still to be carried out", "ClaimCancellations", "SELECT", "key_cancellations", ""},
 	{"the attempt checks' scan: earlier attempts of every merchant due for their check", "ClaimAttemptChecks", "SELECT", "payment_attempts", ""},
 	{"the purge of ended webhook deliveries past retention (run it per shard: Vitess refuses a multi-shard DELETE … LIMIT)", "PurgeDeliveries", "DELETE", "webhook_deliveries", ""},
+	{"the purge of the delivery log's attempts past retention (run it per shard, as the deliveries')", "PurgeDeliveries", "DELETE", "webhook_delivery_attempts", ""},
 	{"ops: a payment by its id", "PaymentByID", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, to show it with its history", "PaymentRecord", "SELECT", "payments", "payments.id"},
 	{"ops: a payment by its id, locked to resolve it", "Resolve", "SELECT", "payments", "payments.id"},

@@ -274,7 +274,7 @@ func insertDeliveries(ctx context.Context, tx *sqlx.Tx, merchantID, endpointID s
 			b.WriteString(", ")
 		}
 		b.WriteString(`(?, ?, ?, ?, 'pending', NOW(6), NOW(6), NOW(6))`)
-		args = append(args, merchantID, "wd_"+ulid.Make().String(), endpointID, ev)
+		args = append(args, merchantID, webhooks.DeliveryIDPrefix+ulid.Make().String(), endpointID, ev)
 	}
 	_, err := tx.ExecContext(ctx, b.String(), args...)
 	return err

@@ -70,11 +70,26 @@ func webhookScenario(sc *scenario, merchantID string) {
 		t.Fatalf("ClaimDeliveries again: %d, %v", len(cs), err)
 	}
 	c = cs[0]
-	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200, true); err != nil || !ok {
+	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200, time.Millisecond, true); err != nil || !ok {
 		t.Fatalf("RecordDelivered: %v, %v", ok, err)
 	}
-	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200, false); err != nil || ok {
+	if ok, err := s.RecordDelivered(ctx, c.Delivery, 200, time.Millisecond, false); err != nil || ok {
 		t.Fatalf("RecordDelivered again (fenced: delivered already): %v, %v", ok, err)
+	}
+	// The delivery log and a redelivery.
+	if ds, _, err := s.Deliveries(ctx, webhooks.DeliveryQuery{MerchantID: merchantID, EndpointID: ep.ID, Limit: 1}); err != nil || len(ds) != 1 {
+		t.Fatalf("Deliveries: %d, %v", len(ds), err)
+	} else if _, _, err := s.Deliveries(ctx, webhooks.DeliveryQuery{MerchantID: merchantID, EventID: ds[0].EventID, Limit: 10, StartingAfter: ds[0].ID}); err != nil {
+		t.Fatalf("Deliveries of the event: %v", err)
+	} else {
+		_, err = s.Delivery(ctx, merchantID, ds[0].ID)
+		sc.must(err, "Delivery")
+		_, err = s.EventType(ctx, merchantID, ds[0].EventID)
+		sc.must(err, "EventType")
+		_, _, err = s.Redeliver(ctx, webhooks.Redelivery{MerchantID: merchantID, EventID: ds[0].EventID, EndpointID: ep.ID, Key: "shard-check"})
+		sc.must(err, "Redeliver")
+		_, err = s.Redelivered(ctx, merchantID, "shard-check")
+		sc.must(err, "Redelivered")
 	}
 	if n, err := s.Resend(ctx, merchantID, ep.ID, time.Now().Add(-time.Hour)); err != nil || n == 0 {
 		t.Fatalf("Resend: %d, %v", n, err)

@@ -33,10 +33,13 @@ type DispatchStore interface {
 	// ends. None when none is due or every due one is held by another claim.
 	ClaimDeliveries(ctx context.Context, ref EndpointRef, limit int, lease time.Duration) ([]Claimed, error)
 	// RecordDelivered marks the claimed delivery delivered and, with
-	// endFailing, ends its endpoint's run of failures. recorded is false
-	// when the claim had lost its lease (another claim's record counts).
-	RecordDelivered(ctx context.Context, d Delivery, httpStatus int, endFailing bool) (recorded bool, err error)
-	// RecordFailed records a failed attempt of the claimed delivery (see Failure).
+	// endFailing, ends its endpoint's run of failures; the attempt (its
+	// answer's status, its latency) goes to the delivery log in the same
+	// transaction. recorded is false when the claim had lost its lease
+	// (another claim's record counts, and this attempt is not logged).
+	RecordDelivered(ctx context.Context, d Delivery, httpStatus int, latency time.Duration, endFailing bool) (recorded bool, err error)
+	// RecordFailed records a failed attempt of the claimed delivery (see
+	// Failure), in the delivery log too.
 	RecordFailed(ctx context.Context, d Delivery, f Failure) (FailureOutcome, error)
 	// DeliveryBacklog measures what is waiting, for metrics.
 	DeliveryBacklog(ctx context.Context) (Backlog, error)
@@ -57,6 +60,7 @@ type Claimed struct {
 type Failure struct {
 	HTTPStatus    int
 	Error         string
+	Latency       time.Duration
 	Wait          time.Duration
 	MaxAge        time.Duration
 	DisableAfter  time.Duration
@@ -454,7 +458,7 @@ func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed, later 
 	elapsed := time.Since(start)
 	if sendErr == nil && status >= 200 && status < 300 {
 		later(func() {
-			recorded, err := d.st.RecordDelivered(ctx, del, status, !ep.FailingSince.IsZero())
+			recorded, err := d.st.RecordDelivered(ctx, del, status, elapsed, !ep.FailingSince.IsZero())
 			switch {
 			case err != nil:
 				d.log.Warn("webhook delivery not recorded", "delivery", del.ID, "err", err)
@@ -470,7 +474,7 @@ func (d *Dispatcher) attempt(ctx context.Context, ep Endpoint, c claimed, later 
 		return true
 	}
 	f := Failure{
-		HTTPStatus: status, Wait: d.backoff(del.Attempts + 1), MaxAge: d.cfg.MaxAge, DisableAfter: d.cfg.DisableAfter,
+		HTTPStatus: status, Latency: elapsed, Wait: d.backoff(del.Attempts + 1), MaxAge: d.cfg.MaxAge, DisableAfter: d.cfg.DisableAfter,
 		DisableReason: fmt.Sprintf("failing continuously for %s", d.cfg.DisableAfter),
 	}
 	if sendErr != nil {

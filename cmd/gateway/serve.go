@@ -18,6 +18,7 @@ import (
 	"gateway/payments"
 	"gateway/psp"
 	"gateway/psp/fake"
+	"gateway/webhooks"
 )
 
 // serveCmd is `gateway serve`.
@@ -105,7 +106,7 @@ func serve(ctx context.Context, cfg *serverConfig, autoMigrate bool, log *slog.L
 	}
 	defer stopDispatcher()
 	if eps != nil {
-		apiOpts.Webhooks = eps
+		apiOpts.Webhooks, apiOpts.Deliveries = eps, webhooks.NewLog(st, st)
 	}
 	ready := readiness{st: st, guard: guard}
 	handler := api.NewHandler(svc, auth, ready, apiOpts)
