@@ -177,6 +177,7 @@ func NewHandler(svc *payments.Service, auth Authenticator, db Pinger, opts Optio
 	e.JSONSerializer = jsonSerializer{}
 	e.IPExtractor = ipExtractor(opts.TrustedProxies)
 	e.Use(withRequestID)
+	e.Use(announceVersion)
 	e.Use(s.observe)
 	e.Use(s.recoverer)
 	s.routes(e)

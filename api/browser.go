@@ -231,7 +231,9 @@ func (s *Server) authenticateBrowser(next echo.HandlerFunc) echo.HandlerFunc {
 		if err := s.takeBrowser(s.browser.payments, p.ID, "for this payment"); err != nil {
 			return err
 		}
-		c.Set(merchantKey, m)
+		if err := setMerchant(c, m); err != nil {
+			return err
+		}
 		return next(c)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"gateway/errs"
 	"gateway/payments"
+	"gateway/versions"
 )
 
 // Captures and voids of a payment (design §15): idempotent commands with
@@ -92,5 +93,9 @@ func (s *Server) handleCancelByKey(c echo.Context) error {
 	if out.Replayed {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
-	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+	answer, err := storedAnswer(c, versions.KindCancellation, out)
+	if err != nil {
+		return err
+	}
+	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, answer)
 }

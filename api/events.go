@@ -27,7 +27,11 @@ func (s *Server) handleListEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToEventView))
+	evs, err := eventsIn(c, page.Items)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, listOf(evs, page.HasMore, payments.ToEventView))
 }
 
 // eventQuery reads GET /events' query parameters, refusing unknown or
@@ -69,6 +73,11 @@ func (s *Server) handleGetEvent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// The bytes a webhook delivery of it carries, no more (c.JSON would add a newline).
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, payments.EventJSON(e))
+	evs, err := eventsIn(c, []payments.Event{e})
+	if err != nil {
+		return err
+	}
+	// The bytes a webhook delivery of it carries in this version, no more
+	// (c.JSON would add a newline).
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, payments.EventJSON(evs[0]))
 }

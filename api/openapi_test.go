@@ -25,6 +25,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gateway/api"
+	"gateway/versions"
 )
 
 // The published contract (api/openapi.json, OpenAPI 3.1) is checked two ways:
@@ -60,6 +61,29 @@ var (
 
 // published is the contract of api.OpenAPI, the bytes GET /openapi.json
 // serves (TestOpenAPIDocument checks that they are the same), loaded once.
+// older holds the contracts of the versions before the latest, by version.
+var older sync.Map
+
+// contractOf is the contract of version v.
+func contractOf(v versions.Version) (*contract, error) {
+	if v == versions.Latest {
+		return published()
+	}
+	if c, ok := older.Load(v); ok {
+		return c.(*contract), nil
+	}
+	doc := api.OpenAPIOf(v)
+	if doc == nil {
+		return nil, fmt.Errorf("no such version")
+	}
+	c, err := loadContract(doc)
+	if err != nil {
+		return nil, err
+	}
+	older.Store(v, c)
+	return c, nil
+}
+
 func published() (*contract, error) {
 	publishedOnce.Do(func() { publishedContract, publishedErr = loadContract(api.OpenAPI) })
 	return publishedContract, publishedErr
@@ -136,6 +160,15 @@ var plainRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 //     X-Request-Id sent by the client is echoed, and a 201's Location names
 //     the payment in its body.
 func (c *contract) check(x exchange) []string {
+	// An answer in an older version is checked against that version's
+	// document: the one GET /openapi.json serves for it.
+	if v := x.header.Get(versions.Header); v != "" && v != c.doc.Info.Version {
+		oc, err := contractOf(versions.Version(v))
+		if err != nil {
+			return []string{fmt.Sprintf("the answer's %s %q: %v", versions.Header, v, err)}
+		}
+		return oc.check(x)
+	}
 	ctx := context.Background()
 	var findings []string
 	req, err := http.NewRequest(x.method, "http://gateway"+x.target, bytes.NewReader(x.reqBody))
@@ -496,10 +529,10 @@ func TestOpenAPICheckCatchesDrift(t *testing.T) {
 	}
 	created := func() http.Header {
 		return http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"req_1"},
-			"Location": {"/payments/pay_01KB4ZQ4C9V8X2M3N5P7R9T1W3"}}
+			"Location": {"/payments/pay_01KB4ZQ4C9V8X2M3N5P7R9T1W3"}, "Gateway-Version": {"2026-12-02"}}
 	}
 	problemHdr := func() http.Header {
-		return http.Header{"Content-Type": {"application/problem+json"}, "X-Request-Id": {"req_1"}}
+		return http.Header{"Content-Type": {"application/problem+json"}, "X-Request-Id": {"req_1"}, "Gateway-Version": {"2026-12-02"}}
 	}
 	reqBody := []byte(`{"amount":1000,"currency":"KRW","payment_method":"pm_card_ok"}`)
 	base := exchange{method: http.MethodPost, target: "/payments", reqHeader: post(), reqBody: reqBody,

@@ -18,6 +18,7 @@ import (
 	"gateway/errs"
 	"gateway/merchants"
 	"gateway/payments"
+	"gateway/versions"
 )
 
 const merchantKey = "merchant"
@@ -36,7 +37,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		key = strings.TrimSpace(key)
 		if ca, ok := s.auth.(cachedAuthenticator); ok {
 			if m, ok := ca.Cached(key); ok {
-				c.Set(merchantKey, m)
+				if err := setMerchant(c, m); err != nil {
+					return err
+				}
 				return next(c)
 			}
 		}
@@ -46,7 +49,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			return s.countAuthFailure(c, err)
 		}
-		c.Set(merchantKey, m)
+		if err := setMerchant(c, m); err != nil {
+			return err
+		}
 		return next(c)
 	}
 }
@@ -119,6 +124,10 @@ func (s *Server) handleCreatePayment(c echo.Context) error {
 // byte for byte, with Location for a created payment and
 // Idempotent-Replayed for a replay.
 func answer(c echo.Context, out payments.Outcome) error {
+	body, err := storedAnswer(c, versions.KindPayment, out)
+	if err != nil {
+		return err
+	}
 	// A creation's answer may hold the payment's client secret.
 	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 	if out.Response.Status == http.StatusCreated {
@@ -130,7 +139,7 @@ func answer(c echo.Context, out payments.Outcome) error {
 	if c.Path() == "/payments" {
 		noteOf(c).paymentID = out.SubjectID
 	}
-	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, body)
 }
 
 // idempotencyKey reads the key of the request's one Idempotency-Key field,
@@ -301,7 +310,7 @@ func (s *Server) handleGetPayment(c echo.Context) error {
 	if fromBrowser(c) {
 		v = browserView(v) // browserview.go
 	}
-	return c.JSON(http.StatusOK, v)
+	return renderJSON(c, http.StatusOK, versions.KindPayment, v)
 }
 
 // handleFindPayment answers GET /payments: the payment an idempotency key
@@ -319,7 +328,7 @@ func (s *Server) handleFindPayment(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, payments.ToView(p))
+	return renderJSON(c, http.StatusOK, versions.KindPayment, payments.ToView(p))
 }
 
 func (s *Server) handleHealthz(c echo.Context) error {

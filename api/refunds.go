@@ -13,6 +13,7 @@ import (
 	"gateway/errs"
 	"gateway/listings"
 	"gateway/payments"
+	"gateway/versions"
 )
 
 // Lister answers the merchant's listings; listings.Listings is one.
@@ -65,7 +66,11 @@ func (s *Server) handleCreateRefund(c echo.Context) error {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, out.Response.Body)
+	answer, err := storedAnswer(c, versions.KindRefund, out)
+	if err != nil {
+		return err
+	}
+	return c.Blob(out.Response.Status, echo.MIMEApplicationJSON, answer)
 }
 
 func (s *Server) handleGetRefund(c echo.Context) error {
@@ -73,7 +78,7 @@ func (s *Server) handleGetRefund(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, payments.ToRefundView(r))
+	return renderJSON(c, http.StatusOK, versions.KindRefund, payments.ToRefundView(r))
 }
 
 // list is a page of a listing as the API answers it.
@@ -105,7 +110,7 @@ func (s *Server) handleListPayments(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToView))
+	return renderJSON(c, http.StatusOK, versions.KindPaymentList, listOf(page.Items, page.HasMore, payments.ToView))
 }
 
 func (s *Server) handleListRefunds(c echo.Context) error {
@@ -122,7 +127,7 @@ func (s *Server) handleListRefunds(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, listOf(page.Items, page.HasMore, payments.ToRefundView))
+	return renderJSON(c, http.StatusOK, versions.KindRefundList, listOf(page.Items, page.HasMore, payments.ToRefundView))
 }
 
 // listParams are the query parameters every listing takes.

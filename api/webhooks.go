@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"gateway/errs"
+	"gateway/versions"
 	"gateway/webhooks"
 )
 
@@ -37,13 +38,14 @@ type endpointView struct {
 	DisabledReason          string   `json:"disabled_reason,omitempty"`
 	Secret                  string   `json:"secret,omitempty"`
 	PreviousSecretExpiresAt string   `json:"previous_secret_expires_at,omitempty"`
+	APIVersion              string   `json:"api_version"`
 	CreatedAt               string   `json:"created_at"`
 	UpdatedAt               string   `json:"updated_at"`
 }
 
 func toEndpointView(e webhooks.Endpoint, secret string) endpointView {
 	v := endpointView{ID: e.ID, Object: "webhook_endpoint", URL: e.URL, EventTypes: e.EventTypes, Status: string(e.Status),
-		Description: e.Description, DisabledReason: e.DisabledReason, Secret: secret,
+		Description: e.Description, DisabledReason: e.DisabledReason, Secret: secret, APIVersion: string(versions.OrFirst(e.APIVersion)),
 		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano), UpdatedAt: e.UpdatedAt.UTC().Format(time.RFC3339Nano)}
 	if !e.PrevSecretUntil.IsZero() && len(e.PrevSecretEnc) > 0 {
 		v.PreviousSecretExpiresAt = e.PrevSecretUntil.UTC().Format(time.RFC3339Nano)
@@ -55,6 +57,7 @@ type createEndpointBody struct {
 	URL         *string  `json:"url,omitzero"`
 	EventTypes  []string `json:"event_types,omitzero"`
 	Description *string  `json:"description,omitzero"`
+	APIVersion  *string  `json:"api_version,omitzero"`
 }
 
 type rotateBody struct {
@@ -84,6 +87,13 @@ func (s *Server) handleCreateEndpoint(c echo.Context) error {
 	req := webhooks.EndpointRequest{MerchantID: merchantOf(c).ID, URL: *body.URL, EventTypes: body.EventTypes}
 	if body.Description != nil {
 		req.Description = *body.Description
+	}
+	if body.APIVersion != nil {
+		if *body.APIVersion == "" {
+			return &errs.Error{Code: errs.CodeInvalid, Message: "api_version must name a version",
+				Fields: []errs.FieldError{{Field: "api_version", Reason: "must name a version"}}}
+		}
+		req.APIVersion = *body.APIVersion
 	}
 	ep, secret, err := w.Create(c.Request().Context(), req)
 	if err != nil {

@@ -50,8 +50,14 @@ func (g *gateway) post(ctx context.Context, hc *http.Client, apiKey, key string,
 	return g.postTo(ctx, hc, "/payments", apiKey, key, body)
 }
 
-// postTo sends a POST of body to path with apiKey and Idempotency-Key key.
-func (g *gateway) postTo(ctx context.Context, hc *http.Client, path, apiKey, key string, body []byte) (answer, error) {
+// createPaymentIn is createPayment naming an API version (Gateway-Version).
+func (g *gateway) createPaymentIn(ctx context.Context, hc *http.Client, version, key string, body []byte) (answer, error) {
+	return g.postTo(ctx, hc, "/payments", g.apiKey, key, body, "Gateway-Version", version)
+}
+
+// postTo sends a POST of body to path with apiKey and Idempotency-Key key,
+// and the headers of hdr (name, value, …).
+func (g *gateway) postTo(ctx context.Context, hc *http.Client, path, apiKey, key string, body []byte, hdr ...string) (answer, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, err
@@ -59,6 +65,9 @@ func (g *gateway) postTo(ctx context.Context, hc *http.Client, path, apiKey, key
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return answer{}, err

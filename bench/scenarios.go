@@ -22,6 +22,7 @@ import (
 	"gateway/psp/fake"
 	"gateway/reconcile"
 	"gateway/reconcile/reconciletest"
+	"gateway/versions"
 )
 
 // Scenario parameters from the issue.
@@ -247,6 +248,45 @@ func (b *bench) scenarioReplay(ctx context.Context, hc *http.Client, rep *report
 	rep.add(row{Scenario: scReplay, Name: "  replays vs HTTP alone (same run)", Unit: "req/s",
 		Gateway: gw, Floor: &hz, FloorLabel: "GET /healthz", Reference: hz.Throughput,
 		Goal: 0.75, GoalText: ">= 0.75 x HTTP alone", NoLatency: true})
+	return b.versionedReplays(ctx, hc, rep, pick)
+}
+
+// versionedReplays measures what naming an API version costs a replay:
+// the same replays naming the latest version (Gateway-Version) and naming
+// none, in alternating rounds of the same run.
+func (b *bench) versionedReplays(ctx context.Context, hc *http.Client, rep *report, pick func(*client) string) error {
+	var plain, named []stats
+	for r := range b.opts.rounds {
+		p, _, err := b.gatewayPhase(ctx, b.roundTitle("2 replay · naming no version", r), "replay", group{name: "gateway", clients: replayClients,
+			op: func(ctx context.Context, c *client) error {
+				key := pick(c)
+				a, err := b.gw.createPayment(ctx, hc, key, paymentBody(key))
+				if err != nil {
+					return err
+				}
+				return wantReplay(a)
+			}})
+		if err != nil {
+			return err
+		}
+		v, _, err := b.gatewayPhase(ctx, b.roundTitle("2 replay · naming Gateway-Version", r), "replay-version", group{name: "gateway", clients: replayClients,
+			op: func(ctx context.Context, c *client) error {
+				key := pick(c)
+				a, err := b.gw.createPaymentIn(ctx, hc, string(versions.Latest), key, paymentBody(key))
+				if err != nil {
+					return err
+				}
+				return wantReplay(a)
+			}})
+		if err != nil {
+			return err
+		}
+		plain, named = append(plain, p[0]), append(named, v[0])
+	}
+	p, v := mergeStats(plain), mergeStats(named)
+	rep.add(row{Scenario: scReplay, Name: "  replays naming Gateway-Version vs naming none (same run)", Unit: "req/s",
+		Gateway: v, Floor: &p, FloorLabel: "no header", Reference: p.Throughput,
+		Goal: 0.97, GoalText: ">= 0.97 x no header", NoLatency: true})
 	return nil
 }
 

@@ -105,6 +105,14 @@ type Record struct {
 type Response struct {
 	Status int
 	Body   []byte
+	// Version is the API version the request that made the key was
+	// answered in: a replay is answered in it too, whatever version the
+	// retry names. Empty for an answer of this process not yet stored:
+	// the request's own.
+	Version string
+	// BodyVersion is the version Body is rendered in: the latest of the
+	// gateway that stored it. Empty for an answer rendered by this process.
+	BodyVersion string
 }
 
 // LeaseActive reports whether someone held the lease when the row was read,

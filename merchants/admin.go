@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"gateway/errs"
+	"gateway/versions"
 )
 
 // AdminStore is what the administration of merchants reads and writes.
@@ -23,6 +24,9 @@ type AdminStore interface {
 	Merchants(ctx context.Context) ([]MerchantSummary, error)
 	// Merchant reads one merchant; errs.ErrNotFound when there is none.
 	Merchant(ctx context.Context, id string) (Merchant, error)
+	// SetMerchantAPIVersion pins a merchant to an API version;
+	// errs.ErrNotFound for an unknown merchant.
+	SetMerchantAPIVersion(ctx context.Context, merchantID, version string) error
 }
 
 // Admin is ops' administration of merchants and their secret API keys.
@@ -51,6 +55,35 @@ func (a *Admin) CreateMerchant(ctx context.Context, name string) (Merchant, APIK
 		return Merchant{}, APIKey{}, errs.Internal(fmt.Errorf("create merchant: %w", err))
 	}
 	return m, key, nil
+}
+
+// Merchant reads one merchant.
+func (a *Admin) Merchant(ctx context.Context, id string) (Merchant, error) {
+	m, err := a.store.Merchant(ctx, id)
+	if errors.Is(err, errs.ErrNotFound) {
+		return Merchant{}, errs.Errorf(errs.CodeNotFound, "no merchant %s", id)
+	}
+	if err != nil {
+		return Merchant{}, errs.Internal(err)
+	}
+	return m, nil
+}
+
+// SetAPIVersion pins a merchant to an API version: its requests that name
+// none are answered in it from now on (after the API key caches' TTL on
+// every replica). Its webhook endpoints keep their own versions.
+func (a *Admin) SetAPIVersion(ctx context.Context, merchantID, version string) (Merchant, error) {
+	v, err := versions.Parse(version)
+	if err != nil {
+		return Merchant{}, errs.Errorf(errs.CodeInvalid, "%v", err)
+	}
+	if err := a.store.SetMerchantAPIVersion(ctx, merchantID, string(v)); err != nil {
+		if errors.Is(err, errs.ErrNotFound) {
+			return Merchant{}, errs.Errorf(errs.CodeNotFound, "no merchant %s", merchantID)
+		}
+		return Merchant{}, errs.Internal(fmt.Errorf("set the API version: %w", err))
+	}
+	return a.store.Merchant(ctx, merchantID)
 }
 
 // CreateAPIKey mints another key for a merchant, for rotation: several keys

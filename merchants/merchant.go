@@ -17,13 +17,18 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"gateway/errs"
+	"gateway/versions"
 )
 
 // Merchant is an account that takes payments through the gateway.
 type Merchant struct {
-	ID        string
-	Name      string
-	CreatedAt time.Time
+	ID   string
+	Name string
+	// APIVersion is the version its requests are answered in unless they
+	// name another (Gateway-Version): the latest when it was created,
+	// changed by ops (gateway merchants version). Empty: the latest.
+	APIVersion string
+	CreatedAt  time.Time
 }
 
 // APIKeyPrefix starts every API key, so a leaked key is recognisable in a
@@ -119,7 +124,7 @@ func NewMerchant(name string, now time.Time) (Merchant, APIKey, error) {
 	if err != nil {
 		return Merchant{}, APIKey{}, errs.Internal(err)
 	}
-	m := Merchant{ID: "mer_" + ulid.Make().String(), Name: name, CreatedAt: now.UTC().Truncate(time.Microsecond)}
+	m := Merchant{ID: "mer_" + ulid.Make().String(), Name: name, APIVersion: string(versions.Latest), CreatedAt: now.UTC().Truncate(time.Microsecond)}
 	return m, key, nil
 }
 

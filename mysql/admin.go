@@ -23,15 +23,16 @@ import (
 func (s *Store) Merchants(ctx context.Context) (_ []merchants.MerchantSummary, err error) {
 	defer errs.Wrap(&err, "Store.Merchants")
 	const q = `
-SELECT m.id, m.name, m.created_at,
+SELECT m.id, m.name, m.api_version, m.created_at,
        COUNT(k.key_hash) - COUNT(k.revoked_at) AS active_keys,
        COUNT(k.revoked_at) AS revoked_keys
 FROM merchants m LEFT JOIN api_keys k ON k.merchant_id = m.id
-GROUP BY m.id, m.name, m.created_at
+GROUP BY m.id, m.name, m.api_version, m.created_at
 ORDER BY m.created_at, m.id`
 	var rows []struct {
 		ID          string    `db:"id"`
 		Name        string    `db:"name"`
+		APIVersion  string    `db:"api_version"`
 		CreatedAt   time.Time `db:"created_at"`
 		ActiveKeys  int       `db:"active_keys"`
 		RevokedKeys int       `db:"revoked_keys"`
@@ -42,7 +43,7 @@ ORDER BY m.created_at, m.id`
 	out := make([]merchants.MerchantSummary, len(rows))
 	for i, r := range rows {
 		out[i] = merchants.MerchantSummary{
-			Merchant:   merchants.Merchant{ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt},
+			Merchant:   merchants.Merchant{ID: r.ID, Name: r.Name, APIVersion: r.APIVersion, CreatedAt: r.CreatedAt},
 			ActiveKeys: r.ActiveKeys, RevokedKeys: r.RevokedKeys,
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/payments"
+	"gateway/versions"
 )
 
 // Cancel-by-key (design §15): the cancellation's claim locks the canceled
@@ -107,10 +108,10 @@ VALUES (?, ?, ?, ?, ?, ?, ?, IF(? = 'cancel_requested', ?, NULL), ?, ?)`,
 			const stmt = `
 INSERT INTO idempotency_keys
     (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
-     send_attempts, sends_not_sent, response_status, response_body, created_at, updated_at, completed_at)
-VALUES (?, ?, ?, ?, 'COMPLETED', '', 0, 0, 0, ?, ?, ?, ?, ?)`
+     send_attempts, sends_not_sent, response_status, response_body, api_version, response_version, created_at, updated_at, completed_at)
+VALUES (?, ?, ?, ?, 'COMPLETED', '', 0, 0, 0, ?, ?, ?, ?, ?, ?, ?)`
 			if _, err := tx.ExecContext(ctx, stmt, c.Target.MerchantID, c.Target.Endpoint, c.Target.Key, payments.CanceledByKey[:],
-				d.Tombstone.Status, d.Tombstone.Body, now, now, now); err != nil {
+				d.Tombstone.Status, d.Tombstone.Body, string(versions.FromContext(ctx)), bodyVersion(*d.Tombstone), now, now, now); err != nil {
 				return err
 			}
 		}
@@ -134,9 +135,9 @@ WHERE merchant_id = ? AND id = ? AND status = ?`,
 				res, err := tx.ExecContext(ctx, `
 UPDATE idempotency_keys
 SET lease_version = (((lease_version >> 32) + 1) << 32) | ?, state = 'COMPLETED', response_status = ?, response_body = ?,
-    locked_until = NULL, completed_at = NOW(6), updated_at = NOW(6)
+    response_version = ?, locked_until = NULL, completed_at = NOW(6), updated_at = NOW(6)
 WHERE `+keyWhere+` AND state = 'IN_PROGRESS' AND lease_version = ? AND locked_until <= NOW(6) AND send_attempts = sends_not_sent`,
-					append(append([]any{random32(), ch.Answer.Status, ch.Answer.Body}, refArgs(c.Target)...), int64(target.Record.Token))...)
+					append(append([]any{random32(), ch.Answer.Status, ch.Answer.Body, bodyVersion(*ch.Answer)}, refArgs(c.Target)...), int64(target.Record.Token))...)
 				if err := exactlyOne(res, err); err != nil {
 					return fmt.Errorf("take the canceled key's lease: %w", err)
 				}

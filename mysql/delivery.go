@@ -11,6 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"gateway/errs"
+	"gateway/versions"
 	"gateway/webhooks"
 )
 
@@ -201,7 +202,8 @@ WHERE merchant_id = ? AND id IN (`
 				continue
 			}
 			c := webhooks.Claimed{Delivery: r.toDomain(), DBNow: r.DBNow, Event: webhooks.Event{ID: ev.ID, MerchantID: ev.MerchantID,
-				Type: ev.Type, ObjectType: ev.ObjectType, ObjectID: ev.ObjectID, Seq: ev.Seq, Data: []byte(ev.Data), CreatedAt: ev.CreatedAt}}
+				Type: ev.Type, ObjectType: ev.ObjectType, ObjectID: ev.ObjectID, Seq: ev.Seq, Data: []byte(ev.Data),
+				DataVersion: string(versions.OrFirst(ev.DataVersion.String)), CreatedAt: ev.CreatedAt}}
 			c.Delivery.LeaseToken++
 			out = append(out, c)
 		}

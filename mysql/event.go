@@ -14,6 +14,7 @@ import (
 	"gateway/errs"
 	"gateway/listings"
 	"gateway/payments"
+	"gateway/versions"
 )
 
 // The outbox: every state change of a payment or a refund writes its event
@@ -25,23 +26,26 @@ import (
 
 // eventRow is a stored event.
 type eventRow struct {
-	Pos        int64     `db:"pos"`
-	ID         string    `db:"id"`
-	MerchantID string    `db:"merchant_id"`
-	Type       string    `db:"type"`
-	ObjectType string    `db:"object_type"`
-	ObjectID   string    `db:"object_id"`
-	Seq        int64     `db:"seq"`
-	Data       string    `db:"data"`
-	CreatedAt  time.Time `db:"created_at"`
+	Pos        int64  `db:"pos"`
+	ID         string `db:"id"`
+	MerchantID string `db:"merchant_id"`
+	Type       string `db:"type"`
+	ObjectType string `db:"object_type"`
+	ObjectID   string `db:"object_id"`
+	Seq        int64  `db:"seq"`
+	Data       string `db:"data"`
+	// DataVersion is NULL for events written before versions: the first.
+	DataVersion sql.NullString `db:"data_version"`
+	CreatedAt   time.Time      `db:"created_at"`
 }
 
-const eventColumns = `pos, id, merchant_id, type, object_type, object_id, seq, data, created_at`
+const eventColumns = `pos, id, merchant_id, type, object_type, object_id, seq, data, data_version, created_at`
 
 func (r eventRow) toDomain() payments.Event {
 	return payments.Event{
 		Pos: r.Pos, ID: r.ID, MerchantID: r.MerchantID, Type: payments.EventType(r.Type),
-		ObjectType: r.ObjectType, ObjectID: r.ObjectID, Seq: r.Seq, Data: []byte(r.Data), CreatedAt: r.CreatedAt,
+		ObjectType: r.ObjectType, ObjectID: r.ObjectID, Seq: r.Seq, Data: []byte(r.Data),
+		DataVersion: string(versions.OrFirst(r.DataVersion.String)), CreatedAt: r.CreatedAt,
 	}
 }
 
@@ -50,12 +54,15 @@ func (r eventRow) toDomain() payments.Event {
 // tx; e.ID is made when empty. Tests and benchmarks seed events with it.
 func InsertEvent(ctx context.Context, tx *sqlx.Tx, e payments.Event) (int64, error) {
 	const stmt = `
-INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
+INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, data_version, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`
 	if e.ID == "" {
 		e.ID = payments.NewEventID()
 	}
-	res, err := tx.ExecContext(ctx, stmt, e.ID, e.MerchantID, string(e.Type), e.ObjectType, e.ObjectID, e.Seq, string(e.Data))
+	if e.DataVersion == "" {
+		e.DataVersion = string(versions.Latest)
+	}
+	res, err := tx.ExecContext(ctx, stmt, e.ID, e.MerchantID, string(e.Type), e.ObjectType, e.ObjectID, e.Seq, string(e.Data), e.DataVersion)
 	if err != nil {
 		return 0, fmt.Errorf("insert event %s of %s %s: %w", e.Type, e.ObjectType, e.ObjectID, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/payments"
+	"gateway/versions"
 )
 
 // Every statement of a key's life, on the database's clock: leases,
@@ -19,31 +20,33 @@ import (
 // replicas whose clocks disagree never disagree about who holds a key.
 
 type keyRow struct {
-	MerchantID     string        `db:"merchant_id"`
-	Endpoint       string        `db:"endpoint"`
-	Key            string        `db:"idem_key"`
-	Fingerprint    []byte        `db:"fingerprint"`
-	State          string        `db:"state"`
-	SubjectID      string        `db:"subject_id"`
-	Token          int64         `db:"lease_version"`
-	LockedUntil    sql.NullTime  `db:"locked_until"`
-	MaySendUntil   sql.NullTime  `db:"may_send_until"`
-	ReconcileAfter sql.NullTime  `db:"reconcile_after"`
-	Attempts       int           `db:"reconcile_attempts"`
-	SendAttempts   int           `db:"send_attempts"`
-	SendsNotSent   int           `db:"sends_not_sent"`
-	NotFoundAt     sql.NullTime  `db:"not_found_at"`
-	ResponseStatus sql.NullInt32 `db:"response_status"`
-	ResponseBody   []byte        `db:"response_body"`
-	CreatedAt      time.Time     `db:"created_at"`
-	UpdatedAt      time.Time     `db:"updated_at"`
-	CompletedAt    sql.NullTime  `db:"completed_at"`
-	DBNow          time.Time     `db:"db_now"`
+	MerchantID     string         `db:"merchant_id"`
+	Endpoint       string         `db:"endpoint"`
+	Key            string         `db:"idem_key"`
+	Fingerprint    []byte         `db:"fingerprint"`
+	State          string         `db:"state"`
+	SubjectID      string         `db:"subject_id"`
+	Token          int64          `db:"lease_version"`
+	LockedUntil    sql.NullTime   `db:"locked_until"`
+	MaySendUntil   sql.NullTime   `db:"may_send_until"`
+	ReconcileAfter sql.NullTime   `db:"reconcile_after"`
+	Attempts       int            `db:"reconcile_attempts"`
+	SendAttempts   int            `db:"send_attempts"`
+	SendsNotSent   int            `db:"sends_not_sent"`
+	NotFoundAt     sql.NullTime   `db:"not_found_at"`
+	ResponseStatus sql.NullInt32  `db:"response_status"`
+	ResponseBody   []byte         `db:"response_body"`
+	APIVersion     sql.NullString `db:"api_version"`
+	BodyVersion    sql.NullString `db:"response_version"`
+	CreatedAt      time.Time      `db:"created_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+	CompletedAt    sql.NullTime   `db:"completed_at"`
+	DBNow          time.Time      `db:"db_now"`
 }
 
 const keyColumns = `merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
     locked_until, may_send_until, reconcile_after, reconcile_attempts, send_attempts, sends_not_sent,
-    not_found_at, response_status, response_body, created_at, updated_at, completed_at, NOW(6) AS db_now`
+    not_found_at, response_status, response_body, api_version, response_version, created_at, updated_at, completed_at, NOW(6) AS db_now`
 
 const keyWhere = `merchant_id = ? AND endpoint = ? AND idem_key = ?`
 
@@ -60,11 +63,12 @@ func (r keyRow) toDomain() idemkeys.Record {
 		NotFoundAt:        r.NotFoundAt.Time,
 		ReconcileAfter:    r.ReconcileAfter.Time,
 		ReconcileAttempts: r.Attempts,
-		Response:          idemkeys.Response{Status: int(r.ResponseStatus.Int32), Body: r.ResponseBody},
-		CreatedAt:         r.CreatedAt,
-		UpdatedAt:         r.UpdatedAt,
-		CompletedAt:       r.CompletedAt.Time,
-		DBNow:             r.DBNow,
+		Response: idemkeys.Response{Status: int(r.ResponseStatus.Int32), Body: r.ResponseBody,
+			Version: string(versions.OrFirst(r.APIVersion.String)), BodyVersion: string(versions.OrFirst(r.BodyVersion.String))},
+		CreatedAt:   r.CreatedAt,
+		UpdatedAt:   r.UpdatedAt,
+		CompletedAt: r.CompletedAt.Time,
+		DBNow:       r.DBNow,
 	}
 	copy(rec.Fingerprint[:], r.Fingerprint)
 	return rec
@@ -98,8 +102,8 @@ func (s *Store) Claim(ctx context.Context, c payments.Claim) (err error) {
 	const insertKeyCompleted = `
 INSERT INTO idempotency_keys
     (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
-     send_attempts, sends_not_sent, response_status, response_body, created_at, updated_at, completed_at)
-VALUES (?, ?, ?, ?, 'COMPLETED', ?, ?, 0, 0, ?, ?, ?, ?, ?)`
+     send_attempts, sends_not_sent, response_status, response_body, api_version, response_version, created_at, updated_at, completed_at)
+VALUES (?, ?, ?, ?, 'COMPLETED', ?, ?, 0, 0, ?, ?, ?, ?, ?, ?, ?)`
 	const insertPayment = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
     payment_method, description, metadata, psp, expires_at, client_secret_hash, capture_method, event_seq, created_at, updated_at)
@@ -112,7 +116,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 			}
 		} else {
 			_, err := tx.ExecContext(ctx, insertKeyCompleted, ref.MerchantID, ref.Endpoint, ref.Key, c.Fingerprint[:], p.ID,
-				int64(c.Token), c.Answer.Status, c.Answer.Body, now, now, now)
+				int64(c.Token), c.Answer.Status, c.Answer.Body, string(versions.FromContext(ctx)), bodyVersion(*c.Answer), now, now, now)
 			if err := Classify(err); err != nil {
 				if errors.Is(err, ErrDuplicate) {
 					return idemkeys.ErrExists
@@ -164,10 +168,11 @@ func claimKey(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, fp [32]byte, s
 	const stmt = `
 INSERT INTO idempotency_keys
     (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
-     locked_until, may_send_until, reconcile_after, send_attempts, sends_not_sent, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
+     locked_until, may_send_until, reconcile_after, send_attempts, sends_not_sent, api_version, created_at, updated_at)
+VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?, ?)`
 	until := now.Add(lease)
-	_, err := tx.ExecContext(ctx, stmt, ref.MerchantID, ref.Endpoint, ref.Key, fp[:], subjectID, int64(token), until, until, until, now, now)
+	_, err := tx.ExecContext(ctx, stmt, ref.MerchantID, ref.Endpoint, ref.Key, fp[:], subjectID, int64(token), until, until, until,
+		string(versions.FromContext(ctx)), now, now)
 	if err := Classify(err); err != nil {
 		if errors.Is(err, ErrDuplicate) {
 			return idemkeys.ErrExists
@@ -345,10 +350,10 @@ WHERE merchant_id = ? AND id = ? AND status = 'processing'`
 func completeKey(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, token idemkeys.Token, subjectID string, resp idemkeys.Response) error {
 	const stmt = `
 UPDATE idempotency_keys
-SET state = 'COMPLETED', response_status = ?, response_body = ?, locked_until = NULL,
+SET state = 'COMPLETED', response_status = ?, response_body = ?, response_version = ?, locked_until = NULL,
     completed_at = NOW(6), updated_at = NOW(6)
 WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ? AND subject_id = ?`
-	args := append([]any{resp.Status, resp.Body}, append(refArgs(ref), int64(token), subjectID)...)
+	args := append([]any{resp.Status, resp.Body, bodyVersion(resp)}, append(refArgs(ref), int64(token), subjectID)...)
 	return exactlyOne(tx.ExecContext(ctx, stmt, args...))
 }
 
@@ -413,8 +418,17 @@ WHERE ` + keyWhere + ` AND state = 'IN_PROGRESS' AND lease_version = ?`
 // holds the subject's row lock. A key already purged has nothing to rewrite.
 func replaceResponse(ctx context.Context, tx *sqlx.Tx, ref idemkeys.Ref, resp idemkeys.Response) error {
 	const stmt = `
-UPDATE idempotency_keys SET response_status = ?, response_body = ?, updated_at = NOW(6)
+UPDATE idempotency_keys SET response_status = ?, response_body = ?, response_version = ?, updated_at = NOW(6)
 WHERE ` + keyWhere + ` AND state = 'COMPLETED'`
-	_, err := tx.ExecContext(ctx, stmt, append([]any{resp.Status, resp.Body}, refArgs(ref)...)...)
+	_, err := tx.ExecContext(ctx, stmt, append([]any{resp.Status, resp.Body, bodyVersion(resp)}, refArgs(ref)...)...)
 	return err
+}
+
+// bodyVersion is the version resp's body is rendered in: this gateway's
+// latest, unless it was read from a row that says otherwise.
+func bodyVersion(resp idemkeys.Response) string {
+	if resp.BodyVersion != "" {
+		return resp.BodyVersion
+	}
+	return string(versions.Latest)
 }

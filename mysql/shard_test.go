@@ -673,6 +673,8 @@ func runScenario(t *testing.T, s *mysql.Store, setup *sqlx.DB) {
 	sc.must(err, "Merchant")
 	_, err = s.Merchant(ctx, "mer_missing")
 	sc.mustIs(err, errs.ErrNotFound, "Merchant of an unknown id")
+	sc.must(s.SetMerchantAPIVersion(ctx, m1.ID, "2026-12-01"), "SetMerchantAPIVersion")
+	sc.must(s.SetMerchantAPIVersion(ctx, m1.ID, "2026-12-02"), "SetMerchantAPIVersion back")
 	_, err = s.FindPayments(ctx, review.PaymentFilter{Status: payments.RequiresReview, Since: time.Now().Add(-time.Hour), Limit: 10})
 	sc.must(err, "FindPayments")
 	_, err = s.PaymentRecord(ctx, p4.ID)

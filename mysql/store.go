@@ -23,6 +23,7 @@ import (
 	"gateway/notices"
 	"gateway/payments"
 	"gateway/review"
+	"gateway/versions"
 )
 
 // Store runs every method in its own short transaction on a pool.
@@ -260,8 +261,8 @@ func (s *Store) getPayment(ctx context.Context, q string, args ...any) (payments
 func (s *Store) CreateMerchant(ctx context.Context, m merchants.Merchant, key merchants.APIKey) error {
 	return Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx,
-			`INSERT INTO merchants (id, name, created_at) VALUES (?, ?, ?)`,
-			m.ID, m.Name, m.CreatedAt); err != nil {
+			`INSERT INTO merchants (id, name, api_version, created_at) VALUES (?, ?, ?, ?)`,
+			m.ID, m.Name, merchantVersion(m), m.CreatedAt); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx,
@@ -279,6 +280,7 @@ type apiKeyRow struct {
 	RevokedAt    sql.NullTime `db:"revoked_at"`
 	MerchantName string       `db:"merchant_name"`
 	MerchantAt   time.Time    `db:"merchant_created_at"`
+	MerchantVer  string       `db:"merchant_api_version"`
 }
 
 func (r apiKeyRow) toDomain() merchants.StoredKey {
@@ -291,7 +293,7 @@ func (r apiKeyRow) toDomain() merchants.StoredKey {
 // keys (publishableKeyQuery for publishable keys, in browser.go).
 const apiKeyColumns = `
 SELECT k.key_hash, k.merchant_id, k.prefix, k.created_at, k.revoked_at,
-       m.name AS merchant_name, m.created_at AS merchant_created_at`
+       m.name AS merchant_name, m.created_at AS merchant_created_at, m.api_version AS merchant_api_version`
 
 const keyQuery = apiKeyColumns + `
 FROM api_keys k JOIN merchants m ON m.id = k.merchant_id`
@@ -313,7 +315,7 @@ func (s *Store) activeKeys(ctx context.Context, query, prefix string) ([]merchan
 	owners := make([]merchants.Merchant, len(rows))
 	for i, r := range rows {
 		keys[i] = r.toDomain()
-		owners[i] = merchants.Merchant{ID: r.MerchantID, Name: r.MerchantName, CreatedAt: r.MerchantAt}
+		owners[i] = merchants.Merchant{ID: r.MerchantID, Name: r.MerchantName, APIVersion: r.MerchantVer, CreatedAt: r.MerchantAt}
 	}
 	return keys, owners, nil
 }
@@ -336,11 +338,32 @@ func (s *Store) addKey(ctx context.Context, table, merchantID string, key mercha
 	})
 }
 
+// merchantVersion is the version a merchant is created pinned to: the
+// latest unless it names one.
+func merchantVersion(m merchants.Merchant) string {
+	if m.APIVersion == "" {
+		return string(versions.Latest)
+	}
+	return m.APIVersion
+}
+
+// SetMerchantAPIVersion implements merchants.AdminStore.
+func (s *Store) SetMerchantAPIVersion(ctx context.Context, merchantID, version string) (err error) {
+	defer errs.Wrap(&err, "Store.SetMerchantAPIVersion")
+	return Transact(ctx, s.db, func(tx *sqlx.Tx) error {
+		if err := lockMerchant(ctx, tx, merchantID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE merchants SET api_version = ? WHERE id = ?`, version, merchantID)
+		return err
+	})
+}
+
 // Merchant implements merchants.AdminStore and merchants.BrowserAdminStore.
 func (s *Store) Merchant(ctx context.Context, id string) (_ merchants.Merchant, err error) {
 	defer errs.Wrap(&err, "Store.Merchant")
 	var m merchants.Merchant
-	err = s.db.QueryRowxContext(ctx, `SELECT id, name, created_at FROM merchants WHERE id = ?`, id).Scan(&m.ID, &m.Name, &m.CreatedAt)
+	err = s.db.QueryRowxContext(ctx, `SELECT id, name, api_version, created_at FROM merchants WHERE id = ?`, id).Scan(&m.ID, &m.Name, &m.APIVersion, &m.CreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return merchants.Merchant{}, errs.ErrNotFound
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"gateway/errs"
+	"gateway/versions"
 	"gateway/webhooks"
 )
 
@@ -34,19 +35,20 @@ type endpointRow struct {
 	PrevSecretUntil sql.NullTime   `db:"prev_secret_until"`
 	FailingSince    sql.NullTime   `db:"failing_since"`
 	DisabledReason  sql.NullString `db:"disabled_reason"`
+	APIVersion      string         `db:"api_version"`
 	CreatedAt       time.Time      `db:"created_at"`
 	UpdatedAt       time.Time      `db:"updated_at"`
 }
 
 const endpointColumns = `merchant_id, id, url, event_types, status, description, secret_enc, prev_secret_enc,
-    prev_secret_until, failing_since, disabled_reason, created_at, updated_at`
+    prev_secret_until, failing_since, disabled_reason, api_version, created_at, updated_at`
 
 func (r endpointRow) toDomain() webhooks.Endpoint {
 	return webhooks.Endpoint{
 		ID: r.ID, MerchantID: r.MerchantID, URL: r.URL, EventTypes: strings.Split(r.EventTypes, ","),
 		Status: webhooks.EndpointStatus(r.Status), Description: r.Description,
 		SecretEnc: r.SecretEnc, PrevSecretEnc: r.PrevSecretEnc, PrevSecretUntil: r.PrevSecretUntil.Time,
-		FailingSince: r.FailingSince.Time, DisabledReason: r.DisabledReason.String,
+		FailingSince: r.FailingSince.Time, DisabledReason: r.DisabledReason.String, APIVersion: r.APIVersion,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
@@ -57,8 +59,8 @@ func (r endpointRow) toDomain() webhooks.Endpoint {
 func (s *Store) CreateEndpoint(ctx context.Context, e webhooks.Endpoint, max int) (_ webhooks.Endpoint, err error) {
 	defer errs.Wrap(&err, "Store.CreateEndpoint")
 	const q = `
-INSERT INTO webhook_endpoints (merchant_id, id, url, event_types, status, description, secret_enc, created_at, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))`
+INSERT INTO webhook_endpoints (merchant_id, id, url, event_types, status, description, secret_enc, api_version, created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))`
 	err = Transact(ctx, s.db, func(tx *sqlx.Tx) error {
 		var id string
 		err := tx.GetContext(ctx, &id, `SELECT id FROM merchants WHERE id = ? FOR UPDATE`, e.MerchantID)
@@ -76,7 +78,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), NOW(6))`
 			return webhooks.ErrEndpointLimit
 		}
 		_, err = tx.ExecContext(ctx, q, e.MerchantID, e.ID, e.URL, strings.Join(e.EventTypes, ","), string(e.Status),
-			e.Description, e.SecretEnc)
+			e.Description, e.SecretEnc, string(versions.OrFirst(e.APIVersion)))
 		return err
 	})
 	if err != nil {

@@ -2,6 +2,8 @@ package payments
 
 import (
 	"encoding/json"
+	"fmt"
+	"gateway/versions"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -69,7 +71,31 @@ type Event struct {
 	ObjectID   string
 	Seq        int64
 	Data       json.RawMessage
-	CreatedAt  time.Time
+	// DataVersion is the API version Data is rendered in: the gateway's
+	// latest when it wrote the event (empty: this gateway's latest).
+	DataVersion string
+	CreatedAt   time.Time
+}
+
+// EventIn is e with its data rendered in API version v.
+func EventIn(e Event, v versions.Version) (Event, error) {
+	from := versions.Latest
+	if e.DataVersion != "" {
+		from = versions.Version(e.DataVersion)
+	}
+	kind := versions.KindNone
+	switch e.ObjectType {
+	case ObjectPayment:
+		kind = versions.KindPayment
+	case ObjectRefund:
+		kind = versions.KindRefund
+	}
+	data, err := versions.Render(e.Data, kind, from, v)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s: %w", e.ID, err)
+	}
+	e.Data, e.DataVersion = data, string(v)
+	return e, nil
 }
 
 // PaymentEventData renders p as an event carries it: its API view, without

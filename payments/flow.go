@@ -10,6 +10,7 @@ import (
 	"gateway/errs"
 	"gateway/idemkeys"
 	"gateway/psp"
+	"gateway/versions"
 )
 
 // The one flow every idempotent command runs (design §2): claim the key and
@@ -164,6 +165,21 @@ type attempt struct {
 	// working marks the key as worked on by this request in this process
 	// while it holds the lease, so duplicates here wait to be woken.
 	working *workMark
+	// version is the API version the request is answered in.
+	version string
+}
+
+// remember keeps c, an answer to a's key, for replays: stamped with the
+// version a's request was answered in and the version its body is in, as
+// the key's row is.
+func (s *Service) remember(a attempt, c idemkeys.Cached) {
+	if c.Response.Version == "" {
+		c.Response.Version = a.version
+	}
+	if c.Response.BodyVersion == "" {
+		c.Response.BodyVersion = string(versions.Latest)
+	}
+	s.replays.Put(a.ref, c, s.cfg.Now())
 }
 
 type workMark struct{ end func() }
@@ -192,13 +208,14 @@ func (s *Service) run(ctx context.Context, ref idemkeys.Ref, fp, raw [32]byte, c
 	defer cancelWork()
 	waitCtx, cancel := context.WithTimeout(ctx, s.cfg.InFlightWait)
 	defer cancel()
-	a := attempt{ref: ref, fp: fp, raw: raw, client: ctx, work: work, waitCtx: waitCtx, working: &workMark{}}
+	a := attempt{ref: ref, fp: fp, raw: raw, client: ctx, work: work, waitCtx: waitCtx, working: &workMark{},
+		version: string(versions.FromContext(ctx))}
 	defer s.finish(a)
 	if e, ok := s.replays.Get(a.ref, s.cfg.Now()); ok && e.Fingerprint == a.fp {
 		if e.Raw != a.raw && a.raw != ([32]byte{}) {
 			// These bytes are this command too: ReplayBody answers them next time.
 			e.Raw = a.raw
-			s.replays.Put(a.ref, e, s.cfg.Now())
+			s.remember(a, e)
 		}
 		return s.replay(a, e.SubjectID, e.Response), nil
 	}
@@ -231,7 +248,7 @@ func (s *Service) claim(a attempt, claim claim) (Outcome, error) {
 	switch {
 	case err == nil && ans != nil:
 		s.obs.KeyOutcome(OutcomeFresh)
-		s.replays.Put(a.ref, idemkeys.Cached{Fingerprint: a.fp, Raw: a.raw, SubjectID: sub.id(), Response: *ans, Expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
+		s.remember(a, idemkeys.Cached{Fingerprint: a.fp, Raw: a.raw, SubjectID: sub.id(), Response: *ans, Expires: s.cfg.Now().Add(s.cfg.Retention)})
 		s.log.InfoContext(a.client, string(sub.kind())+" created to confirm later", s.hash.Attr(a.ref), idAttr(sub), sub.id(), "psp", sub.pspName())
 		return Outcome{Response: *ans, SubjectID: sub.id()}, nil
 	case err == nil:
@@ -380,7 +397,7 @@ func (s *Service) join(a attempt) (Outcome, error) {
 			waited()
 			// Cached no longer than the key replays: its age is the database's to tell.
 			left := s.cfg.Retention - rec.DBNow.Sub(rec.CompletedAt)
-			s.replays.Put(a.ref, idemkeys.Cached{Fingerprint: rec.Fingerprint, Raw: a.raw, SubjectID: rec.SubjectID, Response: rec.Response, Expires: s.cfg.Now().Add(left)}, s.cfg.Now())
+			s.remember(a, idemkeys.Cached{Fingerprint: rec.Fingerprint, Raw: a.raw, SubjectID: rec.SubjectID, Response: rec.Response, Expires: s.cfg.Now().Add(left)})
 			return s.replay(a, rec.SubjectID, rec.Response), nil
 		}
 		if !rec.LeaseActive() {
@@ -698,7 +715,7 @@ func (s *Service) write(a attempt, h holding, sub subject) (Outcome, error) {
 	}
 	switch {
 	case err == nil:
-		s.replays.Put(a.ref, idemkeys.Cached{Fingerprint: a.fp, Raw: a.raw, SubjectID: sub.id(), Response: resp, Expires: s.cfg.Now().Add(s.cfg.Retention)}, s.cfg.Now())
+		s.remember(a, idemkeys.Cached{Fingerprint: a.fp, Raw: a.raw, SubjectID: sub.id(), Response: resp, Expires: s.cfg.Now().Add(s.cfg.Retention)})
 		s.finish(a)
 		sub.recorded(s.obs)
 		s.log.InfoContext(a.client, string(sub.kind())+" settled", s.hash.Attr(a.ref), "object_id", sub.id(), "status", sub.status(), "grant", h.token.Grant())

@@ -187,18 +187,20 @@ func ApplyRefund(r Refund, x psp.Refund) (Refund, error) {
 
 // RefundView is the refund object of the public API.
 type RefundView struct {
-	ID            string            `json:"id"`
-	PaymentID     string            `json:"payment_id"`
-	Amount        int64             `json:"amount"`
-	Currency      string            `json:"currency"`
-	Status        RefundStatus      `json:"status"`
-	RefundOrderID string            `json:"refund_order_id"`
-	PSPReference  *string           `json:"psp_reference"`
-	Reason        string            `json:"reason"`
-	FailureCode   *string           `json:"failure_code"`
-	Metadata      map[string]string `json:"metadata"`
-	CreatedAt     string            `json:"created_at"`
-	UpdatedAt     string            `json:"updated_at"`
+	ID            string       `json:"id"`
+	PaymentID     string       `json:"payment_id"`
+	Amount        int64        `json:"amount"`
+	Currency      string       `json:"currency"`
+	Status        RefundStatus `json:"status"`
+	RefundOrderID string       `json:"refund_order_id"`
+	PSPReference  *string      `json:"psp_reference"`
+	Reason        string       `json:"reason"`
+	// FailureCode is named decline_code since version 2026-12-02
+	// (failure_code before: package versions renders it so).
+	FailureCode *string           `json:"decline_code"`
+	Metadata    map[string]string `json:"metadata"`
+	CreatedAt   string            `json:"created_at"`
+	UpdatedAt   string            `json:"updated_at"`
 }
 
 // ToRefundView renders r for the public API.

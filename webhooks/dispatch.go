@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"gateway/versions"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -524,7 +525,8 @@ const maxAnswer = 64 << 10
 // answer's status. An error never carries a secret, nor the URL (which may
 // hold the merchant's own credentials in its query).
 func (d *Dispatcher) send(ctx context.Context, ep Endpoint, c Claimed) (int, error) {
-	body, err := Body(c.Event)
+	v := versions.OrFirst(ep.APIVersion)
+	body, err := Body(c.Event, v)
 	if err != nil {
 		return 0, errors.New("render event: " + err.Error())
 	}
@@ -541,6 +543,7 @@ func (d *Dispatcher) send(ctx context.Context, ep Endpoint, c Claimed) (int, err
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "gateway-webhooks/1")
 	req.Header.Set(EventIDHeader, c.Event.ID)
+	req.Header.Set(versions.Header, string(v))
 	req.Header.Set(SignatureHeader, SignatureValue(secrets, d.cfg.Now(), body))
 	res, err := d.client.Do(req)
 	if err != nil {

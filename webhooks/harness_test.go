@@ -128,6 +128,7 @@ type post struct {
 	sigErr  error
 	body    []byte
 	header  string
+	version string // its Gateway-Version
 }
 
 // sink is a merchant's receiver: it verifies every delivery with its
@@ -151,7 +152,8 @@ func newSink(t *testing.T, secrets ...string) *sink {
 func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	s.mu.Lock()
-	p := post{eventID: r.Header.Get(webhooks.EventIDHeader), body: body, header: r.Header.Get(webhooks.SignatureHeader)}
+	p := post{eventID: r.Header.Get(webhooks.EventIDHeader), body: body, header: r.Header.Get(webhooks.SignatureHeader),
+		version: r.Header.Get("Gateway-Version")}
 	p.sigErr = receiver.Verify(p.header, body, s.secrets, 0, time.Now())
 	s.posts = append(s.posts, p)
 	answer := s.answer

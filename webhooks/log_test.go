@@ -4,14 +4,20 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"gateway/errs"
+	"gateway/listings"
+	"gateway/mysql"
 	"gateway/mysql/mysqltest"
 	"gateway/payments"
+	"gateway/versions"
 	"gateway/webhooks"
+
+	"github.com/jmoiron/sqlx"
 )
 
 func (e *env) log() *webhooks.Log { return webhooks.NewLog(e.st, e.st) }
@@ -289,5 +295,56 @@ func TestDeliveriesPageNewestFirst(t *testing.T) {
 	}
 	if _, _, err := e.log().Deliveries(e.ctx, webhooks.DeliveryQuery{MerchantID: e.merchant, EventID: payments.NewEventID()}); !errors.Is(err, webhooks.ErrNoSuchEvent) {
 		t.Errorf("an unknown event: %v", err)
+	}
+}
+
+// An endpoint pinned to an older API version gets its events rendered in
+// it, with its Gateway-Version header; GET /events/{id} in that version
+// answers the same bytes.
+func TestDeliveriesAreRenderedInTheirEndpointsVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := newSink(t)
+	old, secret := e.endpoint(s.srv.URL + "/old")
+	_, secret2 := e.endpoint(s.srv.URL + "/latest")
+	s.setSecrets(secret, secret2)
+	if _, err := e.dbx.Exec(`UPDATE webhook_endpoints SET api_version = '2026-12-01' WHERE id = ?`, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	id := payments.NewEventID()
+	err := mysql.Transact(e.ctx, e.dbx, func(tx *sqlx.Tx) error {
+		_, err := mysql.InsertEvent(e.ctx, tx, payments.Event{ID: id, MerchantID: e.merchant, Type: payments.EventRefundFailed,
+			ObjectType: payments.ObjectRefund, ObjectID: "re_x", Seq: 1, Data: []byte(`{"id":"re_x","status":"failed","decline_code":"insufficient_funds"}`)})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.dispatcher(webhooks.Config{}).RunOnce(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]post{}
+	for _, p := range s.all() {
+		if p.sigErr != nil {
+			t.Fatal(p.sigErr)
+		}
+		got[p.version] = p
+	}
+	if p := got["2026-12-01"]; !strings.Contains(string(p.body), `"failure_code":"insufficient_funds"`) || strings.Contains(string(p.body), "decline_code") {
+		t.Fatalf("the delivery to the endpoint pinned to 2026-12-01: %s", p.body)
+	}
+	if p := got["2026-12-02"]; !strings.Contains(string(p.body), `"decline_code":"insufficient_funds"`) {
+		t.Fatalf("the delivery to the endpoint in the latest version: %s", p.body)
+	}
+	if len(got) != 2 {
+		t.Fatalf("deliveries by version: %v", got)
+	}
+	ev, err := listings.New(e.st).Event(e.ctx, e.merchant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inOld, err := payments.EventIn(ev, versions.V20261201)
+	if err != nil || string(payments.EventJSON(inOld)) != string(got["2026-12-01"].body) {
+		t.Fatalf("GET /events/{id} in 2026-12-01 would answer %s, the delivery carried %s (%v)", payments.EventJSON(inOld), got["2026-12-01"].body, err)
 	}
 }

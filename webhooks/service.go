@@ -13,6 +13,7 @@ import (
 
 	"gateway/errs"
 	"gateway/payments"
+	"gateway/versions"
 )
 
 // EndpointStore keeps endpoints; mysql implements it. Reads of
@@ -69,6 +70,10 @@ type EndpointRequest struct {
 	URL         string
 	EventTypes  []string
 	Description string
+	// APIVersion is the version its deliveries are rendered in; empty:
+	// the version the request is answered in (the merchant's, or the
+	// latest for ops).
+	APIVersion string
 }
 
 // EndpointIDPrefix begins every endpoint's id, followed by a ULID
@@ -115,8 +120,14 @@ func (s *Endpoints) Create(ctx context.Context, req EndpointRequest) (Endpoint, 
 	if err != nil {
 		return Endpoint{}, "", storeErr(err)
 	}
+	v := versions.FromContext(ctx)
+	if req.APIVersion != "" {
+		if v, err = versions.Parse(req.APIVersion); err != nil {
+			return Endpoint{}, "", invalid("api_version", err.Error())
+		}
+	}
 	e := Endpoint{ID: EndpointIDPrefix + ulid.Make().String(), MerchantID: req.MerchantID, URL: req.URL, EventTypes: types,
-		Status: Enabled, Description: req.Description}
+		Status: Enabled, Description: req.Description, APIVersion: string(v)}
 	if e.SecretEnc, err = s.cipher.Seal(e.ID, secret); err != nil {
 		return Endpoint{}, "", storeErr(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"gateway/payments"
+	"gateway/versions"
 )
 
 // EndpointStatus says whether an endpoint receives deliveries.
@@ -47,8 +48,10 @@ type Endpoint struct {
 	// after any success).
 	FailingSince   time.Time
 	DisabledReason string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// APIVersion is the version its deliveries are rendered in.
+	APIVersion string
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // Subscribes reports whether e wants events of type t.
@@ -99,14 +102,21 @@ type Event struct {
 	ObjectID   string
 	Seq        int64
 	Data       json.RawMessage
-	CreatedAt  time.Time
+	// DataVersion is the API version Data is rendered in.
+	DataVersion string
+	CreatedAt   time.Time
 }
 
-// Body renders ev as a delivery's body: byte for byte what GET
-// /events/{id} answers for it (payments.EventJSON renders both).
-func Body(ev Event) ([]byte, error) {
-	return payments.EventJSON(payments.Event{
+// Body renders ev as a delivery's body in API version v: byte for byte
+// what GET /events/{id} answers for it in v (payments.EventIn and
+// payments.EventJSON render both).
+func Body(ev Event, v versions.Version) ([]byte, error) {
+	e, err := payments.EventIn(payments.Event{
 		ID: ev.ID, MerchantID: ev.MerchantID, Type: payments.EventType(ev.Type), ObjectType: ev.ObjectType,
-		ObjectID: ev.ObjectID, Seq: ev.Seq, Data: ev.Data, CreatedAt: ev.CreatedAt,
-	}), nil
+		ObjectID: ev.ObjectID, Seq: ev.Seq, Data: ev.Data, DataVersion: ev.DataVersion, CreatedAt: ev.CreatedAt,
+	}, v)
+	if err != nil {
+		return nil, err
+	}
+	return payments.EventJSON(e), nil
 }

@@ -14,6 +14,7 @@ import (
 	"gateway/payments"
 	"gateway/psp/fake"
 	"gateway/reconcile"
+	"gateway/versions"
 )
 
 // opsFixture is a database with two merchants: Acme has a succeeded and a
@@ -76,6 +77,45 @@ func newOpsFixture(t *testing.T) opsFixture {
 	return f
 }
 
+// A merchant's API version: shown, pinned to another, a version the
+// gateway does not render refused with the usage status.
+func TestMerchantsVersionCommand(t *testing.T) {
+	f := newOpsFixture(t)
+	var v struct{ MerchantID, APIVersion, Latest string }
+	read := func(out string) {
+		t.Helper()
+		v.MerchantID, v.APIVersion, v.Latest = "", "", ""
+		var doc map[string]string
+		decodeOne(t, out, &doc)
+		v.MerchantID, v.APIVersion, v.Latest = doc["merchant_id"], doc["api_version"], doc["latest"]
+	}
+	out, _, err := runCmd(t, f.getenv, "merchants", "version", "--merchant", f.acme.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read(out)
+	if v.MerchantID != f.acme.ID || v.APIVersion != string(versions.Latest) || v.Latest != string(versions.Latest) {
+		t.Fatalf("merchants version: %s", out)
+	}
+	if out, _, err = runCmd(t, f.getenv, "merchants", "version", "--merchant", f.acme.ID, "--set", "2026-12-01"); err != nil {
+		t.Fatal(err)
+	}
+	read(out)
+	if v.APIVersion != "2026-12-01" {
+		t.Fatalf("after --set 2026-12-01: %s", out)
+	}
+	out, _, err = runCmd(t, f.getenv, "merchants", "list")
+	if err != nil || !strings.Contains(out, "2026-12-01") {
+		t.Fatalf("merchants list does not show the version: %v\n%s", err, out)
+	}
+	if _, _, err := runCmd(t, f.getenv, "merchants", "version", "--merchant", f.acme.ID, "--set", "2030-01-01"); exitCode(err) != exitUsage {
+		t.Fatalf("an unknown version: %v, want the usage status", err)
+	}
+	if _, _, err := runCmd(t, f.getenv, "merchants", "version", "--merchant", "mer_01KB0000000000000000000000", "--set", "2026-12-01"); exitCode(err) != 1 {
+		t.Fatalf("an unknown merchant: %v, want exit 1", err)
+	}
+}
+
 func TestMerchantsCommands(t *testing.T) {
 	f := newOpsFixture(t)
 	out, _, err := runCmd(t, f.getenv, "merchants", "list")
@@ -93,7 +133,7 @@ func TestMerchantsCommands(t *testing.T) {
 	if len(ms) != 2 || doc["count"] != 2.0 {
 		t.Fatalf("merchants: %v", doc)
 	}
-	wantKeys(t, "merchant", ms[0], "id", "name", "created_at", "active_keys", "revoked_keys")
+	wantKeys(t, "merchant", ms[0], "id", "name", "api_version", "created_at", "active_keys", "revoked_keys")
 	if m := ms[0].(map[string]any); m["id"] != f.acme.ID || m["active_keys"] != 1.0 || m["revoked_keys"] != 0.0 {
 		t.Fatalf("first merchant (zero counts included): %v", m)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"gateway/errs"
 	"gateway/merchants"
+	"gateway/versions"
 )
 
 // merchantsCmd is `gateway merchants`: merchants and their API keys.
@@ -16,6 +17,8 @@ type merchantsCmd struct {
 	Create merchantsCreateCmd `cmd:"" help:"Create a merchant; prints its id and first API key (shown once) as JSON."`
 	List   merchantsListCmd   `cmd:"" help:"List the merchants with their key counts."`
 	Keys   keysCmd            `cmd:"" help:"Create, list and revoke a merchant's API keys. Rotation: create, deploy, revoke the old one."`
+	// Dated API versions (docs/design.md §18).
+	Version merchantsVersionCmd `cmd:"" help:"Show a merchant's API version, or pin it to another (--set): its requests that name none (Gateway-Version) are answered in it."`
 
 	// Browser checkout (browser.go).
 	PublishableKeys publishableKeysCmd `cmd:"" name:"publishable-keys" help:"Create, list and revoke the publishable keys (pk_…) a merchant's checkout pages confirm payments with."`
@@ -41,6 +44,31 @@ func (m *merchantsCreateCmd) Run(ctx context.Context, a *app, c *merchantsCmd) e
 	})
 }
 
+type merchantsVersionCmd struct {
+	Merchant string `name:"merchant" required:"" placeholder:"ID" id:"mer_" help:"the merchant's id (mer_…)"`
+	Set      string `name:"set" placeholder:"YYYY-MM-DD" help:"the version to pin the merchant to (see docs/versions.md)"`
+}
+
+func (v *merchantsVersionCmd) Run(ctx context.Context, a *app, c *merchantsCmd) error {
+	return withMerchants(ctx, c.DB, func(adm *merchants.Admin) error {
+		var m merchants.Merchant
+		var err error
+		if v.Set == "" {
+			m, err = adm.Merchant(ctx, v.Merchant)
+		} else {
+			m, err = adm.SetAPIVersion(ctx, v.Merchant, v.Set)
+		}
+		if err != nil {
+			return adminError(err)
+		}
+		return writeJSON(a.stdout, struct {
+			MerchantID string `json:"merchant_id"`
+			APIVersion string `json:"api_version"`
+			Latest     string `json:"latest"`
+		}{m.ID, m.APIVersion, string(versions.Latest)})
+	})
+}
+
 type merchantsListCmd struct {
 	JSON bool `name:"json" help:"print one JSON document instead of a table"`
 }
@@ -48,6 +76,7 @@ type merchantsListCmd struct {
 type merchantJSON struct {
 	ID          string  `json:"id"`
 	Name        string  `json:"name"`
+	APIVersion  string  `json:"api_version"`
 	CreatedAt   *string `json:"created_at"`
 	ActiveKeys  int     `json:"active_keys"`
 	RevokedKeys int     `json:"revoked_keys"`
@@ -65,14 +94,14 @@ func (l *merchantsListCmd) Run(ctx context.Context, a *app, c *merchantsCmd) err
 				Count     int            `json:"count"`
 			}{Merchants: []merchantJSON{}, Count: len(ms)}
 			for _, m := range ms {
-				out.Merchants = append(out.Merchants, merchantJSON{ID: m.ID, Name: m.Name, CreatedAt: jsonTime(m.CreatedAt),
+				out.Merchants = append(out.Merchants, merchantJSON{ID: m.ID, Name: m.Name, APIVersion: m.APIVersion, CreatedAt: jsonTime(m.CreatedAt),
 					ActiveKeys: m.ActiveKeys, RevokedKeys: m.RevokedKeys})
 			}
 			return writeJSON(a.stdout, out)
 		}
-		tw := newTable(a.stdout, "MERCHANT", "NAME", "CREATED", "ACTIVE KEYS", "REVOKED KEYS")
+		tw := newTable(a.stdout, "MERCHANT", "NAME", "API VERSION", "CREATED", "ACTIVE KEYS", "REVOKED KEYS")
 		for _, m := range ms {
-			row(tw, m.ID, m.Name, timestamp(m.CreatedAt), m.ActiveKeys, m.RevokedKeys)
+			row(tw, m.ID, m.Name, m.APIVersion, timestamp(m.CreatedAt), m.ActiveKeys, m.RevokedKeys)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
