@@ -18,7 +18,8 @@ FUZZ_TARGETS := ./api:FuzzParseCreate ./api:FuzzStrictJSON ./api:FuzzListQuery .
 	./api:FuzzKeyHeader ./api:FuzzRefundBody ./api:FuzzConfirmBody ./api:FuzzCaptureBody ./api:FuzzCancelBody \
 	./api:FuzzCancelByKeyBody ./api:FuzzEndpointBody ./api:FuzzListCursor \
 	./idemkeys:FuzzValidateKey ./idemkeys:FuzzFingerprint ./webhooks:FuzzGuardAddress ./webhooks:FuzzGuardURL \
-	./psp/stripe:FuzzStripeSignedBody ./psp/stripe:FuzzStripeSignatureHeader ./psp/toss:FuzzTossNotice
+	./psp/stripe:FuzzStripeSignedBody ./psp/stripe:FuzzStripeSignatureHeader ./psp/toss:FuzzTossNotice \
+	./tests/sdk:FuzzVerifyAgrees
 
 # Stripe's own mock, built with go install into the user's cache directory,
 # once for every clone (never a dependency in go.mod).
@@ -38,11 +39,13 @@ run:
 	exec bin/gateway dev
 
 ## test: vet, the whole suite against a real MariaDB ($$GATEWAY_TEST_DSN, or a private one) with -short
-## (the slow proofs are make proofs; every fuzz target's seeds and corpus run in it), then stripe-mock's
-## check; ends with every skipped test and its reason
+## (the slow proofs are make proofs; every fuzz target's seeds and corpus run in it; tests/sdk runs the
+## Go client against a real gateway), the Go client's own unit tests (clients/go, a module of its own),
+## then stripe-mock's check; ends with every skipped test and its reason
 test: vet
 	GATEWAY_ARTIFACTS="$(GATEWAY_ARTIFACTS)" $(GO) run ./tests/withdb -- \
 		$(GO) run ./tests/testsum -- $(GO) test -json -short $(RACE) -count=1 -timeout 15m ./...
+	cd clients/go && $(GO) test $(RACE) -count=1 ./...
 	$(MAKE) --no-print-directory stripe-mock-test
 
 ## proofs: the slow proofs make test leaves out: the 20-second chaos run and its repros, the SPIN model's
@@ -65,6 +68,7 @@ test-frontend:
 vet:
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	cd clients/go && $(GO) vet ./...
 
 ## fuzz: mutate each fuzz target for FUZZTIME (10 s unless set) against a real MariaDB, as make test's
 ## suite does; an input that fails is written to the target's testdata/fuzz

@@ -3,6 +3,7 @@ module gateway
 go 1.26.8
 
 require (
+	gateway/clients/go v0.0.0
 	github.com/alecthomas/kong v1.17.0
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
@@ -50,3 +51,7 @@ require (
 	google.golang.org/grpc v1.82.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+// The Go client (clients/go) is a module of its own, with no dependency on
+// the gateway's; its tests against a real gateway live in tests/sdk.
+replace gateway/clients/go => ./clients/go

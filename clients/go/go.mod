@@ -1,0 +1,3 @@
+module gateway/clients/go
+
+go 1.26.8

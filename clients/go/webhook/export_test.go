@@ -1,0 +1,4 @@
+package webhook
+
+// DuplicateKey is duplicateKey, for the tests.
+var DuplicateKey = duplicateKey
