@@ -12,6 +12,7 @@ import (
 	"gateway/idemkeys"
 	"gateway/payments"
 	"gateway/psp/fake"
+	"gateway/versions"
 )
 
 // The floor issues, statement for statement, what the payment flow sends
@@ -27,18 +28,18 @@ const (
 	floorKeyIns = `
 INSERT INTO idempotency_keys
     (merchant_id, endpoint, idem_key, fingerprint, state, subject_id, lease_version,
-     locked_until, may_send_until, reconcile_after, send_attempts, sends_not_sent, created_at, updated_at)
-VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?)`
+     locked_until, may_send_until, reconcile_after, send_attempts, sends_not_sent, api_version, created_at, updated_at)
+VALUES (?, ?, ?, ?, 'IN_PROGRESS', ?, ?, ?, ?, ?, 1, 0, ?, ?, ?)`
 	floorPaymentIns = `
 INSERT INTO payments (merchant_id, id, idem_key, merchant_order_id, status, amount, currency,
     payment_method, description, metadata, psp, expires_at, client_secret_hash, capture_method, event_seq, created_at, updated_at)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 	floorEventIns = `
-INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6))`
+INSERT INTO events (id, merchant_id, type, object_type, object_id, seq, data, data_version, created_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`
 	floorKeyComplete = `
 UPDATE idempotency_keys
-SET state = 'COMPLETED', response_status = ?, response_body = ?, locked_until = NULL,
+SET state = 'COMPLETED', response_status = ?, response_body = ?, response_version = ?, locked_until = NULL,
     completed_at = NOW(6), updated_at = NOW(6)
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ? AND state = 'IN_PROGRESS' AND lease_version = ? AND subject_id = ?`
 	floorSettle = `
@@ -87,6 +88,9 @@ SELECT response_status, response_body FROM idempotency_keys
 WHERE merchant_id = ? AND endpoint = ? AND idem_key = ?`
 )
 
+// latest is the API version the flow stamps on what it stores.
+var latest = string(versions.Latest)
+
 // The second floor: the least durable work an idempotent request can be,
 // two commits (claim, complete) of the smallest row, in a table of its own.
 const (
@@ -132,7 +136,7 @@ func (b *bench) floorPayment(ctx context.Context, key string, pspWait time.Durat
 	err := b.floorTx(ctx, func(tx *sql.Tx) error {
 		until := now.Add(serviceConfig().Lease)
 		if _, err := tx.ExecContext(ctx, floorKeyIns, merchantID, payments.EndpointCreatePayment, key, b.floorFP[:],
-			id, int64(1), until, until, until, now, now); err != nil {
+			id, int64(1), until, until, until, latest, now, now); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, floorPaymentIns, merchantID, id, key, order, string(payments.Processing),
@@ -141,7 +145,7 @@ func (b *bench) floorPayment(ctx context.Context, key string, pspWait time.Durat
 			return err
 		}
 		_, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
-			string(payments.PaymentEventType(payments.Processing)), payments.ObjectPayment, id, int64(1), data)
+			string(payments.PaymentEventType(payments.Processing)), payments.ObjectPayment, id, int64(1), data, latest)
 		return err
 	})
 	if err != nil {
@@ -155,7 +159,7 @@ func (b *bench) floorPayment(ctx context.Context, key string, pspWait time.Durat
 		captureBefore = sql.NullTime{Time: now.Add(fake.DefaultAuthorizationValidity).Truncate(time.Second), Valid: true}
 	}
 	err = b.floorTx(ctx, func(tx *sql.Tx) error {
-		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
+		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body, latest,
 			merchantID, payments.EndpointCreatePayment, key, int64(1), id)); err != nil {
 			return err
 		}
@@ -168,7 +172,7 @@ func (b *bench) floorPayment(ctx context.Context, key string, pspWait time.Durat
 			return err
 		}
 		_, err = tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
-			string(payments.PaymentEventType(status)), payments.ObjectPayment, id, seq, data)
+			string(payments.PaymentEventType(status)), payments.ObjectPayment, id, seq, data, latest)
 		return err
 	})
 	if err != nil {
@@ -197,7 +201,7 @@ func (b *bench) floorCapture(ctx context.Context, paymentID, key string, pspWait
 		}
 		until := now.Add(serviceConfig().Lease)
 		if _, err := tx.ExecContext(ctx, floorKeyIns, merchantID, payments.EndpointCapturePayment, key, b.floorFP[:],
-			paymentID, int64(1), until, until, until, now, now); err != nil {
+			paymentID, int64(1), until, until, until, latest, now, now); err != nil {
 			return err
 		}
 		if err := b.floorLockPayment(ctx, tx, paymentID); err != nil {
@@ -214,7 +218,7 @@ func (b *bench) floorCapture(ctx context.Context, paymentID, key string, pspWait
 	}
 	status, from := string(payments.Succeeded), string(payments.RequiresCapture)
 	err = b.floorTx(ctx, func(tx *sql.Tx) error {
-		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
+		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body, latest,
 			merchantID, payments.EndpointCapturePayment, key, int64(1), paymentID)); err != nil {
 			return err
 		}
@@ -227,7 +231,7 @@ func (b *bench) floorCapture(ctx context.Context, paymentID, key string, pspWait
 			return err
 		}
 		_, err = tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
-			string(payments.EventPaymentCaptured), payments.ObjectPayment, paymentID, seq, data)
+			string(payments.EventPaymentCaptured), payments.ObjectPayment, paymentID, seq, data, latest)
 		return err
 	})
 	if err != nil {
@@ -270,7 +274,7 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 		}
 		until := created.Add(serviceConfig().Lease)
 		if _, err := tx.ExecContext(ctx, floorKeyIns, merchantID, payments.EndpointCreateRefund, key, b.floorFP[:],
-			id, int64(1), until, until, until, created, created); err != nil {
+			id, int64(1), until, until, until, latest, created, created); err != nil {
 			return err
 		}
 		if err := b.floorLockPayment(ctx, tx, paymentID); err != nil {
@@ -284,7 +288,7 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
-			string(payments.RefundEventType(payments.RefundPending)), payments.ObjectRefund, id, int64(1), data)
+			string(payments.RefundEventType(payments.RefundPending)), payments.ObjectRefund, id, int64(1), data, latest)
 		return err
 	})
 	if err != nil {
@@ -292,7 +296,7 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 	}
 	status := string(payments.RefundSucceeded)
 	err = b.floorTx(ctx, func(tx *sql.Tx) error {
-		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body,
+		if err := affectedN(1)(tx.ExecContext(ctx, floorKeyComplete, resp.Status, resp.Body, latest,
 			merchantID, payments.EndpointCreateRefund, key, int64(1), id)); err != nil {
 			return err
 		}
@@ -304,7 +308,7 @@ func (b *bench) floorRefund(ctx context.Context, paymentID, key string) error {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, floorEventIns, payments.NewEventID(), merchantID,
-			string(payments.RefundEventType(payments.RefundSucceeded)), payments.ObjectRefund, id, seq, data); err != nil {
+			string(payments.RefundEventType(payments.RefundSucceeded)), payments.ObjectRefund, id, seq, data, latest); err != nil {
 			return err
 		}
 		return affectedN(1)(tx.ExecContext(ctx, floorMoveAmounts, int64(refundAmount), int64(0), merchantID, paymentID, int64(0)))
