@@ -132,15 +132,9 @@ func (b *bench) runLarge(ctx context.Context, hc *http.Client, rep *report) erro
 				return err
 			}
 			on(side.g)
+			pick := func(c *client) string { return keys[((c.id-1)+c.seq*replayClients)%len(keys)] }
 			st, _, err := b.heapPhase(ctx, side.heap, side.title, side.sc, r, group{name: "gateway", clients: replayClients,
-				op: func(ctx context.Context, c *client) error {
-					key := keys[((c.id-1)+c.seq*replayClients)%len(keys)]
-					a, err := b.gw.createPayment(ctx, hc, key, paymentBody(key))
-					if err != nil {
-						return err
-					}
-					return wantReplay(a)
-				}})
+				op: b.replayOp(hc, pick, "")})
 			if err != nil {
 				return err
 			}

@@ -214,16 +214,7 @@ func (b *bench) scenarioReplay(ctx context.Context, hc *http.Client, rep *report
 			return group{name: "floor", clients: replayClients,
 				op: func(ctx context.Context, c *client) error { return b.floorReplay(ctx, pick(c)) }}
 		},
-		func(int) group {
-			return group{name: "gateway", clients: replayClients, op: func(ctx context.Context, c *client) error {
-				key := pick(c)
-				a, err := b.gw.createPayment(ctx, hc, key, paymentBody(key))
-				if err != nil {
-					return err
-				}
-				return wantReplay(a)
-			}}
-		})
+		func(int) group { return group{name: "gateway", clients: replayClients, op: b.replayOp(hc, pick, "")} })
 	if err != nil {
 		return err
 	}
@@ -251,6 +242,25 @@ func (b *bench) scenarioReplay(ctx context.Context, hc *http.Client, rep *report
 	return b.versionedReplays(ctx, hc, rep, pick)
 }
 
+// replayOp replays the payment of the key pick chooses, naming version
+// (Gateway-Version) unless it is empty, and wants a replay.
+func (b *bench) replayOp(hc *http.Client, pick func(*client) string, version string) func(context.Context, *client) error {
+	return func(ctx context.Context, c *client) error {
+		key := pick(c)
+		var a answer
+		var err error
+		if version == "" {
+			a, err = b.gw.createPayment(ctx, hc, key, paymentBody(key))
+		} else {
+			a, err = b.gw.createPaymentIn(ctx, hc, version, key, paymentBody(key))
+		}
+		if err != nil {
+			return err
+		}
+		return wantReplay(a)
+	}
+}
+
 // versionedReplays measures what naming an API version costs a replay:
 // the same replays naming the latest version (Gateway-Version) and naming
 // none, in alternating rounds of the same run.
@@ -258,26 +268,12 @@ func (b *bench) versionedReplays(ctx context.Context, hc *http.Client, rep *repo
 	var plain, named []stats
 	for r := range b.opts.rounds {
 		p, _, err := b.gatewayPhase(ctx, b.roundTitle("2 replay · naming no version", r), "replay", group{name: "gateway", clients: replayClients,
-			op: func(ctx context.Context, c *client) error {
-				key := pick(c)
-				a, err := b.gw.createPayment(ctx, hc, key, paymentBody(key))
-				if err != nil {
-					return err
-				}
-				return wantReplay(a)
-			}})
+			op: b.replayOp(hc, pick, "")})
 		if err != nil {
 			return err
 		}
 		v, _, err := b.gatewayPhase(ctx, b.roundTitle("2 replay · naming Gateway-Version", r), "replay-version", group{name: "gateway", clients: replayClients,
-			op: func(ctx context.Context, c *client) error {
-				key := pick(c)
-				a, err := b.gw.createPaymentIn(ctx, hc, string(versions.Latest), key, paymentBody(key))
-				if err != nil {
-					return err
-				}
-				return wantReplay(a)
-			}})
+			op: b.replayOp(hc, pick, string(versions.Latest))})
 		if err != nil {
 			return err
 		}
