@@ -82,8 +82,11 @@ func renderJSON(c echo.Context, status int, kind versions.Kind, v any) error {
 	if to == versions.Latest || kind == versions.KindNone {
 		return c.JSON(status, v)
 	}
+	// As echo's serializer writes it (body.go): no HTML escaping.
 	var b bytes.Buffer
-	if err := json.NewEncoder(&b).Encode(v); err != nil {
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return err
 	}
 	body, err := versions.Render(b.Bytes(), kind, versions.Latest, to)

@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"gateway/merchants"
+	"gateway/psp/fake"
 	"gateway/versions"
 )
 
@@ -155,4 +157,65 @@ func TestVersionsAPI(t *testing.T) {
 		}
 	}
 	wantProblem(t, call(http.MethodGet, "/openapi.json?version=1999-01-01", "", "", ""), http.StatusBadRequest, "invalid-request")
+}
+
+// A key a retry takes over (its first request left it unsettled) still
+// answers in the version of the request that made it, whatever the retry
+// names, and every later replay with the same bytes.
+func TestATakenOverKeyAnswersInItsOwnVersion(t *testing.T) {
+	e := newEnv(t)
+	post := func(version string) response {
+		t.Helper()
+		hdr := map[string]string{"Idempotency-Key": "taken"}
+		if version != "" {
+			hdr[versions.Header] = version
+		}
+		res, err := e.do(context.Background(), http.MethodPost, "/payments", e.apiKey, hdr, okBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	e.psp.FailNextCharges(fake.FaultUnknownAfterCharge, 1)
+	first := post("2026-12-01")
+	wantProblem(t, first, http.StatusBadGateway, "psp-outcome-unknown")
+	e.advance(time.Minute) // past the first request's lease
+	taken := post("2026-12-02")
+	wantStatus(t, taken, http.StatusCreated)
+	if got := taken.header.Get(versions.Header); got != "2026-12-01" {
+		t.Fatalf("the retry that took the key over answered in %q, want the key's 2026-12-01", got)
+	}
+	for _, v := range []string{"", "2026-12-02"} {
+		again := post(v)
+		if again.header.Get(versions.Header) != "2026-12-01" || !bytes.Equal(again.body, taken.body) || again.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("a replay naming %q: %s %s\nwant %s", v, again.header.Get(versions.Header), again.body, taken.body)
+		}
+	}
+	if n := e.psp.ChargeCount(); n != 1 {
+		t.Fatalf("%d charges for one key", n)
+	}
+}
+
+// Metadata holding <, > and & is answered at its own size in every
+// version: an older version's answer re-encodes nothing it did not change.
+func TestOlderVersionsEscapeNothing(t *testing.T) {
+	e := newEnv(t)
+	res := e.post("esc", `{"amount": 1000, "currency": "KRW", "payment_method": "pm_card_ok", "metadata": {"note": "<b>&c"}}`)
+	wantStatus(t, res, http.StatusCreated)
+	var p struct{ ID string }
+	if err := json.Unmarshal(res.body, &p); err != nil {
+		t.Fatal(err)
+	}
+	get := func(v string) response {
+		t.Helper()
+		r, err := e.do(context.Background(), http.MethodGet, "/payments/"+p.ID, e.apiKey, map[string]string{versions.Header: v}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	old, latest := get("2026-12-01"), get("2026-12-02")
+	if !bytes.Equal(old.body, latest.body) || !bytes.Contains(old.body, []byte(`"<b>&c"`)) {
+		t.Fatalf("2026-12-01: %s\n2026-12-02: %s", old.body, latest.body)
+	}
 }

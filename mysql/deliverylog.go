@@ -161,6 +161,15 @@ func (s *Store) Redeliver(ctx context.Context, r webhooks.Redelivery) (_ webhook
 		case st != string(webhooks.Enabled):
 			return &errs.Error{Code: errs.CodeConflict, Message: "the endpoint is disabled: enable it first"}
 		}
+		// The event, read under a lock its purge waits for: a redelivery
+		// is never made of an event purged meanwhile.
+		var n int
+		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM events WHERE merchant_id = ? AND id = ? LOCK IN SHARE MODE`, r.MerchantID, r.EventID); err != nil {
+			return err
+		}
+		if n == 0 {
+			return errs.ErrNotFound
+		}
 		_, err = tx.ExecContext(ctx, `
 INSERT INTO webhook_deliveries (merchant_id, id, endpoint_id, event_id, status, next_attempt_at, redelivery_key, created_at, updated_at)
 VALUES (?, ?, ?, ?, 'pending', NOW(6), ?, NOW(6), NOW(6))`, r.MerchantID, id, r.EndpointID, r.EventID, r.Key)

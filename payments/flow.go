@@ -165,7 +165,8 @@ type attempt struct {
 	// working marks the key as worked on by this request in this process
 	// while it holds the lease, so duplicates here wait to be woken.
 	working *workMark
-	// version is the API version the request is answered in.
+	// version is the API version the key answers in: the request's for a
+	// key it claims, the key's own for one it takes over.
 	version string
 }
 
@@ -173,13 +174,21 @@ type attempt struct {
 // version a's request was answered in and the version its body is in, as
 // the key's row is.
 func (s *Service) remember(a attempt, c idemkeys.Cached) {
-	if c.Response.Version == "" {
-		c.Response.Version = a.version
-	}
-	if c.Response.BodyVersion == "" {
-		c.Response.BodyVersion = string(versions.Latest)
-	}
+	c.Response = a.stamped(c.Response)
 	s.replays.Put(a.ref, c, s.cfg.Now())
+}
+
+// stamped is resp as a's key answers it: in the version of the request
+// that made the key (a.version, the key's own after a takeover), its body
+// in this gateway's latest unless it says otherwise.
+func (a attempt) stamped(resp idemkeys.Response) idemkeys.Response {
+	if resp.Version == "" {
+		resp.Version = a.version
+	}
+	if resp.BodyVersion == "" {
+		resp.BodyVersion = string(versions.Latest)
+	}
+	return resp
 }
 
 type workMark struct{ end func() }
@@ -250,7 +259,7 @@ func (s *Service) claim(a attempt, claim claim) (Outcome, error) {
 		s.obs.KeyOutcome(OutcomeFresh)
 		s.remember(a, idemkeys.Cached{Fingerprint: a.fp, Raw: a.raw, SubjectID: sub.id(), Response: *ans, Expires: s.cfg.Now().Add(s.cfg.Retention)})
 		s.log.InfoContext(a.client, string(sub.kind())+" created to confirm later", s.hash.Attr(a.ref), idAttr(sub), sub.id(), "psp", sub.pspName())
-		return Outcome{Response: *ans, SubjectID: sub.id()}, nil
+		return Outcome{Response: a.stamped(*ans), SubjectID: sub.id()}, nil
 	case err == nil:
 		return s.start(a, h, sub)
 	case errors.Is(err, idemkeys.ErrExists):
@@ -479,6 +488,10 @@ func (s *Service) takeOver(a attempt, rec idemkeys.Record) (out Outcome, err err
 		return Outcome{}, errs.Internal(err), false
 	}
 	s.obs.LeaseTakenOver()
+	if rec.Response.Version != "" {
+		// The key answers in the version of the request that made it.
+		a.version = rec.Response.Version
+	}
 	s.begin(a)
 	s.log.InfoContext(a.client, "idempotency lease taken over", s.hash.Attr(a.ref), "object_id", sub.id(), "grant", token.Grant())
 	out, err = s.resume(a, rec, holding{token: token, adapter: adapter}, sub)
@@ -687,7 +700,7 @@ func (s *Service) settle(a attempt, h holding, sub subject, ans answer) (Outcome
 	}
 	if ans.later != nil {
 		s.release(a, h, sub, false, nil)
-		return Outcome{Response: *ans.later, SubjectID: sub.id()}, nil
+		return Outcome{Response: a.stamped(*ans.later), SubjectID: sub.id()}, nil
 	}
 	return s.write(a, h, ans.next)
 }
@@ -719,7 +732,7 @@ func (s *Service) write(a attempt, h holding, sub subject) (Outcome, error) {
 		s.finish(a)
 		sub.recorded(s.obs)
 		s.log.InfoContext(a.client, string(sub.kind())+" settled", s.hash.Attr(a.ref), "object_id", sub.id(), "status", sub.status(), "grant", h.token.Grant())
-		return Outcome{Response: resp, SubjectID: sub.id()}, nil
+		return Outcome{Response: a.stamped(resp), SubjectID: sub.id()}, nil
 	case errors.Is(err, idemkeys.ErrFenced):
 		// Another worker holds a newer lease: its answer, not ours, is the truth.
 		s.obs.FencingRefused()

@@ -154,18 +154,20 @@ func (l *Log) Delivery(ctx context.Context, merchantID, id string) (DeliveryLog,
 // endpoint is now; the key with another event or endpoint is refused with
 // nothing made.
 func (l *Log) Redeliver(ctx context.Context, r Redelivery) (DeliveryLog, bool, error) {
+	// The key first: a retry answers what it made, even once the endpoint
+	// or the event is gone.
+	switch d, err := l.st.Redelivered(ctx, r.MerchantID, r.Key); {
+	case err == nil:
+		return replay(r, d)
+	case !errors.Is(err, errs.ErrNotFound):
+		return DeliveryLog{}, false, storeErr(err)
+	}
 	typ, err := l.st.EventType(ctx, r.MerchantID, r.EventID)
 	if err != nil {
 		return DeliveryLog{}, false, eventErr(err)
 	}
 	ep, err := l.eps.Endpoint(ctx, r.MerchantID, r.EndpointID)
 	if err != nil {
-		return DeliveryLog{}, false, storeErr(err)
-	}
-	switch d, err := l.st.Redelivered(ctx, r.MerchantID, r.Key); {
-	case err == nil:
-		return replay(r, d)
-	case !errors.Is(err, errs.ErrNotFound):
 		return DeliveryLog{}, false, storeErr(err)
 	}
 	if ep.Status != Enabled {

@@ -216,6 +216,13 @@ func TestRedeliverOncePerKey(t *testing.T) {
 	if again, replayed, err := redeliver(ids[0], ep.ID, "again-1"); err != nil || !replayed || again.ID != got[0].ID {
 		t.Fatalf("a retry after the endpoint was disabled: %+v %v %v", again.Delivery, replayed, err)
 	}
+	// And once the endpoint is deleted.
+	if err := e.eps.Delete(e.ctx, e.merchant, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	if again, replayed, err := redeliver(ids[0], ep.ID, "again-1"); err != nil || !replayed || again.ID != got[0].ID {
+		t.Fatalf("a retry after the endpoint was deleted: %+v %v %v", again.Delivery, replayed, err)
+	}
 }
 
 // The redelivery goes out: the same event, under its id, signed.
