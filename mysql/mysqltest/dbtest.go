@@ -108,8 +108,11 @@ func MustDSN(tb testing.TB) string {
 	}
 	cfg.DBName = name
 	dsn := cfg.FormatDSN()
-	if err := mysql.MigrateUp(dsn); err != nil {
+	if err := migratedSchema(ctx, base); err != nil {
 		tb.Fatalf("dbtest: migrate: %v", err)
+	}
+	if err := createSchema(ctx, base, name); err != nil {
+		tb.Fatalf("dbtest: create the migrated schema: %v", err)
 	}
 	return dsn
 }
