@@ -76,7 +76,24 @@ func (s *Store) claimOnPayment(ctx context.Context, ref idemkeys.Ref, fp [32]byt
 		}
 		return write(tx, locked, now.Truncate(time.Microsecond))
 	})
-	return claimed(err)
+	return s.refusedOrTaken(ctx, ref, claimed(err))
+}
+
+// refusedOrTaken is a claim's refusal (the domain's *errs.Error: its
+// transaction rolled back, the key stays free), unless the key is taken
+// after all: on a Galera node, the claim's INSERT may have run before the
+// node applied another node's claim of the key that the payment's row,
+// read later under its lock, already shows. A causal read of the key tells;
+// a key there is joined (idemkeys.ErrExists), never refused.
+func (s *Store) refusedOrTaken(ctx context.Context, ref idemkeys.Ref, err error) error {
+	var pe *errs.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if _, rerr := getKey(ctx, s.db, s.causal, ref); rerr == nil {
+		return fmt.Errorf("%w: refused (%v) while the key was taken", idemkeys.ErrExists, err)
+	}
+	return err
 }
 
 // claimed maps a claim transaction's error to what its caller learns (see

@@ -115,6 +115,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)`
 		}
 		return insertEvent(ctx, tx, *ch.Event, 1)
 	})
+	err = s.refusedOrTaken(ctx, c.Ref, err)
 	switch {
 	case err == nil:
 		return r, p, nil
